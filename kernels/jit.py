@@ -1,0 +1,30 @@
+"""The one place where `kernels` chooses its Numba options.
+
+Every jitted function in `kernels` is decorated with `kjit`.  Options (njit is
+always nopython): `cache=True` (no kernel reads a changeable global:
+lookup tables are module constants frozen at compile time), `nogil` (planner
+threads may evaluate cycle models concurrently), `error_model="numpy"` (division
+by zero gives inf/nan like numpy instead of a Python exception; it also drops
+the per-division check from hot loops).  `fastmath` stays off: every kernel must
+round exactly where the numpy reference rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numba
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+JIT_OPTIONS: dict[str, Any] = {
+    "cache": True,
+    "nogil": True,
+    "error_model": "numpy",
+}
+
+
+def kjit(fn: F) -> F:
+    """Compile `fn` lazily with the package's jit options."""
+    return numba.njit(**JIT_OPTIONS)(fn)  # type: ignore[no-any-return]
