@@ -1,0 +1,53 @@
+"""The compiler: graph IR, model zoo, numpy reference (and, as they land, the
+catalogue, baseline policies, build stages and optimizer).
+
+Public API (DESIGN §10).  To extend: import the new names here and add them to
+`__all__` (one line each).
+"""
+
+from planner.graph import (
+    Add,
+    BatchMatMul,
+    Cast,
+    Gelu,
+    Graph,
+    LayerNorm,
+    MatMul,
+    MergeHeads,
+    Op,
+    Repeat,
+    Softmax,
+    SplitHeads,
+    Tensor,
+    graph_flops,
+    graph_macs,
+    make_graph,
+    parameter_count,
+    verify_graph,
+)
+from planner.models import ModelConfig, load_config, load_model, zoo_names
+
+__all__ = [
+    "Add",
+    "BatchMatMul",
+    "Cast",
+    "Gelu",
+    "Graph",
+    "LayerNorm",
+    "MatMul",
+    "MergeHeads",
+    "ModelConfig",
+    "Op",
+    "Repeat",
+    "Softmax",
+    "SplitHeads",
+    "Tensor",
+    "graph_flops",
+    "graph_macs",
+    "load_config",
+    "load_model",
+    "make_graph",
+    "parameter_count",
+    "verify_graph",
+    "zoo_names",
+]
