@@ -26,6 +26,7 @@ from planner.graph import (
     verify_graph,
 )
 from planner.models import ModelConfig, load_config, load_model, zoo_names
+from planner.reference import init_inputs, init_params, reference
 
 __all__ = [
     "Add",
@@ -44,10 +45,13 @@ __all__ = [
     "Tensor",
     "graph_flops",
     "graph_macs",
+    "init_inputs",
+    "init_params",
     "load_config",
     "load_model",
     "make_graph",
     "parameter_count",
+    "reference",
     "verify_graph",
     "zoo_names",
 ]
