@@ -326,6 +326,13 @@ class Graph:
                 return v
         return default
 
+    def attr_int(self, key: str) -> int:
+        """An integer model fact (hidden, heads, mlp, tokens, batch, layers, ...)."""
+        v = self.attr(key)
+        if not isinstance(v, int):
+            raise KeyError(f"graph {self.name}: no integer attr {key!r} (got {v!r})")
+        return v
+
 
 def make_graph(
     name: str,

@@ -1,0 +1,201 @@
+"""The `tileplan` command line (console script and `python -m planner`).
+
+Adding a subcommand = one handler function decorated with `@command`:
+
+    @command("simulate", "run a package in the simulator",
+             arg("package", help="package directory"), *DEVICE_ARGS)
+    def cmd_simulate(args: argparse.Namespace) -> int:
+        ...
+        return 0            # the exit status
+
+Handlers stay thin (parse → call the library → print).  Errors are handled in
+one place, `main`: a `TileplanError` prints one line `tileplan: error: <msg>`
+to stderr and exits with `exit_status(error)` — 2 for ConfigError,
+Unsupported and GraphError (bad input), 3 for BuildFailure, 1 for
+PackageInvalid, SimulationFault and any other TileplanError.  Argument
+errors are argparse's (exit 2).  Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels.exceptions import (
+    BuildFailure,
+    ConfigError,
+    GraphError,
+    TileplanError,
+    Unsupported,
+)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """The arguments of one `ArgumentParser.add_argument` call."""
+
+    flags: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...]
+
+
+def arg(*flags: str, **options: Any) -> Arg:
+    return Arg(flags, tuple(options.items()))
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    args: tuple[Arg, ...]
+    handler: Handler
+
+
+COMMANDS: list[Command] = []  # in definition order: the order `--help` lists them
+
+
+def command(name: str, help: str, *args: Arg) -> Callable[[Handler], Handler]:
+    """Register `handler` as subcommand `name` with the given arguments."""
+
+    def register(handler: Handler) -> Handler:
+        if any(c.name == name for c in COMMANDS):
+            raise ValueError(f"subcommand {name!r} registered twice")
+        COMMANDS.append(Command(name, help, tuple(args), handler))
+        return handler
+
+    return register
+
+
+# argument groups shared by several subcommands
+MODEL_ARGS = (
+    arg("--layers", type=int, default=None, help="override the number of encoder layers"),
+    arg("--batch", type=int, default=None, help="override the images per batch"),
+)
+DEVICE_ARGS = (arg("--device", default="c600", help="device preset name or TOML path"),)
+
+
+def exit_status(error: TileplanError) -> int:
+    """Exit status for a domain error (module docstring)."""
+    if isinstance(error, (ConfigError, Unsupported, GraphError)):
+        return 2
+    if isinstance(error, BuildFailure):
+        return 3
+    return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tileplan",
+        description="Plan, build and simulate ViT models on IPU-class many-tile accelerators.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        for a in cmd.args:
+            p.add_argument(*a.flags, **dict(a.options))
+        p.set_defaults(handler=cmd.handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (the console script exits with it)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except TileplanError as e:
+        message = " ".join(str(e).split())  # one line, whatever the message holds
+        print(f"tileplan: error: {message}", file=sys.stderr)
+        return exit_status(e)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Plain fixed-width table: first column left-aligned, the rest right."""
+    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for r in cells:
+        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:],
+                                                                      strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- subcommands
+
+
+@command("devices", "list the device presets, or show one device TOML",
+         arg("path", nargs="?", help="a device TOML file (or preset name) to show in full"))
+def cmd_devices(args: argparse.Namespace) -> int:
+    from simulator.device import Device, load_device, preset_names
+
+    def row(d: Device) -> list[object]:
+        return [d.name, d.tiles, f"{d.memory_size // 1024} KiB", f"{d.clock_hz / 1e9:.3g} GHz",
+                f"{d.peak_fp8_flops / 1e12:.1f}"]
+
+    header = ["device", "tiles", "memory/tile", "clock", "fp8 peak TFLOP/s"]
+    if args.path is None:
+        print(_table(header, [row(load_device(n)) for n in preset_names()]))
+        return 0
+    dev = load_device(args.path)
+    print(_table(header, [row(dev)]))
+    print()
+    fields = sorted(dev.to_dict().items())
+    print(_table(["field", "value"], [(k, hex(v) if k == "memory_base" else v) for k, v in fields]))
+    return 0
+
+
+@command("models", "list the model zoo, or show one model TOML",
+         arg("path", nargs="?", help="a model TOML file (or zoo name) to show"), *MODEL_ARGS)
+def cmd_models(args: argparse.Namespace) -> int:
+    from planner.graph import graph_flops, parameter_count
+    from planner.models import load_model, zoo_names
+
+    names = zoo_names() if args.path is None else [args.path]
+    rows = []
+    for name in names:
+        g = load_model(name, layers=args.layers, batch=args.batch)
+        a = dict(g.attrs)
+        batch = g.attr_int("batch")
+        rows.append([g.name, a["hidden"], a["heads"], a["mlp"], a["patch"], a["tokens"],
+                     a["layers"], batch, f"{parameter_count(g):,}",
+                     f"{graph_flops(g) / batch / 1e9:.2f}"])
+    print(_table(["model", "hidden", "heads", "mlp", "patch", "tokens", "layers", "batch",
+                  "parameters", "GFLOP/image"], rows))
+    return 0
+
+
+@command("reference", "run the numpy reference forward of a model and print statistics",
+         arg("model", help="zoo name or model TOML path"), *MODEL_ARGS,
+         arg("--seed", type=int, default=0,
+             help="parameter seed (inputs use seed+1); default 0"),
+         arg("--precision", choices=("fp8", "fp32"), default="fp8",
+             help="fp8: the deployable graph; fp32: every tensor fp32"))
+def cmd_reference(args: argparse.Namespace) -> int:
+    from planner.models import load_model
+    from planner.reference import init_inputs, init_params, reference
+
+    t0 = time.perf_counter()
+    g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
+    params = init_params(g, seed=args.seed)
+    inputs = init_inputs(g, seed=args.seed + 1)
+    t1 = time.perf_counter()
+    outputs = reference(g, params, inputs)
+    t2 = time.perf_counter()
+    a = dict(g.attrs)
+    print(f"model {g.name}: layers {a['layers']}, batch {a['batch']}, precision "
+          f"{args.precision}, seed {args.seed}")
+    rows = []
+    for name, y in outputs.items():
+        y64 = y.astype(np.float64)
+        rows.append([name, "x".join(map(str, y.shape)), f"{y64.mean():.6g}", f"{y64.std():.6g}",
+                     f"{y64.min():.6g}", f"{y64.max():.6g}", int(np.isnan(y).sum())])
+    print(_table(["output", "shape", "mean", "std", "min", "max", "nan"], rows))
+    print(f"time: setup (graph + init) {t1 - t0:.2f} s, forward {t2 - t1:.2f} s")
+    return 0
