@@ -59,7 +59,7 @@ PRECISIONS = ("fp8", "fp32")
 
 WEIGHT_STD = 0.02
 WEIGHT_SCALE_EXP = -8  # weight codes have std 0.02·2**8 ≈ 5 (fp8 e4m3 max 448)
-CAST_SCALE_EXP = {"patches": -4, "ln": -2, "attn": -4, "gelu": -2}
+CAST_SCALE_EXP = {"patches": -4, "ln": -2, "attn": -6, "gelu": -2}
 
 
 @dataclass(frozen=True)
