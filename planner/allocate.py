@@ -1,0 +1,288 @@
+"""Allocate: give every logical buffer an address on its tile.
+
+Joint and liveness-based, per tile; there is no persistent/scratch partition.
+
+Tile layout (absolute addresses, low to high)::
+
+    memory_base | code | exchange tables | support (+ patch tables) | tensor range ... | memory_end
+
+The first three are sized by the linker from counts before allocation
+(`Overheads`, see `planner.link.reserve`); the tensor range is what is left.
+
+Live ranges are inclusive step intervals [first, last] (indices into the
+Schedule):
+- persistent buffers (parameters, model inputs and outputs): the whole program;
+- others: first..last step whose vertices or transfers reference them;
+- a range that crosses a Repeat boundary, a buffer referenced by an iterated
+  ref of a loop, and a buffer whose first touch inside a loop body reads it (a
+  loop-carried value) are live for the whole loop, BEGIN..END inclusive
+  (innermost loops first, so nesting composes);
+- a non-persistent buffer that no step references gets [0, 0].
+
+Placement is an interval-graph packing: buffers sorted by (size desc, first,
+id) are placed best-fit into the aligned free address gaps left by the already
+placed buffers whose live ranges overlap theirs (smallest fitting gap, then
+lowest address).  If that order fails on a tile, two other deterministic orders
+are tried (first asc; then lifetime length desc) before the tile is declared
+infeasible.  The hot loop is one jitted function over flat arrays.
+
+Failure raises `BuildFailure("allocate", tile, need, have, detail, profile)`
+where `profile` maps kinds (code, exchange-table, support, parameter,
+activation, scratch, exchange-landing) and `peak_live_tensor` to bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.exceptions import BuildFailure
+from kernels.jit import kjit
+from planner.program import TENSOR_KINDS, Program
+from planner.schedule import Schedule
+from simulator.device import Device
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Bytes per tile (int64[tiles] each) below the tensor range."""
+
+    code: np.ndarray
+    xtable: np.ndarray
+    support: np.ndarray
+
+    def total(self) -> np.ndarray:
+        return self.code + self.xtable + self.support
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Addresses and live ranges of every Program buffer (int64[B] arrays),
+    and per tile (int64[tiles]): the tensor range [tensor_lo, tensor_hi), the
+    highest tensor address used (`tensor_top`, = tensor_lo when empty) and the
+    peak live tensor bytes over all steps."""
+
+    addr: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    tensor_lo: np.ndarray
+    tensor_hi: np.ndarray
+    tensor_top: np.ndarray
+    peak_live: np.ndarray
+
+
+def _align_up(x: np.ndarray | int, a: int) -> np.ndarray | int:
+    return -(-x // a) * a
+
+
+def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) int64[B] inclusive step ranges, per the module rules."""
+    nb = len(program.bufs)
+    nsteps = len(sched.steps)
+    bufs: list[int] = []
+    steps: list[int] = []
+    reads: list[bool] = []
+    iterated: list[bool] = []
+    for s, st in enumerate(sched.steps):
+        for v in st.vertices:
+            wr = set(v.writes)
+            for r in v.refs:
+                for b in r.buffers():
+                    bufs.append(b)
+                    steps.append(s)
+                    reads.append(b not in wr)
+                    iterated.append(r.iterated)
+            for b in v.reads:
+                bufs.append(b)
+                steps.append(s)
+                reads.append(True)
+                iterated.append(False)
+            for b in v.writes:
+                bufs.append(b)
+                steps.append(s)
+                reads.append(False)
+                iterated.append(False)
+        for t in st.transfers:
+            for r, is_read in ((t.src, True), (t.dst, False)):
+                for b in r.buffers():
+                    bufs.append(b)
+                    steps.append(s)
+                    reads.append(is_read)
+                    iterated.append(r.iterated)
+    pb = np.asarray(bufs, dtype=np.int64)
+    ps = np.asarray(steps, dtype=np.int64)
+    pr = np.asarray(reads, dtype=bool)
+    pi = np.asarray(iterated, dtype=bool)
+    big = np.int64(nsteps + 1)
+    first = np.full(nb, big, dtype=np.int64)
+    last = np.full(nb, -1, dtype=np.int64)
+    np.minimum.at(first, pb, ps)
+    np.maximum.at(last, pb, ps)
+    unused = last < 0
+    first[unused] = 0
+    last[unused] = 0
+    persistent = np.fromiter((b.persistent for b in program.bufs), dtype=bool, count=nb)
+    first[persistent] = 0
+    last[persistent] = max(nsteps - 1, 0)
+
+    # innermost loops first: a range extended to an inner loop that then
+    # crosses an outer boundary is extended again by the outer loop
+    loops = sorted(sched.loops(), key=lambda x: (x[1] - x[0], x[0]))
+    for b, e, _trips in loops:
+        inside = (ps > b) & (ps < e)
+        carried = np.zeros(nb, dtype=bool)
+        carried[pb[inside & pi]] = True
+        if inside.any():
+            fin = np.full(nb, big, dtype=np.int64)
+            np.minimum.at(fin, pb[inside], ps[inside])
+            at_first = inside & (ps == fin[pb]) & pr
+            carried[pb[at_first]] = True
+        crosses = (first < e) & (last > b) & ((first <= b) | (last >= e))
+        grow = carried | crosses
+        first[grow] = np.minimum(first[grow], b)
+        last[grow] = np.maximum(last[grow], e)
+    return first, last
+
+
+@kjit
+def _place(order, size, align, first, last, lo, hi, addr):  # pragma: no cover - jitted
+    """Place buffers `order` (indices) of one tile into [lo, hi).
+
+    Writes addr[i] for each placed buffer.  Returns (-1, 0) on success, else
+    (position in `order` that failed, largest aligned free gap in bytes)."""
+    n = order.shape[0]
+    placed = np.empty(n, dtype=np.int64)
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        i = order[k]
+        m = 0
+        for j in range(k):
+            p = placed[j]
+            if first[p] <= last[i] and first[i] <= last[p]:
+                starts[m] = addr[p]
+                ends[m] = addr[p] + size[p]
+                m += 1
+        idx = np.argsort(starts[:m], kind="mergesort")
+        a = align[i]
+        cursor = lo
+        best = -1
+        best_gap = hi - lo + 1
+        largest = 0
+        for q in range(m + 1):
+            nxt = hi if q == m else starts[idx[q]]
+            start = -(-cursor // a) * a
+            if nxt > start:
+                room = nxt - start
+                if room > largest:
+                    largest = room
+                if room >= size[i] and nxt - cursor < best_gap:
+                    best_gap = nxt - cursor
+                    best = start
+            if q < m and ends[idx[q]] > cursor:
+                cursor = ends[idx[q]]
+        if best < 0:
+            return k, largest
+        addr[i] = best
+        placed[k] = i
+    return -1, 0
+
+
+def _orders(ids: np.ndarray, size: np.ndarray, first: np.ndarray,
+            last: np.ndarray) -> list[np.ndarray]:
+    s, f, ln = size[ids], first[ids], last[ids] - first[ids]
+    return [
+        ids[np.lexsort((ids, f, -s))],
+        ids[np.lexsort((ids, -s, f))],
+        ids[np.lexsort((ids, f, -s, -ln))],
+    ]
+
+
+def _profile(tile: int, program: Program, kinds: np.ndarray, size: np.ndarray,
+             tile_of: np.ndarray, ovh: Overheads, peak: int) -> dict[str, int]:
+    prof = {
+        "code": int(ovh.code[tile]),
+        "exchange-table": int(ovh.xtable[tile]),
+        "support": int(ovh.support[tile]),
+    }
+    on = tile_of == tile
+    for k, name in enumerate(TENSOR_KINDS):
+        prof[name] = int(size[on & (kinds == k)].sum())
+    prof["peak_live_tensor"] = peak
+    return prof
+
+
+def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads) -> Allocation:
+    """Place every buffer of `program`; raises BuildFailure("allocate", ...)."""
+    nb = len(program.bufs)
+    tiles = device.tiles
+    tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64, count=nb)
+    size = np.fromiter((b.nbytes for b in program.bufs), dtype=np.int64, count=nb)
+    align = np.fromiter((max(b.align, device.alignment) for b in program.bufs),
+                        dtype=np.int64, count=nb)
+    kinds = np.fromiter((TENSOR_KINDS.index(b.kind) for b in program.bufs),
+                        dtype=np.int64, count=nb)
+    if nb and (tile_of.min() < 0 or tile_of.max() >= tiles):
+        bad = int(np.flatnonzero((tile_of < 0) | (tile_of >= tiles))[0])
+        raise BuildFailure("allocate", int(tile_of[bad]), 0, 0,
+                           f"buffer {program.bufs[bad].name} on tile {tile_of[bad]} "
+                           f"outside the device's {tiles} tiles")
+    first, last = live_ranges(program, sched)
+    nsteps = max(len(sched.steps), 1)
+
+    lo = np.asarray(_align_up(device.memory_base + ovh.total(), device.alignment), dtype=np.int64)
+    hi = np.full(tiles, device.memory_end, dtype=np.int64)
+    over = np.flatnonzero(lo >= hi)
+    if over.size:
+        t = int(over[0])
+        raise BuildFailure("allocate", t, int(ovh.total()[t]), device.memory_size,
+                           f"code, exchange tables and support need {int(ovh.total()[t])} bytes "
+                           f"of a {device.memory_size}-byte tile",
+                           _profile(t, program, kinds, size, tile_of, ovh, 0))
+
+    # peak live tensor bytes per tile over steps (inclusive ranges)
+    delta = np.zeros((tiles, nsteps + 1), dtype=np.int64)
+    np.add.at(delta, (tile_of, first), size)
+    np.add.at(delta, (tile_of, last + 1), -size)
+    live = np.cumsum(delta, axis=1)[:, :nsteps]
+    peak = live.max(axis=1) if nb else np.zeros(tiles, dtype=np.int64)
+    room = hi - lo
+    short = np.flatnonzero(peak > room)
+    if short.size:
+        t = int(short[np.argmax(peak[short] - room[short])])
+        s = int(np.argmax(live[t]))
+        raise BuildFailure("allocate", t, int(peak[t]), int(room[t]),
+                           f"{int(peak[t])} live tensor bytes at step {s} but the "
+                           f"tensor range {int(lo[t]):#x}..{int(hi[t]):#x} holds {int(room[t])}",
+                           _profile(t, program, kinds, size, tile_of, ovh, int(peak[t])))
+
+    addr = np.full(nb, -1, dtype=np.int64)
+    order_by_tile = np.argsort(tile_of, kind="stable")
+    bounds = np.searchsorted(tile_of[order_by_tile], np.arange(tiles + 1))
+    for t in range(tiles):
+        ids = order_by_tile[bounds[t]:bounds[t + 1]]
+        if ids.size == 0:
+            continue
+        failure: tuple[int, int] | None = None
+        for order in _orders(ids, size, first, last):
+            k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr)
+            if k < 0:
+                failure = None
+                break
+            if failure is None:
+                failure = (int(order[k]), int(largest))
+        if failure is not None:
+            b, largest = failure
+            buf = program.bufs[b]
+            raise BuildFailure(
+                "allocate", t, buf.nbytes, largest,
+                f"cannot place a {buf.nbytes}-byte {buf.kind} ({buf.name}, live steps "
+                f"{int(first[b])}..{int(last[b])}) into the remaining tensor range "
+                f"{int(lo[t]):#x}..{int(hi[t]):#x}",
+                _profile(t, program, kinds, size, tile_of, ovh, int(peak[t])))
+
+    ends = np.where(addr >= 0, addr + size, 0)
+    top = lo.copy()
+    np.maximum.at(top, tile_of, ends)
+    return Allocation(addr, first, last, lo, hi, top, peak.astype(np.int64))

@@ -1,0 +1,232 @@
+"""Schedule: a Program's phases and loop marks → an ordered list of supersteps.
+
+Every phase becomes (part of) one step; every loop mark one REPEAT_BEGIN or
+REPEAT_END step.  Step indices are what allocation liveness and the package's
+`buf_first`/`buf_last` count in.
+
+Merging.  Adjacent phases of the same kind merge into one step when they are
+independent: no buffer written by one is read or written by the other (a
+phase's own members are independent by the Program contract).  A merged
+compute step costs the max over tiles of the summed vertex cycles instead of a
+sum of maxima; a merged exchange step pays one sync instead of two.
+
+Reductions (phases whose vertices are all REDUCE) merge only when the plan's
+`reduction_overlap` flag is set.  With the flag a reduction may also be
+delayed past the exchange phases that follow it, when none of them touches
+what the reduction reads or writes, to run in the same superstep as the next
+independent compute phase.  That overlap lengthens the live ranges of the
+reduction's inputs, which is why it is a plan decision and not a default.
+
+Nothing crosses a loop mark: the body of a Repeat is scheduled on its own.
+Empty phases are dropped (an empty exchange would still pay a sync).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernels.exceptions import BuildFailure
+from planner.program import LoopMark, Phase, Program, Transfer, Vertex
+
+COMPUTE = "compute"
+EXCHANGE = "exchange"
+REPEAT_BEGIN = "repeat_begin"
+REPEAT_END = "repeat_end"
+
+Effects = tuple[frozenset[int], frozenset[int]]  # (reads, writes)
+
+# kernel id of REDUCE in the kernel ABI (docs/contracts.md §2)
+REDUCE_KERNEL = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One superstep.  `match` is the index of the partner loop mark (at
+    REPEAT_BEGIN / REPEAT_END), -1 otherwise; `trips` is set at REPEAT_BEGIN.
+    `labels` name the phases merged into the step, in program order."""
+
+    kind: str
+    labels: tuple[str, ...]
+    vertices: tuple[Vertex, ...] = ()
+    transfers: tuple[Transfer, ...] = ()
+    trips: int = 0
+    match: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Ordered steps.  `loop_of[s]` is the index of the innermost REPEAT_BEGIN
+    enclosing step s (-1 outside every loop; a BEGIN/END step belongs to the
+    enclosing loop, not its own).  `merged` counts phases that joined an
+    earlier phase's step; `delayed` counts reductions moved past exchanges."""
+
+    steps: tuple[Step, ...]
+    loop_of: tuple[int, ...]
+    merged: int = 0
+    delayed: int = 0
+
+    def loops(self) -> list[tuple[int, int, int]]:
+        """(begin, end, trips) of every Repeat, ordered by begin index."""
+        return [
+            (s, st.match, st.trips) for s, st in enumerate(self.steps) if st.kind == REPEAT_BEGIN
+        ]
+
+
+class _Group:
+    """A step under construction: phases of one kind merged so far."""
+
+    def __init__(self, phase: Phase, reads: frozenset[int], writes: frozenset[int]) -> None:
+        self.kind = phase.kind
+        self.labels = [phase.label]
+        self.vertices = list(phase.vertices)
+        self.transfers = list(phase.transfers)
+        self.reads = set(reads)
+        self.writes = set(writes)
+        self.reduction = _is_reduction(phase)
+
+    def absorbs(self, kind: str, reads: frozenset[int], writes: frozenset[int]) -> bool:
+        if kind != self.kind:
+            return False
+        return not (writes & (self.reads | self.writes) or reads & self.writes)
+
+    def add(self, phase: Phase, reads: frozenset[int], writes: frozenset[int]) -> None:
+        self.labels.append(phase.label)
+        self.vertices.extend(phase.vertices)
+        self.transfers.extend(phase.transfers)
+        self.reads |= reads
+        self.writes |= writes
+        self.reduction = self.reduction and _is_reduction(phase)
+
+    def step(self) -> Step:
+        return Step(self.kind, tuple(self.labels), tuple(self.vertices), tuple(self.transfers))
+
+
+def _is_reduction(phase: Phase) -> bool:
+    return phase.kind == COMPUTE and all(v.kernel == REDUCE_KERNEL for v in phase.vertices)
+
+
+def _effects(phase: Phase) -> Effects:
+    return frozenset(phase.reads()), frozenset(phase.writes())
+
+
+def _independent(a: Effects, b: Effects) -> bool:
+    (ra, wa), (rb, wb) = a, b
+    return not (wa & (rb | wb) or wb & ra)
+
+
+def _delay_reductions(segment: list[Phase]) -> tuple[list[Phase], int]:
+    """Move each reduction phase forward past independent exchange phases to
+    sit just before the next compute phase it is independent of."""
+    phases = list(segment)
+    moved = 0
+    i = 0
+    while i < len(phases):
+        p = phases[i]
+        if not _is_reduction(p):
+            i += 1
+            continue
+        eff = _effects(p)
+        j = i + 1
+        while (j < len(phases) and phases[j].kind == EXCHANGE
+               and _independent(eff, _effects(phases[j]))):
+            j += 1
+        if j > i + 1 and j < len(phases) and phases[j].kind == COMPUTE:
+            if _independent(eff, _effects(phases[j])):
+                phases.insert(j - 1, phases.pop(i))
+                moved += 1
+                i = j  # continue after the moved reduction
+                continue
+        i += 1
+    return phases, moved
+
+
+def _merge(segment: list[Phase], reduction_overlap: bool) -> tuple[list[Step], int]:
+    groups: list[_Group] = []
+    merged = 0
+    for ph in segment:
+        if not ph.vertices and not ph.transfers:
+            continue
+        reads, writes = _effects(ph)
+        last = groups[-1] if groups else None
+        mergeable = last is not None and (
+            reduction_overlap or not (last.reduction or _is_reduction(ph))
+        )
+        if last is not None and mergeable and last.absorbs(ph.kind, reads, writes):
+            last.add(ph, reads, writes)
+            merged += 1
+        else:
+            groups.append(_Group(ph, reads, writes))
+    return [g.step() for g in groups], merged
+
+
+def schedule(program: Program, reduction_overlap: bool = False) -> Schedule:
+    """Turn `program.items` into supersteps.
+
+    Raises BuildFailure("schedule", ...) on unbalanced loop marks, a phase of
+    unknown kind, or an iterated ref outside every Repeat.
+    """
+    steps: list[Step] = []
+    loop_of: list[int] = []
+    open_loops: list[int] = []
+    merged_total = 0
+    delayed_total = 0
+    segment: list[Phase] = []
+
+    def flush() -> None:
+        nonlocal merged_total, delayed_total
+        phases = segment
+        if reduction_overlap:
+            phases, moved = _delay_reductions(phases)
+            delayed_total += moved
+        new, merged = _merge(phases, reduction_overlap)
+        merged_total += merged
+        enclosing = open_loops[-1] if open_loops else -1
+        for st in new:
+            if enclosing < 0 and _has_iterated(st):
+                raise BuildFailure(
+                    "schedule", _first_tile(st), 0, 0,
+                    f"step {len(steps)} ({st.labels[0]}) has an iterated ref outside any Repeat",
+                )
+            steps.append(st)
+            loop_of.append(enclosing)
+        segment.clear()
+
+    for item in program.items:
+        if isinstance(item, Phase):
+            if item.kind not in (COMPUTE, EXCHANGE):
+                raise BuildFailure("schedule", -1, 0, 0, f"phase {item.label}: kind {item.kind!r}")
+            segment.append(item)
+            continue
+        assert isinstance(item, LoopMark)
+        flush()
+        enclosing = open_loops[-1] if open_loops else -1
+        if item.begin:
+            if item.trips < 1:
+                raise BuildFailure("schedule", -1, 0, 0, f"loop {item.label}: trips {item.trips}")
+            open_loops.append(len(steps))
+            steps.append(Step(REPEAT_BEGIN, (item.label,), trips=item.trips))
+            loop_of.append(enclosing)
+            continue
+        if not open_loops:
+            raise BuildFailure("schedule", -1, 0, 0, f"loop end {item.label} without a begin")
+        begin = open_loops.pop()
+        end = len(steps)
+        b = steps[begin]
+        steps[begin] = Step(REPEAT_BEGIN, b.labels, trips=b.trips, match=end)
+        steps.append(Step(REPEAT_END, (item.label,), trips=0, match=begin))
+        loop_of.append(open_loops[-1] if open_loops else -1)
+    flush()
+    if open_loops:
+        label = steps[open_loops[-1]].labels[0]
+        raise BuildFailure("schedule", -1, 0, 0, f"loop {label} never ends")
+    return Schedule(tuple(steps), tuple(loop_of), merged_total, delayed_total)
+
+
+def _has_iterated(st: Step) -> bool:
+    if any(r.iterated for v in st.vertices for r in v.refs):
+        return True
+    return any(t.src.iterated or t.dst.iterated for t in st.transfers)
+
+
+def _first_tile(st: Step) -> int:
+    return st.vertices[0].tile if st.vertices else -1

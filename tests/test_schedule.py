@@ -1,0 +1,91 @@
+"""planner.schedule: phase merging, loop marks, reduction overlap."""
+
+from __future__ import annotations
+
+import pytest
+from handprog import copy_vertex, loop_program
+
+from kernels.exceptions import BuildFailure
+from kernels.ids import REDUCE
+from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex
+from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, schedule
+
+
+def test_loop_program_steps_and_merge() -> None:
+    s = schedule(loop_program(3))
+    kinds = [st.kind for st in s.steps]
+    # exchange, merged copies, BEGIN, add, END, exchange
+    assert kinds == [EXCHANGE, COMPUTE, REPEAT_BEGIN, COMPUTE, REPEAT_END, EXCHANGE]
+    assert s.steps[1].labels == ("x into ping", "side copy")
+    assert s.merged == 1
+    assert s.steps[2].trips == 3 and s.steps[2].match == 4 and s.steps[4].match == 2
+    assert s.loop_of == (-1, -1, -1, 2, -1, -1)
+    assert s.loops() == [(2, 4, 3)]
+
+
+def test_dependent_phases_do_not_merge() -> None:
+    p = Program()
+    a = p.new_buf(0, 64, "activation", "a", persistent=True)
+    b = p.new_buf(0, 64, "activation", "b")
+    c = p.new_buf(0, 64, "activation", "c", persistent=True)
+    p.items += [Phase("compute", "a->b", [copy_vertex(0, a, b)]),
+                Phase("compute", "b->c", [copy_vertex(0, b, c)])]
+    s = schedule(p)
+    assert len(s.steps) == 2 and s.merged == 0
+
+
+def _reduce(tile: int, src: int, dst: int) -> Vertex:
+    return Vertex(tile, REDUCE, (0,) * 16, (Ref(0, src), Ref(4, dst)), (src,), (dst,))
+
+
+def _reduction_program() -> Program:
+    """reduce(p0 → r) ; exchange q → q' (independent) ; copy s → t (independent)."""
+    p = Program()
+    ids = {n: p.new_buf(0 if n != "q2" else 1, 64, "activation", n, persistent=True)
+           for n in ("p0", "r", "q", "q2", "s", "t")}
+    p.items += [
+        Phase("compute", "reduce", [_reduce(0, ids["p0"], ids["r"])]),
+        Phase("exchange", "move q", transfers=[Transfer(Ref(1, ids["q"]), Ref(1, ids["q2"]), 64)]),
+        Phase("compute", "copy", [copy_vertex(0, ids["s"], ids["t"])]),
+    ]
+    return p
+
+
+def test_reduction_overlap_flag() -> None:
+    plain = schedule(_reduction_program())
+    assert [st.kind for st in plain.steps] == [COMPUTE, EXCHANGE, COMPUTE]
+    over = schedule(_reduction_program(), reduction_overlap=True)
+    assert [st.kind for st in over.steps] == [EXCHANGE, COMPUTE]
+    assert over.steps[1].labels == ("reduce", "copy")
+    assert over.delayed == 1 and over.merged == 1
+
+
+def test_reduction_not_delayed_past_dependent_exchange() -> None:
+    p = _reduction_program()
+    r = 1  # buffer "r" is id 1: make the exchange read it
+    ex = p.items[1]
+    assert isinstance(ex, Phase)
+    ex.transfers[0] = Transfer(Ref(1, r), ex.transfers[0].dst, 64)
+    s = schedule(p, reduction_overlap=True)
+    assert [st.kind for st in s.steps] == [COMPUTE, EXCHANGE, COMPUTE]
+
+
+def test_unbalanced_loop_marks_fail() -> None:
+    p = Program()
+    p.items.append(LoopMark(True, 2, "open"))
+    with pytest.raises(BuildFailure, match="schedule"):
+        schedule(p)
+    q = Program()
+    q.items.append(LoopMark(False, 2, "close"))
+    with pytest.raises(BuildFailure, match="without a begin"):
+        schedule(q)
+
+
+def test_iterated_ref_outside_loop_fails() -> None:
+    p = Program()
+    a = p.new_buf(0, 128, "activation", "a", persistent=True)
+    b = p.new_buf(0, 64, "activation", "b", persistent=True)
+    v = Vertex(0, 10, (0,) * 16, (Ref(0, a, iter_stride=64), Ref(2, b)), (a,), (b,))
+    p.items.append(Phase("compute", "bad", [v]))
+    with pytest.raises(BuildFailure, match="outside any Repeat"):
+        schedule(p)
