@@ -1,0 +1,59 @@
+"""CAST (id 9): y = convert(x * 2**shift) between fp8, fp16 and fp32.
+
+Numerics: x decoded exactly to float32, multiplied by 2**shift in float32
+(exact unless it over/underflows — kernels.formulas.scale_pow2), rounded once
+to dtype_y with the rounding of kernels.dtypes (fp8: ml_dtypes float8_e4m3fn,
+saturating to NaN above 464).  Casting to fp8 with scale exponent e uses
+shift = -e (contracts §1); decoding fp8 codes with exponent e uses shift = e.
+
+Cycle model (kernels.cost): rows split over the workers; one vector op per
+element at the fp16 rate (4/cycle/tile) when neither side is fp32 (the IPU21
+converts fp8<->fp16 in pairs), else at the fp32 rate (2/cycle/tile).  The
+power-of-two scale is folded into the conversion instruction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kernels.blocks import read_row, write_row
+from kernels.cost import put_region, vector_cycles
+from kernels.dtypes import DT_FP32, dtype_bytes
+from kernels.jit import kjit
+from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
+from kernels.tile import D_VEC_FP16, D_VEC_FP32
+
+
+@kjit
+def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """CAST numeric body; returns a kernels.status code."""
+    m, n, dx, dy = args[4], args[5], args[6], args[7]
+    if m < 1 or n < 1:
+        return BAD_SHAPE
+    if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
+        return BAD_DTYPE
+    s = np.float32(math.ldexp(1.0, args[8]))
+    x = np.empty(n, dtype=np.float32)
+    for i in range(m):
+        read_row(mem, args[0] - base + i * args[1], n, dx, x)
+        if args[8] != 0:
+            for j in range(n):
+                x[j] = x[j] * s
+        write_row(mem, args[2] - base + i * args[3], n, dy, x)
+    return OK
+
+
+@kjit
+def cast_stream(args, desc):  # type: ignore[no-untyped-def]
+    rate = desc[D_VEC_FP32] if args[6] == DT_FP32 or args[7] == DT_FP32 else desc[D_VEC_FP16]
+    return vector_cycles(max(args[4], 1), max(args[5], 1), 1, rate, desc)
+
+
+@kjit
+def cast_regions(args, out):  # type: ignore[no-untyped-def]
+    """CAST regions: x read; y written."""
+    m, n = args[4], args[5]
+    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * dtype_bytes(args[6]), 0)
+    return put_region(out, i, args[2], 1, 0, m, args[3], n * dtype_bytes(args[7]), 1)

@@ -1,0 +1,164 @@
+"""The jitted entry points the simulator engine calls for every vertex (contracts §2).
+
+All three take the kernel id first and branch to the family module:
+
+- `vertex_cycles(kid, args, desc) -> int64`: desc[D_OVERHEAD] + the busiest
+  worker's streaming cycles, times CONFLICT_FACTOR when two operand regions
+  share a memory element (kernels.cost); -1 for an unknown kernel id.
+- `vertex_execute(kid, mem, base, args) -> int64`: runs the numeric body on the
+  tile image `mem` (uint8, index 0 = address `base`); returns a kernels.status
+  code (0 ok).  The caller has checked that every region lies inside `mem`.
+- `vertex_regions(kid, args, out) -> int64`: fills out[:n] (int64
+  [MAX_REGIONS, REGION_COLS]) with the regions the vertex reads and writes;
+  -1 for an unknown kernel id.
+
+Expected argument types, one compiled signature each: kid int64, args int64[::1]
+(a row of the package's v_args), desc int64[::1] (TileDesc.as_array()), mem
+uint8[::1], base int64, out int64[:, ::1].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import ids
+from kernels.cast import cast_execute, cast_regions, cast_stream
+from kernels.copy import (
+    copy_execute,
+    copy_regions,
+    copy_stream,
+    transpose_execute,
+    transpose_regions,
+    transpose_stream,
+)
+from kernels.cost import CONFLICT_FACTOR, has_conflict
+from kernels.elementwise import (
+    add_execute,
+    add_regions,
+    add_stream,
+    bias_add_execute,
+    bias_add_regions,
+    bias_add_stream,
+    gelu_execute,
+    gelu_regions,
+    gelu_stream,
+)
+from kernels.jit import kjit
+from kernels.layernorm import layernorm_execute, layernorm_regions, layernorm_stream
+from kernels.matmul import (
+    batch_matmul_execute,
+    batch_matmul_regions,
+    batch_matmul_stream,
+    matmul_execute,
+    matmul_regions,
+    matmul_stream,
+)
+from kernels.reduce import reduce_execute, reduce_regions, reduce_stream
+from kernels.softmax import softmax_execute, softmax_regions, softmax_stream
+from kernels.status import BAD_KERNEL
+from kernels.tile import D_OVERHEAD
+
+
+@kjit
+def vertex_stream(kid, args, desc):  # type: ignore[no-untyped-def]
+    """Busiest-worker streaming cycles, before overhead and conflict; -1 if unknown."""
+    if kid == ids.MATMUL:
+        return matmul_stream(args, desc)
+    if kid == ids.BATCH_MATMUL:
+        return batch_matmul_stream(args, desc)
+    if kid == ids.REDUCE:
+        return reduce_stream(args, desc)
+    if kid == ids.ADD:
+        return add_stream(args, desc)
+    if kid == ids.BIAS_ADD:
+        return bias_add_stream(args, desc)
+    if kid == ids.LAYERNORM:
+        return layernorm_stream(args, desc)
+    if kid == ids.GELU:
+        return gelu_stream(args, desc)
+    if kid == ids.SOFTMAX:
+        return softmax_stream(args, desc)
+    if kid == ids.CAST:
+        return cast_stream(args, desc)
+    if kid == ids.COPY:
+        return copy_stream(args, desc)
+    if kid == ids.TRANSPOSE:
+        return transpose_stream(args, desc)
+    return -1
+
+
+@kjit
+def vertex_regions(kid, args, out):  # type: ignore[no-untyped-def]
+    """Fill out[:n] with the vertex's regions; returns n, or -1 for an unknown id."""
+    if kid == ids.MATMUL:
+        return matmul_regions(args, out)
+    if kid == ids.BATCH_MATMUL:
+        return batch_matmul_regions(args, out)
+    if kid == ids.REDUCE:
+        return reduce_regions(args, out)
+    if kid == ids.ADD:
+        return add_regions(args, out)
+    if kid == ids.BIAS_ADD:
+        return bias_add_regions(args, out)
+    if kid == ids.LAYERNORM:
+        return layernorm_regions(args, out)
+    if kid == ids.GELU:
+        return gelu_regions(args, out)
+    if kid == ids.SOFTMAX:
+        return softmax_regions(args, out)
+    if kid == ids.CAST:
+        return cast_regions(args, out)
+    if kid == ids.COPY:
+        return copy_regions(args, out)
+    if kid == ids.TRANSPOSE:
+        return transpose_regions(args, out)
+    return -1
+
+
+@kjit
+def vertex_conflict(kid, args, desc):  # type: ignore[no-untyped-def]
+    """True if two operand streams of the vertex share a memory element."""
+    regions = np.zeros((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
+    n = vertex_regions(kid, args, regions)
+    if n < 0:
+        return False
+    return has_conflict(regions, n, desc)
+
+
+@kjit
+def vertex_cycles(kid, args, desc):  # type: ignore[no-untyped-def]
+    """Cycles of one vertex on one tile, conflict penalty included; -1 if unknown."""
+    stream = vertex_stream(kid, args, desc)
+    if stream < 0:
+        return np.int64(-1)
+    if vertex_conflict(kid, args, desc):
+        stream = stream * CONFLICT_FACTOR
+    return np.int64(desc[D_OVERHEAD] + stream)
+
+
+@kjit
+def vertex_execute(kid, mem, base, args):  # type: ignore[no-untyped-def]
+    """Run the vertex's numeric body on `mem`; returns a kernels.status code."""
+    if kid == ids.MATMUL:
+        return matmul_execute(mem, base, args)
+    if kid == ids.BATCH_MATMUL:
+        return batch_matmul_execute(mem, base, args)
+    if kid == ids.REDUCE:
+        return reduce_execute(mem, base, args)
+    if kid == ids.ADD:
+        return add_execute(mem, base, args)
+    if kid == ids.BIAS_ADD:
+        return bias_add_execute(mem, base, args)
+    if kid == ids.LAYERNORM:
+        return layernorm_execute(mem, base, args)
+    if kid == ids.GELU:
+        return gelu_execute(mem, base, args)
+    if kid == ids.SOFTMAX:
+        return softmax_execute(mem, base, args)
+    if kid == ids.CAST:
+        return cast_execute(mem, base, args)
+    if kid == ids.COPY:
+        return copy_execute(mem, base, args)
+    if kid == ids.TRANSPOSE:
+        return transpose_execute(mem, base, args)
+    return BAD_KERNEL

@@ -1,0 +1,78 @@
+"""LAYERNORM (id 6): fp16 rows in, fp16 rows out, fp32 statistics.
+
+Numerics = kernels.formulas.layernorm: sequential fp32 row sum / N for the
+mean, then the biased variance of d = x - mean (second pass), then
+y = d / sqrt(var + eps) * gamma + beta, rounded once to fp16.  eps arrives as
+the bits of a float32 in arg 8.
+
+Cycle model (kernels.cost): rows split over the workers at 1/workers of the
+fp32 vector rate, LN_PASSES vector ops per element (sum; subtract, square-
+accumulate; subtract, divide, * gamma, + beta) plus LN_ROW_INSTRS scalar
+instructions per row (horizontal sums, 1/N, +eps, sqrt), each costing one
+worker issue slot = `workers` cycles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kernels.blocks import read_row, write_row
+from kernels.cost import put_region, vector_cycles, worker_rows
+from kernels.dtypes import DT_FP16, u32_as_f32
+from kernels.jit import kjit
+from kernels.status import BAD_SHAPE, OK
+from kernels.tile import D_VEC_FP32, D_WORKERS
+
+LN_PASSES = 7
+LN_ROW_INSTRS = 8
+
+
+@kjit
+def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """LAYERNORM numeric body; returns a kernels.status code."""
+    m, n = args[6], args[7]
+    if m < 1 or n < 1:
+        return BAD_SHAPE
+    eps = u32_as_f32(args[8])
+    gamma = np.empty(n, dtype=np.float32)
+    beta = np.empty(n, dtype=np.float32)
+    read_row(mem, args[2] - base, n, DT_FP16, gamma)
+    read_row(mem, args[3] - base, n, DT_FP16, beta)
+    x = np.empty(n, dtype=np.float32)
+    nf = np.float32(n)
+    for i in range(m):
+        read_row(mem, args[0] - base + i * args[1], n, DT_FP16, x)
+        acc = np.float32(0.0)
+        for j in range(n):
+            acc = acc + x[j]
+        mean = acc / nf
+        acc = np.float32(0.0)
+        for j in range(n):
+            d = x[j] - mean
+            x[j] = d
+            acc = acc + d * d
+        var = acc / nf
+        den = np.float32(math.sqrt(var + eps))
+        for j in range(n):
+            x[j] = (x[j] / den) * gamma[j] + beta[j]
+        write_row(mem, args[4] - base + i * args[5], n, DT_FP16, x)
+    return OK
+
+
+@kjit
+def layernorm_stream(args, desc):  # type: ignore[no-untyped-def]
+    m = max(args[6], 1)
+    vec = vector_cycles(m, max(args[7], 1), LN_PASSES, desc[D_VEC_FP32], desc)
+    return vec + worker_rows(m, desc) * LN_ROW_INSTRS * desc[D_WORKERS]
+
+
+@kjit
+def layernorm_regions(args, out):  # type: ignore[no-untyped-def]
+    """LAYERNORM regions: x, gamma, beta read; y written (all fp16)."""
+    m, n = args[6], args[7]
+    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * 2, 0)
+    i = put_region(out, i, args[2], 1, 0, 1, 0, n * 2, 0)
+    i = put_region(out, i, args[3], 1, 0, 1, 0, n * 2, 0)
+    return put_region(out, i, args[4], 1, 0, m, args[5], n * 2, 1)

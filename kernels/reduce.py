@@ -1,0 +1,64 @@
+"""REDUCE (id 3): sum of k fp32 partial blocks (K-split matmul partials).
+
+Numerics = kernels.formulas.reduce_parts: acc = part_0, acc = acc + part_j for
+j = 1..k-1 in fp32, then + bias (fp16[N] decoded) if given, rounded once to
+out_dtype.  Part j's row i starts at parts + j*part_stride + i*ld_parts.
+
+Cycle model (kernels.cost): rows split over the workers at 1/workers of the
+fp32 vector rate; k vector ops per element (k-1 adds and the final convert)
+plus one for the bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.blocks import read_row, write_row
+from kernels.cost import put_region, vector_cycles
+from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
+from kernels.jit import kjit
+from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
+from kernels.tile import D_VEC_FP32
+
+
+@kjit
+def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """REDUCE numeric body; returns a kernels.status code."""
+    k, m, n, out_dt = args[3], args[6], args[7], args[8]
+    if k < 1 or m < 1 or n < 1:
+        return BAD_SHAPE
+    if out_dt < 0 or out_dt > DT_FP32:
+        return BAD_DTYPE
+    bias = np.zeros(n, dtype=np.float32)
+    if args[9] != 0:
+        read_row(mem, args[9] - base, n, DT_FP16, bias)
+    acc = np.empty(n, dtype=np.float32)
+    part = np.empty(n, dtype=np.float32)
+    for i in range(m):
+        row = args[0] - base + i * args[1]
+        read_row(mem, row, n, DT_FP32, acc)
+        for j in range(1, k):
+            read_row(mem, row + j * args[2], n, DT_FP32, part)
+            for c in range(n):
+                acc[c] = acc[c] + part[c]
+        if args[9] != 0:
+            for c in range(n):
+                acc[c] = acc[c] + bias[c]
+        write_row(mem, args[4] - base + i * args[5], n, out_dt, acc)
+    return OK
+
+
+@kjit
+def reduce_stream(args, desc):  # type: ignore[no-untyped-def]
+    passes = max(args[3], 1) + (1 if args[9] != 0 else 0)
+    return vector_cycles(max(args[6], 1), max(args[7], 1), passes, desc[D_VEC_FP32], desc)
+
+
+@kjit
+def reduce_regions(args, out):  # type: ignore[no-untyped-def]
+    """REDUCE regions: k partial blocks read, (bias read), out written."""
+    m, n = args[6], args[7]
+    i = put_region(out, 0, args[0], args[3], args[2], m, args[1], n * 4, 0)
+    if args[9] != 0:
+        i = put_region(out, i, args[9], 1, 0, 1, 0, n * 2, 0)
+    return put_region(out, i, args[4], 1, 0, m, args[5], n * dtype_bytes(args[8]), 1)
