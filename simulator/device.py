@@ -124,10 +124,13 @@ def _validate(data: dict[str, Any], source: str) -> Device:
         if not lo <= v <= hi:
             raise ConfigError(source, key, f"out of range [{lo:g}, {hi:g}]", v)
         values[key] = kind(v)
-    if values["memory_size"] % values["alignment"] or values["memory_base"] % values["alignment"]:
-        raise ConfigError(source, "alignment", "memory_base and memory_size must be multiples", values["alignment"])
+    align = values["alignment"]
+    if values["memory_size"] % align or values["memory_base"] % align:
+        raise ConfigError(source, "alignment", "memory_base and memory_size must be multiples",
+                          align)
     if values["support_bytes"] >= values["memory_size"]:
-        raise ConfigError(source, "support_bytes", "must leave room in memory_size", values["support_bytes"])
+        raise ConfigError(source, "support_bytes", "must leave room in memory_size",
+                          values["support_bytes"])
     return Device(**values)
 
 
@@ -149,8 +152,10 @@ def load_device(name_or_path: str | Path) -> Device:
             raise ConfigError(text, "device", f"no such preset or file; presets: {preset_names()}")
     try:
         data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         raise ConfigError(str(path), "device", "file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), "toml", f"not a text file: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), "toml", f"not valid TOML: {e}") from None
     if "device" in data and isinstance(data["device"], dict) and len(data) == 1:
