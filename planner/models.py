@@ -121,7 +121,7 @@ def parse_config(data: dict[str, Any], source: str) -> ModelConfig:
         if kind is int and not isinstance(v, int):
             raise ConfigError(source, key, "must be an integer", v)
         if not lo <= v <= hi:
-            raise ConfigError(source, key, f"out of range [{lo:g}, {hi:g}]", v)
+            raise ConfigError(source, key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
         values[key] = kind(v)
     if values["hidden"] % values["heads"]:
         raise ConfigError(
@@ -172,8 +172,9 @@ def load_model(
             continue
         lo, hi = _LIMITS[field][1:]
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ConfigError(source, field, f"override must be an integer in [{lo:g}, {hi:g}]",
-                              value)
+            raise ConfigError(
+                source, field, f"override must be an integer in [{int(lo)}, {int(hi)}]", value
+            )
     if precision not in PRECISIONS:
         raise ConfigError(source, "precision", f"must be one of {PRECISIONS}", precision)
     cfg = ModelConfig(**{

@@ -122,7 +122,7 @@ def _validate(data: dict[str, Any], source: str) -> Device:
         if kind is int and not isinstance(v, int):
             raise ConfigError(source, key, "must be an integer", v)
         if not lo <= v <= hi:
-            raise ConfigError(source, key, f"out of range [{lo:g}, {hi:g}]", v)
+            raise ConfigError(source, key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
         values[key] = kind(v)
     align = values["alignment"]
     if values["memory_size"] % align or values["memory_base"] % align:
