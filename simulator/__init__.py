@@ -1,0 +1,20 @@
+"""The machine: device presets, package format, verifier and simulator engines."""
+
+from simulator.device import Device, load_device, preset_names
+from simulator.package import Package, load_package, save_package
+from simulator.run import ENGINES, Fault, SimResult, run
+from simulator.verify import verify
+
+__all__ = [
+    "ENGINES",
+    "Device",
+    "Fault",
+    "Package",
+    "SimResult",
+    "load_device",
+    "load_package",
+    "preset_names",
+    "run",
+    "save_package",
+    "verify",
+]

@@ -1,0 +1,218 @@
+"""Exact strided memory regions: spans, live-buffer lookup and race detection.
+
+Shared by the static verifier and the engine (both are `@njit` callers).  A
+region is one row of the kernel ABI's region table (docs/contracts.md §2):
+`(addr, outer, outer_stride, rows, ld, row_bytes, is_write)` — the bytes
+`addr + o*outer_stride + r*ld + [0, row_bytes)` for o < outer, r < rows.
+A transfer endpoint is the region `(addr, 1, 0, 1, 0, bytes, w)`.
+
+Race rule (DESIGN §5): within one step no byte may have two writers, or a
+writer and a reader, that belong to different accessors (vertices or
+transfers).  `find_race` works on exact byte intervals, not bounding boxes:
+bounding spans are only used to cluster candidates; each cluster that holds a
+writer and at least two accessors is expanded into its rows, sorted and swept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.jit import sjit
+
+R_ADDR = 0
+R_OUTER = 1
+R_OSTRIDE = 2
+R_ROWS = 3
+R_LD = 4
+R_ROW_BYTES = 5
+R_WRITE = 6
+R_LEN = 7
+
+
+@sjit
+def region_span(reg):  # type: ignore[no-untyped-def]
+    """(lo, hi) byte bounds of one region row; (0, 0) if it touches no byte."""
+    outer, rows, nb = reg[R_OUTER], reg[R_ROWS], reg[R_ROW_BYTES]
+    if outer <= 0 or rows <= 0 or nb <= 0:
+        return 0, 0
+    lo = reg[R_ADDR]
+    hi = reg[R_ADDR] + nb
+    d = (outer - 1) * reg[R_OSTRIDE]
+    if d < 0:
+        lo += d
+    else:
+        hi += d
+    d = (rows - 1) * reg[R_LD]
+    if d < 0:
+        lo += d
+    else:
+        hi += d
+    return lo, hi
+
+
+@sjit
+def region_granule(reg):  # type: ignore[no-untyped-def]
+    """Natural alignment of a region: the largest power of two <= 4 dividing its
+    row bytes and (when used) its strides.  Word-organised data (fp32, or fp16
+    rows of even length) must start on a word; byte data may start anywhere."""
+    g = reg[R_ROW_BYTES]
+    if reg[R_ROWS] > 1:
+        g = g | reg[R_LD]
+    if reg[R_OUTER] > 1:
+        g = g | reg[R_OSTRIDE]
+    if g % 4 == 0:
+        return 4
+    if g % 2 == 0:
+        return 2
+    return 1
+
+
+@sjit
+def find_buffer(tile, lo, hi, step, t_ptr, b_order, b_addr, b_end, b_first, b_last,
+                b_maxend):  # type: ignore[no-untyped-def]
+    """Index of a buffer of `tile` live at `step` (first <= step <= last) that holds
+    [lo, hi), or -1.
+
+    Buffers of a tile are `b_order[t_ptr[tile]:t_ptr[tile+1]]` sorted by
+    address; `b_maxend[k]` is the largest end among sorted positions
+    t_ptr[tile]..k, which bounds the backward scan.
+    """
+    start, stop = t_ptr[tile], t_ptr[tile + 1]
+    # last position with addr <= lo
+    a, b = start, stop
+    while a < b:
+        m = (a + b) // 2
+        if b_addr[b_order[m]] <= lo:
+            a = m + 1
+        else:
+            b = m
+    k = a - 1
+    while k >= start and b_maxend[k] >= hi:
+        j = b_order[k]
+        if b_end[j] >= hi and b_first[j] <= step and step <= b_last[j]:
+            return j
+        k -= 1
+    return -1
+
+
+@sjit
+def _top2_other(hi1, own1, hi2, owner):  # type: ignore[no-untyped-def]
+    """Largest end among intervals whose owner differs from `owner`."""
+    if own1 != owner:
+        return hi1
+    return hi2
+
+
+@sjit
+def _exact_race(regs, owner, idx, out):  # type: ignore[no-untyped-def]
+    """Expand the regions `idx` into byte intervals and sweep.  On a race fill
+    out = (first accessor pos, second accessor pos, address) and return True."""
+    n_int = 0
+    for k in range(idx.shape[0]):
+        r = regs[idx[k]]
+        n_int += r[R_OUTER] * r[R_ROWS]
+    lo = np.empty(n_int, dtype=np.int64)
+    hi = np.empty(n_int, dtype=np.int64)
+    src = np.empty(n_int, dtype=np.int64)
+    n = 0
+    for k in range(idx.shape[0]):
+        r = regs[idx[k]]
+        for o in range(r[R_OUTER]):
+            for q in range(r[R_ROWS]):
+                a = r[R_ADDR] + o * r[R_OSTRIDE] + q * r[R_LD]
+                lo[n] = a
+                hi[n] = a + r[R_ROW_BYTES]
+                src[n] = idx[k]
+                n += 1
+    order = np.argsort(lo, kind="mergesort")
+    big = np.int64(-1) << np.int64(62)
+    # top two ends with distinct owners, separately for writers and readers
+    wh1, wo1, wh2 = big, np.int64(-1), big
+    wi1 = np.int64(-1)
+    wi2 = np.int64(-1)
+    rh1, ro1, rh2 = big, np.int64(-1), big
+    ri1 = np.int64(-1)
+    ri2 = np.int64(-1)
+    for t in range(n):
+        j = order[t]
+        p = src[j]
+        ow = owner[p]
+        x = lo[j]
+        is_w = regs[p, R_WRITE] != 0
+        hw = _top2_other(wh1, wo1, wh2, ow)
+        if hw > x:
+            out[0] = wi1 if wo1 != ow else wi2
+            out[1] = p
+            out[2] = x
+            return True
+        if is_w:
+            hr = _top2_other(rh1, ro1, rh2, ow)
+            if hr > x:
+                out[0] = ri1 if ro1 != ow else ri2
+                out[1] = p
+                out[2] = x
+                return True
+        h = hi[j]
+        if is_w:
+            if ow == wo1:
+                if h > wh1:
+                    wh1 = h
+                    wi1 = p
+            elif h > wh1:
+                wh2, wi2 = wh1, wi1
+                wh1, wo1, wi1 = h, ow, p
+            elif h > wh2:
+                wh2, wi2 = h, p
+        else:
+            if ow == ro1:
+                if h > rh1:
+                    rh1 = h
+                    ri1 = p
+            elif h > rh1:
+                rh2, ri2 = rh1, ri1
+                rh1, ro1, ri1 = h, ow, p
+            elif h > rh2:
+                rh2, ri2 = h, p
+    return False
+
+
+@sjit
+def find_race(regs, tiles, owner, n, out):  # type: ignore[no-untyped-def]
+    """Race check of the first `n` regions (`regs[n, 7]`, on `tiles[n]`, belonging
+    to accessor `owner[n]`).  Returns True and fills out = (pos a, pos b, address)
+    with positions into `regs` of two conflicting regions, else False."""
+    if n < 2:
+        return False
+    key = np.empty(n, dtype=np.int64)
+    los = np.empty(n, dtype=np.int64)
+    his = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        lo, hi = region_span(regs[k])
+        los[k] = lo
+        his[k] = hi
+        key[k] = (tiles[k] << np.int64(40)) + lo
+    order = np.argsort(key, kind="mergesort")
+    c0 = 0
+    while c0 < n:
+        first = order[c0]
+        tile = tiles[first]
+        end = his[first]
+        has_w = regs[first, R_WRITE] != 0
+        multi = False
+        c1 = c0 + 1
+        while c1 < n:
+            j = order[c1]
+            if tiles[j] != tile or los[j] >= end:
+                break
+            if his[j] > end:
+                end = his[j]
+            if regs[j, R_WRITE] != 0:
+                has_w = True
+            if owner[j] != owner[first]:
+                multi = True
+            c1 += 1
+        if has_w and multi:
+            if _exact_race(regs, owner, order[c0:c1].copy(), out):
+                return True
+        c0 = c1
+    return False

@@ -1,0 +1,437 @@
+"""The Numba superstep engine: one `@njit` loop over a package's flat arrays.
+
+`execute(pkg, image)` runs the program of a package (docs/contracts.md §3):
+
+- REPEAT_BEGIN/REPEAT_END run natively with loop counters indexed by the
+  BEGIN step and a stack of open loops; patches read the counter of their
+  loop (`base + i*stride` or `table[i]`).  Nothing is unrolled.
+- Timing (DESIGN §5): a COMPUTE step costs the max over tiles of the summed
+  `vertex_cycles`; an EXCHANGE step costs `sync_cycles` + the max over tiles of
+  max(ceil(bytes in / in_bw), ceil(bytes out / out_bw)), where a tile's bytes
+  out count each distinct (src tile, src addr, bytes) once (multicast); each
+  REPEAT_END execution (one per iteration) costs `loop_overhead_cycles`,
+  charged to the END step.  Cycles per step are summed over iterations.
+- Numerics (when `image` is given): before a step runs, every region of every
+  vertex/transfer (with its patched values) is checked: inside the tile's
+  memory, on its natural alignment, reads only of bytes written before; then
+  the step is race-checked (two writers, or a writer and a reader from
+  different vertices/transfers).  Vertices whose regions are out of range are
+  skipped (memory safety); everything else executes, so one run reports all
+  faults it meets.  An exchange gathers every source first, then writes every
+  destination (all copies read the pre-step state).
+
+Faults are rows of `faults[:, F_*]` — (code, step, tile, address, loop,
+iteration, item, detail); `loop` is the BEGIN step of the innermost open loop
+(-1 outside loops) and `iteration` its counter.  At most `MAX_FAULTS` are kept;
+`EngineOutput.n_faults` counts all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.dispatch import vertex_cycles, vertex_execute, vertex_regions
+from simulator.access import R_LEN, find_race, region_granule, region_span
+from simulator.jit import sjit
+from simulator.package import Package
+from simulator.verify import patch_index
+
+MAX_FAULTS = 256
+MAX_DEPTH = 32
+
+# fault codes
+F_RANGE = 1  # vertex operand outside the tile's memory
+F_MISALIGNED = 2  # region start not on its natural alignment
+F_UNINIT = 3  # read of never-written bytes
+F_RACE = 4  # two writers / writer + reader of one byte within a step
+F_XFER_RANGE = 5  # transfer endpoint outside the tile's memory
+F_KERNEL = 6  # the kernel body returned a non-zero status (detail = status)
+F_NO_REGIONS = 7  # the kernel has no region description
+F_OUTPUT = 8  # an output byte was never written (reported by run)
+FAULT_NAMES = {
+    F_RANGE: "out-of-range access",
+    F_MISALIGNED: "misaligned access",
+    F_UNINIT: "read of never-written memory",
+    F_RACE: "race within a step",
+    F_XFER_RANGE: "transfer endpoint outside tile memory",
+    F_KERNEL: "kernel error status",
+    F_NO_REGIONS: "kernel without region description",
+    F_OUTPUT: "output never written",
+}
+FAULT_COLS = 8
+
+# dev scalar array layout
+DV_BASE, DV_SIZE, DV_IN_BW, DV_OUT_BW, DV_SYNC, DV_LOOP = range(6)
+# counters layout
+C_FAULTS, C_VERTICES, C_CYCLES, C_TRANSFERS = range(4)
+
+
+@dataclass(frozen=True)
+class MemoryImage:
+    """Per-tile memory for numerics: `mem[row]` is tile `t`'s SRAM when
+    `tile_row[t] == row` (index 0 = memory_base); tiles with `tile_row == -1`
+    have no image (any access there is out of range).  `written` marks bytes
+    that hold a value (a read of an unmarked byte is a fault)."""
+
+    mem: np.ndarray  # uint8 [rows, memory_size]
+    written: np.ndarray  # uint8 [rows, memory_size]
+    tile_row: np.ndarray  # int64 [tiles]
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    """Raw counters of one run; units are cycles and bytes."""
+
+    cycles: int
+    cycles_per_step: np.ndarray  # int64 [S], summed over iterations
+    tile_busy: np.ndarray  # int64 [tiles], summed vertex cycles
+    tile_bytes_in: np.ndarray  # int64 [tiles]
+    tile_bytes_out: np.ndarray  # int64 [tiles], multicast counted once
+    faults: np.ndarray  # int64 [min(n_faults, MAX_FAULTS), FAULT_COLS]
+    n_faults: int
+    vertex_invocations: int
+    transfers: int
+
+
+def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
+    """Run `pkg` (already structure-checked) for timing, and numerics if `image`."""
+    a, dev = pkg.arrays, pkg.device
+    vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
+    devv = np.array([dev.memory_base, dev.memory_size, dev.exchange_in_bytes_per_cycle,
+                     dev.exchange_out_bytes_per_cycle, dev.sync_cycles,
+                     dev.loop_overhead_cycles], dtype=np.int64)
+    numerics = image is not None
+    if image is None:
+        image = MemoryImage(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint8),
+                            np.full(pkg.tiles, -1, dtype=np.int64))
+    stage_bytes = 1
+    if numerics and pkg.n_transfers:
+        csum = np.concatenate([[0], np.cumsum(a["x_bytes"])])
+        stage_bytes = max(1, int((csum[a["step_xfer"][1:]] - csum[a["step_xfer"][:-1]]).max()))
+    out_steps = np.zeros(pkg.n_steps, dtype=np.int64)
+    busy = np.zeros(pkg.tiles, dtype=np.int64)
+    b_in = np.zeros(pkg.tiles, dtype=np.int64)
+    b_out = np.zeros(pkg.tiles, dtype=np.int64)
+    faults = np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64)
+    counters = np.zeros(4, dtype=np.int64)
+    _superstep_loop(
+        a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"], a["step_match"],
+        a["v_tile"], a["v_kernel"], a["v_args"],
+        a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
+        vp_ptr, vp_list, xp_ptr, xp_list,
+        a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
+        a["p_table"], a["table_values"],
+        dev.tile_desc().as_array(), devv, numerics, image.mem, image.written, image.tile_row,
+        np.zeros(stage_bytes, dtype=np.uint8),
+        out_steps, busy, b_in, b_out, faults, counters,
+    )
+    n_f = int(counters[C_FAULTS])
+    return EngineOutput(
+        cycles=int(counters[C_CYCLES]), cycles_per_step=out_steps, tile_busy=busy,
+        tile_bytes_in=b_in, tile_bytes_out=b_out, faults=faults[: min(n_f, MAX_FAULTS)].copy(),
+        n_faults=n_f, vertex_invocations=int(counters[C_VERTICES]),
+        transfers=int(counters[C_TRANSFERS]),
+    )
+
+
+@sjit
+def _fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  # type: ignore[no-untyped-def]
+    n = counters[C_FAULTS]
+    if n < faults.shape[0]:
+        faults[n, 0] = code
+        faults[n, 1] = step
+        faults[n, 2] = tile
+        faults[n, 3] = addr
+        faults[n, 4] = loop
+        faults[n, 5] = it
+        faults[n, 6] = item
+        faults[n, 7] = detail
+    counters[C_FAULTS] = n + 1
+
+
+@sjit
+def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
+    i = ctr[p_loop[p]]
+    if p_mode[p] == 0:
+        return p_base[p] + i * p_stride[p]
+    return table_values[p_table[p] + i]
+
+
+@sjit
+def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
+    """Offset of the first never-written byte of region `reg` (offsets relative
+    to the image row), or -1."""
+    for o in range(reg[1]):
+        for r in range(reg[3]):
+            a = off + o * reg[2] + r * reg[4]
+            for b in range(a, a + reg[5]):
+                if written[row, b] == 0:
+                    return b
+    return -1
+
+
+@sjit
+def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
+    for o in range(reg[1]):
+        for r in range(reg[3]):
+            a = off + o * reg[2] + r * reg[4]
+            written[row, a : a + reg[5]] = 1
+
+
+@sjit
+def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
+                    v_tile, v_kernel, v_args, x_src_tile, x_src_addr, x_dst_tile, x_dst_addr,
+                    x_bytes, vp_ptr, vp_list, xp_ptr, xp_list,
+                    p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
+                    desc, devv, numerics, mem, written, tile_row, stage,
+                    cycles_per_step, tile_busy, bytes_in, bytes_out, faults, counters):  # type: ignore[no-untyped-def]
+    n_steps = step_kind.shape[0]
+    n_tiles = tile_busy.shape[0]
+    base = devv[DV_BASE]
+    size = devv[DV_SIZE]
+    acc = np.zeros(n_tiles, dtype=np.int64)
+    acc2 = np.zeros(n_tiles, dtype=np.int64)
+    touched = np.zeros(n_tiles, dtype=np.int64)
+    mark = np.zeros(n_tiles, dtype=np.bool_)
+    ctr = np.zeros(max(n_steps, 1), dtype=np.int64)
+    stack = np.zeros(MAX_DEPTH, dtype=np.int64)
+    depth = 0
+    max_items = 1
+    for s in range(n_steps):
+        max_items = max(max_items, step_vtx[s + 1] - step_vtx[s], step_xfer[s + 1] - step_xfer[s])
+    args = np.zeros((max_items if numerics else 1, 16), dtype=np.int64)
+    one = np.zeros(16, dtype=np.int64)
+    n_reg_max = max_items * 8 if numerics else 1
+    regs = np.zeros((n_reg_max, R_LEN), dtype=np.int64)
+    r_tile = np.zeros(n_reg_max, dtype=np.int64)
+    r_owner = np.zeros(n_reg_max, dtype=np.int64)
+    skip = np.zeros(max_items, dtype=np.bool_)
+    x_src = np.zeros(max_items, dtype=np.int64)
+    x_dst = np.zeros(max_items, dtype=np.int64)
+    keys = np.zeros(max_items, dtype=np.int64)
+    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    race = np.zeros(3, dtype=np.int64)
+    total = np.int64(0)
+    s = 0
+    while s < n_steps:
+        kind = step_kind[s]
+        loop = stack[depth - 1] if depth > 0 else -1
+        it = ctr[loop] if depth > 0 else 0
+        if kind == 2:
+            ctr[s] = 0
+            stack[depth] = s
+            depth += 1
+            s += 1
+            continue
+        if kind == 3:
+            b = step_match[s]
+            cycles_per_step[s] += devv[DV_LOOP]
+            total += devv[DV_LOOP]
+            ctr[b] += 1
+            if ctr[b] < step_trips[b]:
+                s = b + 1
+            else:
+                depth -= 1
+                s += 1
+            continue
+        n_touched = 0
+        if kind == 0:
+            i0, i1 = step_vtx[s], step_vtx[s + 1]
+            nreg = 0
+            for v in range(i0, i1):
+                tile = v_tile[v]
+                # always a writable scratch row: one compiled signature per kernel entry
+                row = args[v - i0] if numerics else one
+                for j in range(16):
+                    row[j] = v_args[v, j]
+                for q in range(vp_ptr[v], vp_ptr[v + 1]):
+                    p = vp_list[q]
+                    row[p_arg[p]] = _patch(p, ctr, p_loop, p_mode, p_base, p_stride,
+                                           p_table, table_values)
+                c = vertex_cycles(v_kernel[v], row, desc)
+                if not mark[tile]:
+                    mark[tile] = True
+                    touched[n_touched] = tile
+                    n_touched += 1
+                acc[tile] += c
+                if not numerics:
+                    continue
+                skip[v - i0] = False
+                nr = vertex_regions(v_kernel[v], args[v - i0], vr)
+                trow = tile_row[tile]
+                if nr < 0:
+                    _fault(faults, counters, F_NO_REGIONS, s, tile, 0, loop, it, v, v_kernel[v])
+                    skip[v - i0] = True
+                    continue
+                for r in range(nr):
+                    lo, hi = region_span(vr[r])
+                    if hi <= lo:
+                        continue
+                    if trow < 0 or lo < base or hi > base + size:
+                        _fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
+                        skip[v - i0] = True
+                        continue
+                    g = region_granule(vr[r])
+                    if vr[r, 0] % g != 0:
+                        _fault(faults, counters, F_MISALIGNED, s, tile, vr[r, 0], loop, it, v, g)
+                    if vr[r, 6] == 0:
+                        bad = _first_unwritten(written, trow, vr[r, 0] - base, vr[r])
+                        if bad >= 0:
+                            _fault(faults, counters, F_UNINIT, s, tile, bad + base, loop, it,
+                                   v, 0)
+                    regs[nreg, :] = vr[r]
+                    r_tile[nreg] = tile
+                    r_owner[nreg] = v
+                    nreg += 1
+            step_c = np.int64(0)
+            for k in range(n_touched):
+                t = touched[k]
+                step_c = max(step_c, acc[t])
+                tile_busy[t] += acc[t]
+                acc[t] = 0
+                mark[t] = False
+            counters[C_VERTICES] += i1 - i0
+            if numerics:
+                if find_race(regs, r_tile, r_owner, nreg, race):
+                    _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
+                           r_owner[race[1]], r_owner[race[0]])
+                for v in range(i0, i1):
+                    if skip[v - i0]:
+                        continue
+                    trow = tile_row[v_tile[v]]
+                    st = vertex_execute(v_kernel[v], mem[trow], base, args[v - i0])
+                    if st != 0:
+                        _fault(faults, counters, F_KERNEL, s, v_tile[v], 0, loop, it, v, st)
+                        continue
+                    nr = vertex_regions(v_kernel[v], args[v - i0], vr)
+                    for r in range(nr):
+                        if vr[r, 6] != 0:
+                            _mark_written(written, trow, vr[r, 0] - base, vr[r])
+        elif kind == 1:
+            i0, i1 = step_xfer[s], step_xfer[s + 1]
+            n = i1 - i0
+            for x in range(i0, i1):
+                src, dst = x_src_addr[x], x_dst_addr[x]
+                for q in range(xp_ptr[x], xp_ptr[x + 1]):
+                    p = xp_list[q]
+                    val = _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table,
+                                 table_values)
+                    if p_target[p] == 1:
+                        src = val
+                    else:
+                        dst = val
+                x_src[x - i0] = src
+                x_dst[x - i0] = dst
+                nb = x_bytes[x]
+                d = x_dst_tile[x]
+                if not mark[d]:
+                    mark[d] = True
+                    touched[n_touched] = d
+                    n_touched += 1
+                acc[d] += nb
+                bytes_in[d] += nb
+                keys[x - i0] = (x_src_tile[x] << np.int64(40)) + (src - base)
+            # bytes out: each distinct (src tile, src addr, bytes) once
+            order = np.argsort(keys[:n], kind="mergesort")
+            for j in range(n):
+                x = i0 + order[j]
+                dup = False
+                k = j - 1
+                while k >= 0 and keys[order[k]] == keys[order[j]]:
+                    if x_bytes[i0 + order[k]] == x_bytes[x]:
+                        dup = True
+                        break
+                    k -= 1
+                if dup:
+                    continue
+                t = x_src_tile[x]
+                if not mark[t]:
+                    mark[t] = True
+                    touched[n_touched] = t
+                    n_touched += 1
+                acc2[t] += x_bytes[x]
+                bytes_out[t] += x_bytes[x]
+            step_c = np.int64(0)
+            for k in range(n_touched):
+                t = touched[k]
+                c_in = (acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW]
+                c_out = (acc2[t] + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW]
+                step_c = max(step_c, c_in, c_out)
+                acc[t] = 0
+                acc2[t] = 0
+                mark[t] = False
+            step_c += devv[DV_SYNC]
+            counters[C_TRANSFERS] += n
+            if numerics:
+                _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src,
+                                   x_dst, skip, base, size, mem, written, tile_row, stage, regs,
+                                   r_tile, r_owner, race, faults, counters)
+        else:
+            step_c = np.int64(0)
+        cycles_per_step[s] += step_c
+        total += step_c
+        s += 1
+    counters[C_CYCLES] = total
+
+
+@sjit
+def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src, x_dst,
+                       skip, base, size, mem, written, tile_row, stage, regs, r_tile, r_owner,
+                       race, faults, counters):  # type: ignore[no-untyped-def]
+    """Checks and byte copies of one exchange step: gather every source into
+    `stage`, race-check, then write every destination."""
+    nreg = 0
+    off = 0
+    for x in range(i0, i1):
+        j = x - i0
+        nb = x_bytes[x]
+        st, dt = x_src_tile[x], x_dst_tile[x]
+        sa, da = x_src[j], x_dst[j]
+        srow, drow = tile_row[st], tile_row[dt]
+        skip[j] = False
+        if srow < 0 or sa < base or sa + nb > base + size:
+            _fault(faults, counters, F_XFER_RANGE, s, st, sa, loop, it, x, nb)
+            skip[j] = True
+        if drow < 0 or da < base or da + nb > base + size:
+            _fault(faults, counters, F_XFER_RANGE, s, dt, da, loop, it, x, nb)
+            skip[j] = True
+        if skip[j]:
+            continue
+        for side in range(2):
+            regs[nreg, 0] = sa if side == 0 else da
+            regs[nreg, 1] = 1
+            regs[nreg, 2] = 0
+            regs[nreg, 3] = 1
+            regs[nreg, 4] = 0
+            regs[nreg, 5] = nb
+            regs[nreg, 6] = side
+            r_tile[nreg] = st if side == 0 else dt
+            r_owner[nreg] = x  # vertices never share a step with transfers
+            g = region_granule(regs[nreg])
+            if regs[nreg, 0] % g != 0:
+                _fault(faults, counters, F_MISALIGNED, s, r_tile[nreg], regs[nreg, 0], loop, it,
+                       x, g)
+            nreg += 1
+        so = sa - base
+        for b in range(so, so + nb):
+            if written[srow, b] == 0:
+                _fault(faults, counters, F_UNINIT, s, st, b + base, loop, it, x, 0)
+                break
+        stage[off : off + nb] = mem[srow, so : so + nb]
+        off += nb
+    if find_race(regs, r_tile, r_owner, nreg, race):
+        _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
+               r_owner[race[1]], r_owner[race[0]])
+    off = 0
+    for x in range(i0, i1):
+        j = x - i0
+        nb = x_bytes[x]
+        if skip[j]:
+            continue
+        do = x_dst[j] - base
+        drow = tile_row[x_dst_tile[x]]
+        mem[drow, do : do + nb] = stage[off : off + nb]
+        written[drow, do : do + nb] = 1
+        off += nb

@@ -1,0 +1,638 @@
+"""Static verification of a package: trust nothing the builder did (DESIGN §5).
+
+`verify(pkg)` raises `PackageInvalid` naming the step, tile, address and
+buffer of the first violation found, in this order:
+
+1. structure (`check_structure`, also run before every simulation): step
+   kinds, CSR ownership, Repeat BEGIN/END matched and nested with trips >= 1,
+   tile and kernel ids, patch targets, loops and table lengths;
+2. buffers: inside [memory_base, memory_end), address aligned to
+   `device.alignment`, live range inside the program; no two buffers of a
+   tile overlap in address while both are live (a live range that crosses a
+   Repeat boundary counts as live for the whole loop);
+3. patches: the driving loop encloses the patched item, the iteration-0 value
+   equals the unpatched argument, tables sit inside a support buffer of their
+   tile live over the whole loop, no two patches rewrite the same argument;
+4. footprint: fp_code / fp_xtable / fp_support equal the bytes of buffers of
+   those kinds; code and exchange-table buffers are big enough
+   (`required_bytes`); every tensor buffer lies inside [fp_tensor_lo,
+   fp_tensor_hi), fp_tensor = hi - lo, and code + xtable + support + tensor
+   <= memory_size;
+5. I/O blocks: slices inside the logical shape; input/parameter blocks inside a
+   buffer live from step 0, output blocks inside a buffer live at the last
+   step; outputs covered exactly (block volumes sum to the tensor size);
+6. accesses, for EVERY Repeat iteration's patched values (jitted): each vertex
+   operand region (`kernels.dispatch.vertex_regions`) and each transfer
+   endpoint lies inside one buffer of its tile live at that step and starts
+   on its natural alignment (`access.region_granule`); within a step no byte
+   has two writers or a writer and a reader from different vertices/transfers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.dispatch import vertex_regions
+from kernels.dtypes import DTYPE_BYTES, dtype_code
+from kernels.exceptions import PackageInvalid
+from kernels.registry import KERNELS
+from simulator.access import (
+    R_LEN,
+    find_buffer,
+    find_race,
+    region_granule,
+    region_span,
+)
+from simulator.device import Device
+from simulator.jit import sjit
+from simulator.package import (
+    BUF_CODE,
+    BUF_SUPPORT,
+    BUF_XTABLE,
+    IO_DIMS,
+    N_ARGS,
+    PATCH_ARITH,
+    PATCH_TABLE,
+    PATCH_VERTEX_ARG,
+    STEP_COMPUTE,
+    STEP_EXCHANGE,
+    STEP_KIND_NAMES,
+    STEP_REPEAT_BEGIN,
+    STEP_REPEAT_END,
+    TABLE_ENTRY_BYTES,
+    TENSOR_KINDS,
+    Package,
+)
+
+MAX_REGIONS = 8
+MAX_DEPTH = 32
+
+# error codes of the jitted access scan
+E_REGION = 1
+E_SRC = 2
+E_DST = 3
+E_RACE = 4
+E_KERNEL = 5
+E_ALIGN_V = 6
+E_ALIGN_X = 7
+
+
+def verify(pkg: Package) -> None:
+    """Check every invariant listed in the module docstring; raise PackageInvalid."""
+    check_structure(pkg)
+    first, last = effective_live(pkg)
+    _check_buffers(pkg, first, last)
+    _check_patches(pkg, first, last)
+    _check_footprint(pkg)
+    _check_io(pkg, first, last)
+    _check_accesses(pkg, first, last)
+
+
+# ---- 1. structure ------------------------------------------------------------
+
+
+def _fail_at(what: str, mask: np.ndarray, values: np.ndarray | None = None) -> None:
+    if mask.any():
+        i = int(np.flatnonzero(mask)[0])
+        shown = "" if values is None else f" (got {int(values[i])})"
+        raise PackageInvalid(f"{what} at index {i}{shown}")
+
+
+def item_steps(offsets: np.ndarray, n: int) -> np.ndarray:
+    """Step index owning each of n CSR items."""
+    return np.searchsorted(offsets, np.arange(n), side="right") - 1
+
+
+def check_structure(pkg: Package) -> None:
+    """What the engine relies on for memory safety: kinds, ownership, loops,
+    tile/kernel ids, patch targets and table lengths.  Raises PackageInvalid."""
+    a = pkg.arrays
+    kind, trips, match = a["step_kind"], a["step_trips"], a["step_match"]
+    _fail_at("step_kind: unknown step kind", (kind < 0) | (kind > STEP_REPEAT_END), kind)
+    nv, nx = np.diff(a["step_vtx"]), np.diff(a["step_xfer"])
+    _fail_at("step_vtx: a non-COMPUTE step owns vertices, step", (kind != STEP_COMPUTE) & (nv > 0))
+    _fail_at("step_xfer: a non-EXCHANGE step owns transfers, step",
+             (kind != STEP_EXCHANGE) & (nx > 0))
+    begin = kind == STEP_REPEAT_BEGIN
+    _fail_at("step_trips: REPEAT_BEGIN trips must be >= 1, step", begin & (trips < 1), trips)
+    _fail_at("step_trips: must be 0 outside REPEAT_BEGIN, step", ~begin & (trips != 0), trips)
+    stack: list[int] = []
+    for s in np.flatnonzero(begin | (kind == STEP_REPEAT_END)).tolist():
+        if kind[s] == STEP_REPEAT_BEGIN:
+            stack.append(s)
+            if len(stack) > MAX_DEPTH:
+                raise PackageInvalid(f"step {s}: Repeat nesting deeper than {MAX_DEPTH}")
+            continue
+        if not stack:
+            raise PackageInvalid(f"step {s}: REPEAT_END without an open REPEAT_BEGIN")
+        b = stack.pop()
+        if match[b] != s or match[s] != b:
+            raise PackageInvalid(
+                f"step {s}: REPEAT_END matches step_match {int(match[s])}, but the open "
+                f"REPEAT_BEGIN is step {b} (its step_match {int(match[b])})"
+            )
+    if stack:
+        raise PackageInvalid(f"step {stack[-1]}: REPEAT_BEGIN never closed")
+    other = (kind == STEP_COMPUTE) | (kind == STEP_EXCHANGE)
+    _fail_at("step_match: must be -1 on COMPUTE/EXCHANGE steps, step", other & (match != -1), match)
+    tiles = pkg.tiles
+    for name in ("v_tile", "x_src_tile", "x_dst_tile", "buf_tile", "io_tile"):
+        _fail_at(f"{name}: tile outside [0, {tiles})", (a[name] < 0) | (a[name] >= tiles), a[name])
+    known = np.array(sorted(KERNELS), dtype=np.int64)
+    _fail_at("v_kernel: unknown kernel id, vertex", ~np.isin(a["v_kernel"], known), a["v_kernel"])
+    _fail_at("x_bytes: transfer bytes must be >= 1, transfer", a["x_bytes"] < 1, a["x_bytes"])
+    _check_patch_structure(pkg)
+
+
+def _check_patch_structure(pkg: Package) -> None:
+    a = pkg.arrays
+    tgt, idx, arg, loop, mode = a["p_target"], a["p_index"], a["p_arg"], a["p_loop"], a["p_mode"]
+    _fail_at("p_target: must be 0 (vertex), 1 (src) or 2 (dst), patch",
+             (tgt < 0) | (tgt > 2), tgt)
+    _fail_at("p_mode: must be 0 (arithmetic) or 1 (table), patch", (mode < 0) | (mode > 1), mode)
+    is_v = tgt == PATCH_VERTEX_ARG
+    limit = np.where(is_v, pkg.n_vertices, pkg.n_transfers)
+    _fail_at("p_index: no such vertex/transfer, patch", (idx < 0) | (idx >= limit), idx)
+    _fail_at("p_arg: vertex arg outside [0, 16), patch", is_v & ((arg < 0) | (arg >= N_ARGS)), arg)
+    _fail_at("p_arg: must be 0 for a transfer patch, patch", ~is_v & (arg != 0), arg)
+    steps = np.where(is_v, item_steps(a["step_vtx"], pkg.n_vertices)[np.where(is_v, idx, 0)],
+                     item_steps(a["step_xfer"], pkg.n_transfers)[np.where(is_v, 0, idx)]
+                     if pkg.n_transfers else -1)
+    ok_loop = (loop >= 0) & (loop < pkg.n_steps)
+    safe = np.where(ok_loop, loop, 0)
+    enclosing = ok_loop & (a["step_kind"][safe] == STEP_REPEAT_BEGIN)
+    enclosing &= (safe < steps) & (steps < a["step_match"][safe])
+    if (~enclosing).any():
+        p = int(np.flatnonzero(~enclosing)[0])
+        raise PackageInvalid(
+            f"patch {p}: p_loop {int(loop[p])} is not a Repeat enclosing the patched "
+            f"{'vertex' if is_v[p] else 'transfer'} {int(idx[p])} (step {int(steps[p])})"
+        )
+    tlen = np.diff(a["p_table"])
+    want = np.where(mode == PATCH_TABLE, a["step_trips"][safe], 0)
+    bad = tlen != want
+    if bad.any():
+        p = int(np.flatnonzero(bad)[0])
+        raise PackageInvalid(
+            f"patch {p}: table length {int(tlen[p])} != {int(want[p])} "
+            f"({'trips of loop at step ' + str(int(loop[p])) if mode[p] else 'arithmetic'})"
+        )
+
+
+# ---- 2. buffers and liveness -----------------------------------------------------
+
+
+def effective_live(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
+    """Live ranges [first, last] per buffer, widened to the whole loop (BEGIN..END)
+    for every Repeat whose boundary the range crosses."""
+    a = pkg.arrays
+    first, last = a["buf_first"].copy(), a["buf_last"].copy()
+    begins = np.flatnonzero(a["step_kind"] == STEP_REPEAT_BEGIN)
+    ends = a["step_match"][begins]
+    for _ in range(len(begins) + 1):
+        changed = False
+        for b, e in zip(begins.tolist(), ends.tolist(), strict=True):
+            touches = (first <= e) & (last >= b)
+            inside = (first > b) & (last < e)
+            m = touches & ~inside & ((first > b) | (last < e))
+            if m.any():
+                first[m] = np.minimum(first[m], b)
+                last[m] = np.maximum(last[m], e)
+                changed = True
+        if not changed:
+            break
+    return first, last
+
+
+class BufferIndex:
+    """Buffers of each tile sorted by address, for `access.find_buffer`."""
+
+    def __init__(self, pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+        a = pkg.arrays
+        self.order = np.lexsort((a["buf_addr"], a["buf_tile"])).astype(np.int64)
+        self.ptr = np.searchsorted(a["buf_tile"][self.order], np.arange(pkg.tiles + 1))
+        self.ptr = self.ptr.astype(np.int64)
+        self.addr = a["buf_addr"]
+        self.end = a["buf_addr"] + a["buf_bytes"]
+        self.first, self.last = first, last
+        self.maxend = np.empty_like(self.order)
+        _prefix_maxend(self.ptr, self.order, self.end, self.maxend)
+
+    def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                            np.ndarray, np.ndarray]:
+        return (self.ptr, self.order, self.addr, self.end, self.first, self.last, self.maxend)
+
+
+@sjit
+def _prefix_maxend(ptr, order, end, out):  # type: ignore[no-untyped-def]
+    for t in range(ptr.shape[0] - 1):
+        m = np.int64(-1)
+        for k in range(ptr[t], ptr[t + 1]):
+            if end[order[k]] > m:
+                m = end[order[k]]
+            out[k] = m
+
+
+@sjit
+def _buffer_overlap(ptr, order, addr, end, first, last):  # type: ignore[no-untyped-def]
+    """First pair of buffers of one tile overlapping in address and live range."""
+    for t in range(ptr.shape[0] - 1):
+        for i in range(ptr[t], ptr[t + 1]):
+            bi = order[i]
+            for j in range(i + 1, ptr[t + 1]):
+                bj = order[j]
+                if addr[bj] >= end[bi]:
+                    break
+                if first[bi] <= last[bj] and first[bj] <= last[bi]:
+                    return bi, bj
+    return -1, -1
+
+
+def _check_buffers(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+    a, dev = pkg.arrays, pkg.device
+    addr, nbytes = a["buf_addr"], a["buf_bytes"]
+    checks = [
+        ((a["buf_kind"] < 0) | (a["buf_kind"] > BUF_SUPPORT), "unknown buffer kind"),
+        (nbytes < 1, "size must be >= 1 byte"),
+        (addr < dev.memory_base, f"starts below memory base {dev.memory_base:#x}"),
+        (addr + nbytes > dev.memory_end, f"ends past memory end {dev.memory_end:#x}"),
+        (addr % dev.alignment != 0, f"address not aligned to {dev.alignment}"),
+        ((a["buf_first"] < 0) | (a["buf_first"] > a["buf_last"])
+         | (a["buf_last"] >= max(pkg.n_steps, 1)), "live range outside the program"),
+    ]
+    for mask, what in checks:
+        if mask.any():
+            b = int(np.flatnonzero(mask)[0])
+            raise PackageInvalid(
+                f"{pkg.buffer_label(b)}: {what} (live steps {int(a['buf_first'][b])}.."
+                f"{int(a['buf_last'][b])})"
+            )
+    idx = BufferIndex(pkg, first, last)
+    bi, bj = _buffer_overlap(idx.ptr, idx.order, idx.addr, idx.end, first, last)
+    if bi >= 0:
+        lo = max(int(addr[bi]), int(addr[bj]))
+        s = max(int(first[bi]), int(first[bj]))
+        raise PackageInvalid(
+            f"tile {int(a['buf_tile'][bi])}: {pkg.buffer_label(bi)} and "
+            f"{pkg.buffer_label(bj)} overlap at {lo:#x} while both live at step {s} "
+            f"(live {int(first[bi])}..{int(last[bi])} and {int(first[bj])}..{int(last[bj])})"
+        )
+
+
+# ---- 3. patches ----------------------------------------------------------------------
+
+
+def _check_patches(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+    a = pkg.arrays
+    tgt, idx, arg = a["p_target"], a["p_index"], a["p_arg"]
+    key = np.stack([tgt, idx, arg], axis=1)
+    if pkg.n_patches:
+        uniq, counts = np.unique(key, axis=0, return_counts=True)
+        if (counts > 1).any():
+            t, i, k = uniq[int(np.flatnonzero(counts > 1)[0])].tolist()
+            raise PackageInvalid(f"patches: two patches rewrite target {t} item {i} arg {k}")
+    idx_v = np.where(tgt == PATCH_VERTEX_ARG, idx, 0)
+    idx_x = np.where(tgt == PATCH_VERTEX_ARG, 0, idx)
+    unpatched = np.zeros(pkg.n_patches, dtype=np.int64)
+    if pkg.n_vertices:
+        unpatched = np.where(tgt == 0, a["v_args"][idx_v, arg], unpatched)
+    if pkg.n_transfers:
+        unpatched = np.where(tgt == 1, a["x_src_addr"][idx_x], unpatched)
+        unpatched = np.where(tgt == 2, a["x_dst_addr"][idx_x], unpatched)
+    table0 = a["table_values"][np.minimum(a["p_table"][:-1], max(a["table_values"].size - 1, 0))]
+    it0 = np.where(a["p_mode"] == PATCH_ARITH, a["p_base"], table0)
+    bad = np.flatnonzero(it0 != unpatched)
+    if bad.size:
+        p = int(bad[0])
+        raise PackageInvalid(
+            f"patch {p} (target {int(tgt[p])} item {int(idx[p])} arg {int(arg[p])}): "
+            f"iteration-0 value {int(it0[p])} != unpatched value {int(unpatched[p])}"
+        )
+    arith = a["p_mode"] == PATCH_ARITH
+    bad = np.flatnonzero(arith & ((a["p_table_tile"] != -1) | (a["p_table_addr"] != -1)))
+    if bad.size:
+        raise PackageInvalid(f"patch {int(bad[0])}: arithmetic patch with a table location")
+    bi = BufferIndex(pkg, first, last)
+    tlen = np.diff(a["p_table"])
+    for p in np.flatnonzero(~arith).tolist():
+        tile, addr = int(a["p_table_tile"][p]), int(a["p_table_addr"][p])
+        loop = int(a["p_loop"][p])
+        end = addr + int(tlen[p]) * TABLE_ENTRY_BYTES
+        ok = 0 <= tile < pkg.tiles
+        b = -1
+        if ok:
+            b = int(find_buffer(tile, addr, end, loop, *bi.args()))
+        if not ok or b < 0 or a["buf_kind"][b] != BUF_SUPPORT or last[b] < a["step_match"][loop]:
+            raise PackageInvalid(
+                f"patch {p}: table at tile {tile} {addr:#x}+{end - addr} is not inside a "
+                f"support buffer live over loop steps {loop}..{int(a['step_match'][loop])}"
+            )
+
+
+# ---- 4. footprint --------------------------------------------------------------------
+
+
+def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum (code, exchange-table) bytes per tile (DESIGN §3).
+
+    code = code_bytes_per_vertex × vertices on the tile + the kernel image
+    (`KernelSpec.code_bytes`) of each distinct kernel the tile runs;
+    exchange table = exchange_table_bytes_per_transfer × transfer endpoints on
+    the tile (a transfer has one on its source and one on its destination).
+    """
+    code = np.zeros(dev.tiles, dtype=np.int64)
+    np.add.at(code, arrays["v_tile"], dev.code_bytes_per_vertex)
+    pairs = np.unique(np.stack([arrays["v_tile"], arrays["v_kernel"]], axis=1), axis=0)
+    for tile, kid in pairs.tolist():
+        spec = KERNELS.get(kid)
+        if spec is not None:
+            code[tile] += spec.code_bytes
+    xt = np.zeros(dev.tiles, dtype=np.int64)
+    np.add.at(xt, arrays["x_src_tile"], dev.exchange_table_bytes_per_transfer)
+    np.add.at(xt, arrays["x_dst_tile"], dev.exchange_table_bytes_per_transfer)
+    return code, xt
+
+
+def _check_footprint(pkg: Package) -> None:
+    a, dev = pkg.arrays, pkg.device
+    sums = {}
+    for key, kind in (("fp_code", BUF_CODE), ("fp_xtable", BUF_XTABLE),
+                      ("fp_support", BUF_SUPPORT)):
+        s = np.zeros(pkg.tiles, dtype=np.int64)
+        m = a["buf_kind"] == kind
+        np.add.at(s, a["buf_tile"][m], a["buf_bytes"][m])
+        sums[key] = s
+        bad = np.flatnonzero(s != a[key])
+        if bad.size:
+            t = int(bad[0])
+            raise PackageInvalid(
+                f"tile {t}: {key} = {int(a[key][t])} but its {key[3:]} buffers hold {int(s[t])}"
+            )
+    code, xt = required_bytes(dev, a)
+    for key, need in (("fp_code", code), ("fp_xtable", xt)):
+        bad = np.flatnonzero(a[key] < need)
+        if bad.size:
+            t = int(bad[0])
+            raise PackageInvalid(f"tile {t}: {key} = {int(a[key][t])} < {int(need[t])} required")
+    lo, hi = a["fp_tensor_lo"], a["fp_tensor_hi"]
+    bad = np.flatnonzero((lo < dev.memory_base) | (lo > hi) | (hi > dev.memory_end)
+                         | (a["fp_tensor"] != hi - lo))
+    if bad.size:
+        t = int(bad[0])
+        raise PackageInvalid(
+            f"tile {t}: tensor range {int(lo[t]):#x}..{int(hi[t]):#x} with fp_tensor "
+            f"{int(a['fp_tensor'][t])} (must lie in memory and equal hi - lo)"
+        )
+    tens = np.isin(a["buf_kind"], TENSOR_KINDS)
+    bt = a["buf_tile"]
+    outside = tens & ((a["buf_addr"] < lo[bt]) | (a["buf_addr"] + a["buf_bytes"] > hi[bt]))
+    if outside.any():
+        b = int(np.flatnonzero(outside)[0])
+        t = int(bt[b])
+        raise PackageInvalid(
+            f"tile {t}: {pkg.buffer_label(b)} lies outside the tensor range "
+            f"{int(lo[t]):#x}..{int(hi[t]):#x}"
+        )
+    total = a["fp_code"] + a["fp_xtable"] + a["fp_support"] + a["fp_tensor"]
+    bad = np.flatnonzero(total > dev.memory_size)
+    if bad.size:
+        t = int(bad[0])
+        raise PackageInvalid(
+            f"tile {t}: footprint {int(total[t])} bytes (code {int(a['fp_code'][t])}, "
+            f"xtable {int(a['fp_xtable'][t])}, support {int(a['fp_support'][t])}, tensor "
+            f"{int(a['fp_tensor'][t])}) exceeds memory_size {dev.memory_size}"
+        )
+
+
+# ---- 5. I/O map --------------------------------------------------------------------
+
+
+def io_block_span(pkg: Package, i: int) -> tuple[int, int]:
+    """[lo, hi) bytes of io block i in tile memory."""
+    a = pkg.arrays
+    ext = a["io_hi"][i] - a["io_lo"][i]
+    esize = DTYPE_BYTES[dtype_code(pkg.io[int(a["io_tensor"][i])].dtype)]
+    reg = np.array([a["io_addr"][i], ext[0], a["io_ld0"][i], ext[1], a["io_ld1"][i],
+                    ext[2] * esize, 0], dtype=np.int64)
+    lo, hi = region_span(reg)
+    return int(lo), int(hi)
+
+
+def _check_io(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+    a = pkg.arrays
+    bi = BufferIndex(pkg, first, last)
+    end_step = max(pkg.n_steps - 1, 0)
+    volume = np.zeros(len(pkg.io), dtype=np.int64)
+    for i in range(a["io_tensor"].shape[0]):
+        t = pkg.io[int(a["io_tensor"][i])]
+        shape = (1,) * (IO_DIMS - len(t.shape)) + t.shape
+        lo, hi = a["io_lo"][i], a["io_hi"][i]
+        if (lo < 0).any() or (hi <= lo).any() or (hi > np.array(shape)).any():
+            raise PackageInvalid(
+                f"io block {i} of {t.name!r}: slice {lo.tolist()}..{hi.tolist()} "
+                f"outside shape {list(shape)}"
+            )
+        volume[int(a["io_tensor"][i])] += int(np.prod(hi - lo))
+        s0, s1 = io_block_span(pkg, i)
+        step = end_step if t.role == "output" else 0
+        tile = int(a["io_tile"][i])
+        b = int(find_buffer(tile, s0, s1, step, *bi.args()))
+        if b < 0 or (t.role != "output" and first[b] != 0):
+            raise PackageInvalid(
+                f"io block {i} of {t.name!r} ({t.role}): tile {tile} {s0:#x}..{s1:#x} is "
+                f"not inside a buffer live at step {step}"
+            )
+    for k, t in enumerate(pkg.io):
+        size = int(np.prod(t.shape))
+        if (t.role == "output" and volume[k] != size) or volume[k] < size:
+            raise PackageInvalid(
+                f"io tensor {t.name!r} ({t.role}): blocks cover {int(volume[k])} of {size} "
+                f"elements" + (" (outputs must be covered exactly once)" if t.role == "output"
+                               else "")
+            )
+
+
+# ---- 6. accesses for every iteration ---------------------------------------------
+
+
+def patch_index(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """CSR of patch ids per vertex (vp_ptr, vp_list) and per transfer (xp_ptr, xp_list)."""
+    a = pkg.arrays
+    out = []
+    for is_v, n in ((True, pkg.n_vertices), (False, pkg.n_transfers)):
+        sel = (a["p_target"] == PATCH_VERTEX_ARG) if is_v else (a["p_target"] != 0)
+        ids = np.flatnonzero(sel)
+        ids = ids[np.argsort(a["p_index"][ids], kind="stable")].astype(np.int64)
+        ptr = np.searchsorted(a["p_index"][ids], np.arange(n + 1)).astype(np.int64)
+        out += [ptr, ids]
+    return out[0], out[1], out[2], out[3]
+
+
+def _check_accesses(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+    a = pkg.arrays
+    vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
+    bi = BufferIndex(pkg, first, last)
+    err = np.zeros(9, dtype=np.int64)
+    code = _scan_accesses(
+        a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"],
+        a["v_tile"], a["v_kernel"], a["v_args"],
+        a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
+        vp_ptr, vp_list, xp_ptr, xp_list,
+        a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
+        a["p_table"], a["table_values"], *bi.args(), err,
+    )
+    if code == 0:
+        return
+    step, tile, addr, item, loop, it, other, nb = (int(v) for v in err[1:])
+    kind = STEP_KIND_NAMES[int(a["step_kind"][step])]
+    where = f"step {step} ({kind}), tile {tile}, address {addr:#x}"
+    if loop >= 0:
+        where += f", iteration {it} of loop at step {loop}"
+    V = pkg.n_vertices
+
+    def who(k: int) -> str:
+        return f"vertex {k} (kernel {int(a['v_kernel'][k])})" if k < V else f"transfer {k - V}"
+
+    msgs = {
+        E_REGION: f"{who(item)} operand region of {nb} bytes is not inside one buffer live "
+                  f"at this step",
+        E_SRC: f"{who(item + V)} source ({nb} bytes) is not inside one buffer live at this step",
+        E_DST: f"{who(item + V)} destination ({nb} bytes) is not inside one buffer live at "
+               f"this step",
+        E_RACE: f"race: {who(other)} and {who(item)} touch the same byte and one of them writes",
+        E_KERNEL: f"{who(item)}: kernel has no region description",
+        E_ALIGN_V: f"{who(item)} operand misaligned (natural alignment {nb})",
+        E_ALIGN_X: f"{who(item + V)} endpoint misaligned (natural alignment {nb})",
+    }
+    raise PackageInvalid(f"{where}: {msgs[code]}")
+
+
+@sjit
+def _patched_value(p, i, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
+    if p_mode[p] == 0:
+        return p_base[p] + i * p_stride[p]
+    return table_values[p_table[p] + i]
+
+
+@sjit
+def _scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, v_args,
+                   x_src_tile, x_src_addr, x_dst_tile, x_dst_addr, x_bytes,
+                   vp_ptr, vp_list, xp_ptr, xp_list,
+                   p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
+                   t_ptr, b_order, b_addr, b_end, b_first, b_last, b_maxend,
+                   err):  # type: ignore[no-untyped-def]
+    """Check every access of every step for every combination of the counters of
+    the loops that drive its patches.  Returns 0 or an E_* code with
+    err[1:9] = step, tile, addr, item, loop, iteration, other item, bytes/granule."""
+    n_steps = step_kind.shape[0]
+    max_items = 1
+    for s in range(n_steps):
+        nv = (step_vtx[s + 1] - step_vtx[s]) * 8
+        nx = (step_xfer[s + 1] - step_xfer[s]) * 2
+        max_items = max(max_items, nv, nx)
+    regs = np.zeros((max_items, R_LEN), dtype=np.int64)
+    tiles = np.zeros(max_items, dtype=np.int64)
+    owner = np.zeros(max_items, dtype=np.int64)
+    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    args = np.zeros(16, dtype=np.int64)
+    ctr = np.zeros(n_steps, dtype=np.int64)
+    loops = np.zeros(32, dtype=np.int64)
+    race = np.zeros(3, dtype=np.int64)
+    n_v = v_tile.shape[0]
+    for s in range(n_steps):
+        k = step_kind[s]
+        if k != 0 and k != 1:
+            continue
+        i0 = step_vtx[s] if k == 0 else step_xfer[s]
+        i1 = step_vtx[s + 1] if k == 0 else step_xfer[s + 1]
+        ptr = vp_ptr if k == 0 else xp_ptr
+        lst = vp_list if k == 0 else xp_list
+        n_loops = 0
+        for it in range(i0, i1):
+            for q in range(ptr[it], ptr[it + 1]):
+                lp = p_loop[lst[q]]
+                seen = False
+                for z in range(n_loops):
+                    if loops[z] == lp:
+                        seen = True
+                if not seen:
+                    loops[n_loops] = lp
+                    n_loops += 1
+        combos = 1
+        for z in range(n_loops):
+            combos *= step_trips[loops[z]]
+        for c in range(combos):
+            rem = c
+            for z in range(n_loops):
+                ctr[loops[z]] = rem % step_trips[loops[z]]
+                rem //= step_trips[loops[z]]
+            err[5] = loops[0] if n_loops > 0 else -1
+            err[6] = ctr[loops[0]] if n_loops > 0 else 0
+            n = 0
+            for it in range(i0, i1):
+                if k == 0:
+                    for j in range(16):
+                        args[j] = v_args[it, j]
+                    for q in range(ptr[it], ptr[it + 1]):
+                        p = lst[q]
+                        args[p_arg[p]] = _patched_value(p, ctr[p_loop[p]], p_mode, p_base,
+                                                        p_stride, p_table, table_values)
+                    nr = vertex_regions(v_kernel[it], args, vr)
+                    tile = v_tile[it]
+                    err[1], err[2], err[4] = s, tile, it
+                    if nr < 0:
+                        return 5
+                    for r in range(nr):
+                        lo, hi = region_span(vr[r])
+                        if hi <= lo:
+                            continue
+                        g = region_granule(vr[r])
+                        if vr[r, 0] % g != 0:
+                            err[3], err[8] = vr[r, 0], g
+                            return 6
+                        if find_buffer(tile, lo, hi, s, t_ptr, b_order, b_addr, b_end,
+                                       b_first, b_last, b_maxend) < 0:
+                            err[3], err[8] = lo, hi - lo
+                            return 1
+                        for j in range(R_LEN):
+                            regs[n, j] = vr[r, j]
+                        tiles[n] = tile
+                        owner[n] = it
+                        n += 1
+                else:
+                    src, dst = x_src_addr[it], x_dst_addr[it]
+                    for q in range(ptr[it], ptr[it + 1]):
+                        p = lst[q]
+                        val = _patched_value(p, ctr[p_loop[p]], p_mode, p_base, p_stride,
+                                             p_table, table_values)
+                        if p_target[p] == 1:
+                            src = val
+                        else:
+                            dst = val
+                    nb = x_bytes[it]
+                    for side in range(2):
+                        tile = x_src_tile[it] if side == 0 else x_dst_tile[it]
+                        addr = src if side == 0 else dst
+                        regs[n, 0] = addr
+                        regs[n, 1] = 1
+                        regs[n, 2] = 0
+                        regs[n, 3] = 1
+                        regs[n, 4] = 0
+                        regs[n, 5] = nb
+                        regs[n, 6] = side
+                        err[1], err[2], err[3], err[4], err[8] = s, tile, addr, it, nb
+                        g = region_granule(regs[n])
+                        if addr % g != 0:
+                            err[8] = g
+                            return 7
+                        if find_buffer(tile, addr, addr + nb, s, t_ptr, b_order, b_addr, b_end,
+                                       b_first, b_last, b_maxend) < 0:
+                            return 2 + side
+                        tiles[n] = tile
+                        owner[n] = n_v + it
+                        n += 1
+            if find_race(regs, tiles, owner, n, race):
+                err[1], err[2], err[3] = s, tiles[race[1]], race[2]
+                err[4], err[7] = owner[race[1]], owner[race[0]]
+                return 4
+    return 0
