@@ -89,7 +89,7 @@ def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
         read_row(mem, args[0] - base + i * args[1], n, DT_FP16, x)
         for j in range(n):
             v = x[j]
-            u = c0 * (v + c1 * ((v * v) * v))
+            u = c0 * (v + ((c1 * v) * v) * v)
             t = np.float32(math.tanh(np.float64(u)))
             x[j] = (half * v) * (one + t)
         write_row(mem, args[2] - base + i * args[3], n, DT_FP16, x)

@@ -34,10 +34,10 @@ def _row_sum(x: np.ndarray) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3))) in float32:
-    x3 = (x*x)*x; u = C0*(x + C1*x3); t = f32(tanh(f64(u))); y = (0.5*x)*(1 + t)."""
+    c = ((C1*x)*x)*x; u = C0*(x + c); t = f32(tanh(f64(u))); y = (0.5*x)*(1 + t)
+    (the operation order of planner.reference)."""
     x = np.asarray(x, dtype=np.float32)
-    x3 = (x * x) * x
-    u = GELU_C0 * (x + GELU_C1 * x3)
+    u = GELU_C0 * (x + ((GELU_C1 * x) * x) * x)
     t = np.tanh(u.astype(np.float64)).astype(np.float32)
     return (HALF * x) * (ONE + t)
 
