@@ -5,7 +5,7 @@ rounded after every add) with:
 
 - an exchange: x (tile 0) → a landing buffer on tile 1;
 - a compute phase copying the landing buffer into ping buffer A on tile 1,
-  and an independent copy on tile 2 (the scheduler merges the two phases);
+  and an independent copy of input s on tile 2 (the scheduler merges the two);
 - a Repeat of `trips` iterations on tile 1: ADD(P[i % 2], w[i]) → P[(i+1) % 2]
   where P = (A, B) is a ping-pong pair addressed by `seq` refs and w[i] is an
   iterated parameter addressed by `iter_stride` (64 bytes per layer);
@@ -73,11 +73,13 @@ def loop_program(trips: int) -> Program:
         {"name": "x", "role": "input", "shape": [ROWS, COLS], "dtype": "fp16", "scale_exp": 0},
         {"name": "w", "role": "parameter", "shape": [trips, ROWS, COLS], "dtype": "fp16",
          "scale_exp": 0},
+        {"name": "s", "role": "input", "shape": [ROWS, COLS], "dtype": "fp16", "scale_exp": 0},
         {"name": "y", "role": "output", "shape": [ROWS, COLS], "dtype": "fp16", "scale_exp": 0},
     ]
     p.io = [
         IOBlock("x", "input", x, 0, (0, 0, 0), (1, ROWS, COLS), NBYTES, LD),
         IOBlock("w", "parameter", w, 0, (0, 0, 0), (trips, ROWS, COLS), NBYTES, LD),
+        IOBlock("s", "input", side_in, 0, (0, 0, 0), (1, ROWS, COLS), NBYTES, LD),
         IOBlock("y", "output", y, 0, (0, 0, 0), (1, ROWS, COLS), NBYTES, LD),
     ]
     return p

@@ -1,0 +1,135 @@
+"""Build: Graph + Device + Plan → a verified `simulator.Package`.
+
+Stages, in order (each raises `BuildFailure(stage, ...)` when it cannot
+succeed): expand (the front end's `planner.expand.expand_program`, which lowers
+the plan's selections and conversions into a symbolic `Program`) → schedule →
+allocate (after `link.reserve` has sized code, exchange-table and support
+bytes) → link → verify.  A package that `simulator.verify` rejects is a
+builder bug; it is reported as `BuildFailure("verify", -1, 0, 0, <reason>)` so
+that callers (the optimizer) treat it like any failed build.
+
+`Built.timings` holds wall seconds per stage, in stage order; they are for
+reports only and never enter the package (whose hash depends on the inputs
+alone).  `Built.stats` holds integer counts (steps, vertices, transfers,
+buffers, patches by mode, merged phases, peak tile bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels.exceptions import BuildFailure, PackageInvalid
+from planner.allocate import Allocation, allocate
+from planner.graph import Graph
+from planner.link import link, reserve
+from planner.plan import Plan
+from planner.program import Program
+from planner.schedule import Schedule, schedule
+from simulator.device import Device
+from simulator.package import Package
+from simulator.verify import verify
+
+STAGES = ("expand", "schedule", "allocate", "link", "verify")
+
+
+@dataclass(frozen=True)
+class Built:
+    """A complete build: the package, its schedule and allocation (the
+    optimizer keeps them with the incumbent), counts and stage timings."""
+
+    package: Package
+    schedule: Schedule
+    allocation: Allocation
+    stats: dict[str, int]
+    timings: tuple[tuple[str, float], ...]
+
+    @property
+    def seconds(self) -> float:
+        return sum(t for _, t in self.timings)
+
+
+def peak_tile_bytes(pkg: Package) -> int:
+    """Max over tiles of code + exchange-table + support + tensor-range bytes."""
+    a = pkg.arrays
+    total = a["fp_code"] + a["fp_xtable"] + a["fp_support"] + a["fp_tensor"]
+    return int(total.max()) if total.size else 0
+
+
+def plan_digest(plan: Plan) -> str:
+    """Stable sha256 of a plan (repr of its sorted tuples; never `hash()`)."""
+    return hashlib.sha256(repr(plan).encode()).hexdigest()
+
+
+def graph_meta(graph: Graph, plan: Plan) -> dict[str, Any]:
+    """Manifest meta of a model build: model facts and the plan."""
+    return {
+        "model": graph.name,
+        "layers": graph.attr_int("layers"),
+        "batch": graph.attr_int("batch"),
+        "plan": plan.describe(),
+        "plan_sha256": plan_digest(plan),
+    }
+
+
+def build_program(
+    program: Program,
+    device: Device,
+    name: str,
+    meta: dict[str, Any],
+    reduction_overlap: bool = False,
+    timings: list[tuple[str, float]] | None = None,
+) -> Built:
+    """schedule → allocate → link → verify of an already expanded Program."""
+    clock = list(timings or [])
+    t = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        clock.append((stage, now - t))
+        t = now
+
+    sched = schedule(program, reduction_overlap=reduction_overlap)
+    lap("schedule")
+    res = reserve(program, sched, device)
+    alloc = allocate(program, sched, device, res.overheads)
+    lap("allocate")
+    pkg, lstats = link(program, sched, alloc, res, device, name, meta)
+    lap("link")
+    try:
+        verify(pkg)
+    except PackageInvalid as e:
+        raise BuildFailure("verify", -1, 0, 0, f"package rejected by the verifier: {e}") from e
+    lap("verify")
+    stats = {
+        "steps": pkg.n_steps,
+        "vertices": pkg.n_vertices,
+        "transfers": pkg.n_transfers,
+        "buffers": pkg.n_buffers,
+        "program_buffers": len(program.bufs),
+        "merged_phases": sched.merged,
+        "delayed_reductions": sched.delayed,
+        "arithmetic_patches": lstats.arithmetic_patches,
+        "table_patches": lstats.table_patches,
+        "table_entries": lstats.table_entries,
+        "peak_tile_bytes": peak_tile_bytes(pkg),
+        "peak_live_tensor_bytes": int(np.max(alloc.peak_live)) if alloc.peak_live.size else 0,
+    }
+    return Built(pkg, sched, alloc, stats, tuple(clock))
+
+
+def build(graph: Graph, device: Device, plan: Plan) -> Built:
+    """The whole build of `graph` on `device` under `plan` (module docstring)."""
+    from planner.expand import expand_program
+
+    t0 = time.perf_counter()
+    program = expand_program(graph, device, plan)
+    expand_s = time.perf_counter() - t0
+    return build_program(program, device, graph.name, graph_meta(graph, plan),
+                         reduction_overlap=plan.reduction_overlap,
+                         timings=[("expand", expand_s)])

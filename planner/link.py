@@ -1,0 +1,365 @@
+"""Link: a scheduled, allocated Program → a `simulator.Package` (contracts §3).
+
+Two entry points, called before and after allocation:
+
+`reserve(program, sched, device)` sizes what occupies tile memory besides
+tensors, from counts:
+- code = `code_bytes_per_vertex` × vertices on the tile (a Repeat body's
+  vertices count once: every iteration runs the same code) + the kernel image
+  `code_bytes` of every distinct kernel the tile runs (kernels.registry);
+- exchange tables = `exchange_table_bytes_per_transfer` per transfer endpoint
+  (a transfer counts on its source and on its destination tile);
+- support = `device.support_bytes` + Repeat patch tables, on every tile that
+  holds a buffer, a vertex or a transfer endpoint.
+
+A patch table holds one `TABLE_ENTRY_BYTES` (8-byte little-endian int64) entry
+per loop iteration and lives in the support buffer of the tile whose vertex or
+transfer endpoint it patches (a transfer's source address: the source tile;
+its destination address: the destination tile).  Tables are reserved before
+allocation for every `seq` ref (refs with `iter_stride` are arithmetic by
+construction) and shared between refs with the same tile and the same
+(buffer, offset) sequence.  After allocation a `seq` whose addresses happen to
+be exactly base + i·stride becomes an arithmetic patch; its reserved table is
+then unused slack in the support buffer (the reservation is never larger than
+the tables a fully non-arithmetic link would need).
+
+Each sized region is rounded up to the device alignment and laid out from
+`memory_base`: code, exchange tables, support; the tensor range follows.
+
+`link(...)` resolves every ref to an absolute address (iteration-0 values in
+`v_args` / `x_*_addr`), emits one patch per iterated ref (driven by the
+innermost enclosing REPEAT_BEGIN), writes the memory map (tensor buffers with
+their live ranges, then per tile code / exchange-table / support buffers live
+for the whole program), the I/O blocks of `Program.io`, and the footprint:
+`fp_code/fp_xtable/fp_support` are the region sizes, `fp_tensor_lo` the first
+tensor-range address, `fp_tensor_hi` the end of the highest placed tensor
+buffer (= `fp_tensor_lo` on a tile without tensors) and `fp_tensor` their
+difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels.exceptions import BuildFailure
+from kernels.registry import KERNELS
+from planner.allocate import Allocation, Overheads
+from planner.program import NARGS, TENSOR_KINDS, Program, Ref
+from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
+from simulator.device import Device
+from simulator.package import (
+    BUF_CODE,
+    BUF_SUPPORT,
+    BUF_XTABLE,
+    PATCH_ARITH,
+    PATCH_TABLE,
+    PATCH_VERTEX_ARG,
+    PATCH_XFER_DST,
+    PATCH_XFER_SRC,
+    STEP_COMPUTE,
+    STEP_EXCHANGE,
+    STEP_REPEAT_BEGIN,
+    STEP_REPEAT_END,
+    TABLE_ENTRY_BYTES,
+    IoTensor,
+    Package,
+)
+
+_STEP_CODES = {
+    COMPUTE: STEP_COMPUTE,
+    EXCHANGE: STEP_EXCHANGE,
+    REPEAT_BEGIN: STEP_REPEAT_BEGIN,
+    REPEAT_END: STEP_REPEAT_END,
+}
+
+TableKey = tuple[int, tuple[tuple[int, int], ...]]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Per-tile overheads and where each shared patch table sits: `tables`
+    maps (tile, seq) to the byte offset of its table inside the tile's patch
+    table area (which starts `device.support_bytes` into the support buffer)."""
+
+    overheads: Overheads
+    tables: dict[TableKey, int]
+    used: np.ndarray  # bool[tiles]: tile holds anything
+
+    def support_addr(self, device: Device) -> np.ndarray:
+        """Absolute address of each tile's support buffer."""
+        return device.memory_base + self.overheads.code + self.overheads.xtable
+
+
+def _round(n: np.ndarray, a: int) -> np.ndarray:
+    return -(-n // a) * a
+
+
+def _kernel_code_bytes(kid: int) -> int:
+    spec = KERNELS.get(kid)
+    if spec is None:
+        raise BuildFailure("link", -1, 0, 0, f"unknown kernel id {kid}")
+    return int(spec.code_bytes)
+
+
+def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
+    """Size code, exchange-table and support bytes per tile (module docstring)."""
+    tiles = device.tiles
+    nvtx = np.zeros(tiles, dtype=np.int64)
+    xends = np.zeros(tiles, dtype=np.int64)
+    used = np.zeros(tiles, dtype=bool)
+    kernel_pairs: set[tuple[int, int]] = set()
+    table_bytes = np.zeros(tiles, dtype=np.int64)
+    tables: dict[TableKey, int] = {}
+    tile_of = [b.tile for b in program.bufs]
+    for b in program.bufs:
+        used[b.tile] = True
+    for s, st in enumerate(sched.steps):
+        trips = sched.steps[sched.loop_of[s]].trips if sched.loop_of[s] >= 0 else 0
+        for v in st.vertices:
+            nvtx[v.tile] += 1
+            used[v.tile] = True
+            kernel_pairs.add((v.tile, v.kernel))
+            for r in v.refs:
+                if r.seq:
+                    _reserve_table(tables, table_bytes, v.tile, r, trips)
+        for t in st.transfers:
+            ts, td = tile_of[t.src.buf], tile_of[t.dst.buf]
+            xends[ts] += 1
+            xends[td] += 1
+            used[ts] = used[td] = True
+            if t.src.seq:
+                _reserve_table(tables, table_bytes, ts, t.src, trips)
+            if t.dst.seq:
+                _reserve_table(tables, table_bytes, td, t.dst, trips)
+    kcode = np.zeros(tiles, dtype=np.int64)
+    for tile, kid in sorted(kernel_pairs):
+        kcode[tile] += _kernel_code_bytes(kid)
+    a = device.alignment
+    code = _round(nvtx * device.code_bytes_per_vertex + kcode, a)
+    xtable = _round(xends * device.exchange_table_bytes_per_transfer, a)
+    support = np.where(used, _round(device.support_bytes + table_bytes, a), 0).astype(np.int64)
+    return Reservation(Overheads(code, xtable, support), tables, used)
+
+
+def _reserve_table(tables: dict[TableKey, int], table_bytes: np.ndarray, tile: int, r: Ref,
+                   trips: int) -> None:
+    key = (tile, r.seq)
+    if key in tables:
+        return
+    tables[key] = int(table_bytes[tile])
+    table_bytes[tile] += max(trips, len(r.seq)) * TABLE_ENTRY_BYTES
+
+
+class _Patches:
+    """Patch rows collected in program order."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
+        self.values: list[int] = []
+        self.lens: list[int] = []
+        self.arith = 0
+        self.table = 0
+
+    def add(self, target: int, index: int, arg: int, loop: int, addrs: list[int],
+            table_at: tuple[int, int] | None) -> None:
+        base = addrs[0]
+        stride = addrs[1] - addrs[0] if len(addrs) > 1 else 0
+        exact = all(a == base + i * stride for i, a in enumerate(addrs))
+        if exact or table_at is None:
+            self.rows.append((target, index, arg, loop, PATCH_ARITH, base, stride, -1, -1))
+            self.lens.append(0)
+            self.arith += 1
+            return
+        tile, addr = table_at
+        self.rows.append((target, index, arg, loop, PATCH_TABLE, 0, 0, tile, addr))
+        self.values.extend(addrs)
+        self.lens.append(len(addrs))
+        self.table += 1
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        r = np.asarray(self.rows, dtype=np.int64).reshape(-1, 9)
+        names = ["p_target", "p_index", "p_arg", "p_loop", "p_mode", "p_base", "p_stride",
+                 "p_table_tile", "p_table_addr"]
+        out = {n: np.ascontiguousarray(r[:, j]) for j, n in enumerate(names)}
+        out["p_table"] = np.concatenate([[0], np.cumsum(self.lens)]).astype(np.int64)
+        out["table_values"] = np.asarray(self.values, dtype=np.int64)
+        return out
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    """Counts for reports: patches by mode, table entries, buffers."""
+
+    arithmetic_patches: int
+    table_patches: int
+    table_entries: int
+    buffers: int
+
+
+def link(
+    program: Program,
+    sched: Schedule,
+    alloc: Allocation,
+    res: Reservation,
+    device: Device,
+    name: str,
+    meta: dict[str, Any],
+) -> tuple[Package, LinkStats]:
+    """Lower to a Package; raises BuildFailure("link", ...) on a seq whose length
+    differs from its loop's trips or an iterated ref outside a loop."""
+    addr = alloc.addr
+    tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64, count=len(program.bufs))
+    support_addr = res.support_addr(device)
+    patches = _Patches()
+
+    def resolve(r: Ref, step: int, tile: int, target: int, index: int, arg: int) -> int:
+        a0 = int(addr[r.buf]) + r.offset
+        if not r.iterated:
+            return a0
+        loop = sched.loop_of[step]
+        if loop < 0:
+            raise BuildFailure("link", tile, 0, 0, f"step {step}: iterated ref outside a Repeat")
+        trips = sched.steps[loop].trips
+        if r.seq:
+            if len(r.seq) != trips:
+                raise BuildFailure("link", tile, 0, 0,
+                                   f"step {step}: seq of {len(r.seq)} addresses in a "
+                                   f"{trips}-trip Repeat")
+            addrs = [int(addr[b]) + o for b, o in r.seq]
+            off = res.tables[(tile, r.seq)]
+            at = (tile, int(support_addr[tile]) + device.support_bytes + off)
+            patches.add(target, index, arg, loop, addrs, at)
+            return addrs[0]
+        patches.add(target, index, arg, loop, [a0 + i * r.iter_stride for i in range(trips)], None)
+        return a0
+
+    kinds: list[int] = []
+    nv: list[int] = []
+    nx: list[int] = []
+    trips_col: list[int] = []
+    match_col: list[int] = []
+    v_tile: list[int] = []
+    v_kernel: list[int] = []
+    v_args: list[tuple[int, ...]] = []
+    xrows: list[tuple[int, int, int, int, int]] = []
+    for s, st in enumerate(sched.steps):
+        kinds.append(_STEP_CODES[st.kind])
+        trips_col.append(st.trips if st.kind == REPEAT_BEGIN else 0)
+        match_col.append(st.match)
+        nv.append(len(st.vertices))
+        nx.append(len(st.transfers))
+        for v in st.vertices:
+            args = list(v.args)
+            vi = len(v_tile)
+            for r in v.refs:
+                args[r.arg] = resolve(r, s, v.tile, PATCH_VERTEX_ARG, vi, r.arg)
+            v_tile.append(v.tile)
+            v_kernel.append(v.kernel)
+            v_args.append(tuple(args))
+        for t in st.transfers:
+            xi = len(xrows)
+            ts, td = int(tile_of[t.src.buf]), int(tile_of[t.dst.buf])
+            sa = resolve(t.src, s, ts, PATCH_XFER_SRC, xi, 0)
+            da = resolve(t.dst, s, td, PATCH_XFER_DST, xi, 0)
+            xrows.append((ts, sa, td, da, t.nbytes))
+
+    i64 = np.int64
+    a: dict[str, np.ndarray] = {
+        "step_kind": np.asarray(kinds, dtype=i64),
+        "step_vtx": np.concatenate([[0], np.cumsum(nv)]).astype(i64),
+        "step_xfer": np.concatenate([[0], np.cumsum(nx)]).astype(i64),
+        "step_trips": np.asarray(trips_col, dtype=i64),
+        "step_match": np.asarray(match_col, dtype=i64),
+        "v_tile": np.asarray(v_tile, dtype=i64),
+        "v_kernel": np.asarray(v_kernel, dtype=i64),
+        "v_args": np.asarray(v_args, dtype=i64).reshape(-1, NARGS),
+    }
+    x = np.asarray(xrows, dtype=i64).reshape(-1, 5)
+    for j, col in enumerate(["x_src_tile", "x_src_addr", "x_dst_tile", "x_dst_addr", "x_bytes"]):
+        a[col] = np.ascontiguousarray(x[:, j])
+    a.update(patches.arrays())
+    names, bufs = _memory_map(program, sched, alloc, res, device, tile_of)
+    a.update(bufs)
+    a.update(_io_arrays(program, addr, tile_of))
+    a.update(_footprint(alloc, res))
+    io = tuple(IoTensor(d["name"], d["role"], tuple(d["shape"]), d["dtype"],
+                        int(d.get("scale_exp", 0))) for d in program.io_tensors)
+    pkg = Package(name=name, device=device, io=io, buffer_names=tuple(names), arrays=a,
+                  meta=meta)
+    stats = LinkStats(patches.arith, patches.table, len(patches.values), len(names))
+    return pkg, stats
+
+
+def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reservation,
+                device: Device, tile_of: np.ndarray) -> tuple[list[str], dict[str, np.ndarray]]:
+    nb = len(program.bufs)
+    last_step = max(len(sched.steps) - 1, 0)
+    names = [b.name for b in program.bufs]
+    tiles_l = [tile_of]
+    addr_l = [alloc.addr]
+    bytes_l = [np.fromiter((b.nbytes for b in program.bufs), dtype=np.int64, count=nb)]
+    kind_l = [np.fromiter((TENSOR_KINDS.index(b.kind) for b in program.bufs), dtype=np.int64,
+                          count=nb)]
+    first_l = [alloc.first]
+    last_l = [alloc.last]
+    o = res.overheads
+    starts = {
+        BUF_CODE: device.memory_base + np.zeros(device.tiles, dtype=np.int64),
+        BUF_XTABLE: device.memory_base + o.code,
+        BUF_SUPPORT: res.support_addr(device),
+    }
+    for kind, label, sizes in ((BUF_CODE, "code", o.code), (BUF_XTABLE, "xtable", o.xtable),
+                               (BUF_SUPPORT, "support", o.support)):
+        ts = np.flatnonzero(sizes > 0).astype(np.int64)
+        names.extend(f"{label}@{t}" for t in ts.tolist())
+        tiles_l.append(ts)
+        addr_l.append(starts[kind][ts])
+        bytes_l.append(sizes[ts])
+        kind_l.append(np.full(ts.size, kind, dtype=np.int64))
+        first_l.append(np.zeros(ts.size, dtype=np.int64))
+        last_l.append(np.full(ts.size, last_step, dtype=np.int64))
+    cat = np.concatenate
+    return names, {
+        "buf_tile": cat(tiles_l).astype(np.int64),
+        "buf_addr": cat(addr_l).astype(np.int64),
+        "buf_bytes": cat(bytes_l).astype(np.int64),
+        "buf_kind": cat(kind_l).astype(np.int64),
+        "buf_first": cat(first_l).astype(np.int64),
+        "buf_last": cat(last_l).astype(np.int64),
+    }
+
+
+def _io_arrays(program: Program, addr: np.ndarray, tile_of: np.ndarray) -> dict[str, np.ndarray]:
+    index = {d["name"]: i for i, d in enumerate(program.io_tensors)}
+    rows = []
+    for blk in program.io:
+        if blk.tensor not in index:
+            raise BuildFailure("link", int(tile_of[blk.buf]), 0, 0,
+                               f"io block of {blk.tensor}: not in Program.io_tensors")
+        rows.append((index[blk.tensor], int(tile_of[blk.buf]), int(addr[blk.buf]) + blk.offset,
+                     *blk.lo, *blk.hi, blk.ld0, blk.ld1))
+    r = np.asarray(rows, dtype=np.int64).reshape(-1, 11)
+    return {
+        "io_tensor": np.ascontiguousarray(r[:, 0]),
+        "io_tile": np.ascontiguousarray(r[:, 1]),
+        "io_addr": np.ascontiguousarray(r[:, 2]),
+        "io_lo": np.ascontiguousarray(r[:, 3:6]),
+        "io_hi": np.ascontiguousarray(r[:, 6:9]),
+        "io_ld0": np.ascontiguousarray(r[:, 9]),
+        "io_ld1": np.ascontiguousarray(r[:, 10]),
+    }
+
+
+def _footprint(alloc: Allocation, res: Reservation) -> dict[str, np.ndarray]:
+    o = res.overheads
+    return {
+        "fp_code": o.code.astype(np.int64),
+        "fp_xtable": o.xtable.astype(np.int64),
+        "fp_support": o.support.astype(np.int64),
+        "fp_tensor_lo": alloc.tensor_lo.astype(np.int64),
+        "fp_tensor_hi": alloc.tensor_top.astype(np.int64),
+        "fp_tensor": (alloc.tensor_top - alloc.tensor_lo).astype(np.int64),
+    }

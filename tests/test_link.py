@@ -1,0 +1,119 @@
+"""planner.link: reservations, patches (arithmetic and table), memory map, verify + simulate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from handprog import NBYTES, loop_program, loop_reference
+
+from kernels.exceptions import BuildFailure
+from kernels.registry import KERNELS
+from planner.allocate import allocate
+from planner.link import link, reserve
+from planner.schedule import schedule
+from simulator.device import load_device
+from simulator.package import (
+    BUF_CODE,
+    BUF_SUPPORT,
+    BUF_XTABLE,
+    PATCH_ARITH,
+    PATCH_TABLE,
+    TABLE_ENTRY_BYTES,
+)
+from simulator.verify import verify
+
+TINY = load_device("tiny")
+
+
+def _linked(trips: int):
+    p = loop_program(trips)
+    s = schedule(p)
+    res = reserve(p, s, TINY)
+    alloc = allocate(p, s, TINY, res.overheads)
+    pkg, stats = link(p, s, alloc, res, TINY, "loop", {"trips": trips})
+    return p, res, alloc, pkg, stats
+
+
+def test_reserve_counts() -> None:
+    p = loop_program(3)
+    res = reserve(p, schedule(p), TINY)
+    o = res.overheads
+    cb, xb = TINY.code_bytes_per_vertex, TINY.exchange_table_bytes_per_transfer
+    copy, add = KERNELS[10].code_bytes, KERNELS[4].code_bytes
+    r8 = lambda n: -(-n // 8) * 8  # noqa: E731
+    # tile 1: copy + add vertices (the body's add once), two transfer endpoints, two tables
+    assert o.code[1] == r8(2 * cb + copy + add)
+    assert o.xtable[1] == r8(2 * xb)
+    assert o.support[1] == r8(TINY.support_bytes + 2 * 3 * TABLE_ENTRY_BYTES)
+    assert o.code[0] == 0 and o.xtable[0] == r8(2 * xb) and o.support[0] == TINY.support_bytes
+    assert o.support[3] == 0  # an unused tile holds nothing
+
+
+def test_three_trips_table_patches_verify() -> None:
+    p, res, alloc, pkg, stats = _linked(3)
+    verify(pkg)
+    a = pkg.arrays
+    modes = a["p_mode"].tolist()
+    assert sorted(modes) == [PATCH_ARITH, PATCH_TABLE, PATCH_TABLE]
+    assert stats.table_patches == 2 and stats.arithmetic_patches == 1
+    ping = next(b.id for b in p.bufs if b.name == "ping")
+    pong = next(b.id for b in p.bufs if b.name == "pong")
+    ap, bp = int(alloc.addr[ping]), int(alloc.addr[pong])
+    tables = a["table_values"].reshape(2, 3).tolist()
+    assert tables == [[ap, bp, ap], [bp, ap, bp]]
+    w = next(b.id for b in p.bufs if b.name == "w")
+    ar = int(np.flatnonzero(a["p_mode"] == PATCH_ARITH)[0])
+    assert (a["p_base"][ar], a["p_stride"][ar]) == (alloc.addr[w], NBYTES)
+    # tables sit in tile 1's support buffer, after the runtime support bytes
+    sup = np.flatnonzero((a["buf_kind"] == BUF_SUPPORT) & (a["buf_tile"] == 1))[0]
+    t_addr = a["p_table_addr"][a["p_mode"] == PATCH_TABLE]
+    assert (t_addr >= a["buf_addr"][sup] + TINY.support_bytes).all()
+    assert (a["p_table_tile"][a["p_mode"] == PATCH_TABLE] == 1).all()
+
+
+def test_two_trips_all_arithmetic() -> None:
+    _, _, _, pkg, stats = _linked(2)
+    verify(pkg)
+    assert stats.table_patches == 0 and stats.arithmetic_patches == 3
+    assert pkg.arrays["table_values"].size == 0
+
+
+def test_memory_map_layout() -> None:
+    _, res, alloc, pkg, _ = _linked(3)
+    a = pkg.arrays
+    for kind, size in ((BUF_CODE, res.overheads.code), (BUF_XTABLE, res.overheads.xtable),
+                       (BUF_SUPPORT, res.overheads.support)):
+        m = a["buf_kind"] == kind
+        assert np.array_equal(np.sort(a["buf_tile"][m]), np.flatnonzero(size > 0))
+        assert (a["buf_first"][m] == 0).all() and (a["buf_last"][m] == pkg.n_steps - 1).all()
+    code = (a["buf_kind"] == BUF_CODE) & (a["buf_tile"] == 1)
+    assert a["buf_addr"][code][0] == TINY.memory_base
+    assert (a["fp_tensor_lo"] == alloc.tensor_lo).all()
+    assert (a["fp_tensor"] == a["fp_tensor_hi"] - a["fp_tensor_lo"]).all()
+
+
+@pytest.mark.parametrize("trips", [2, 3])
+def test_simulates_to_reference(trips: int) -> None:
+    from simulator.run import run
+
+    _, _, _, pkg, _ = _linked(trips)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    w = rng.standard_normal((trips, 4, 8)).astype(np.float32)
+    sim = run(pkg, params={"w": w}, inputs={"x": x, "s": x}, numerics=True)
+    assert not sim.faults, sim.faults
+    want = loop_reference(x, w).astype(np.float32)
+    assert np.array_equal(sim.outputs["y"], want)
+    assert sim.cycles > 0
+
+
+def test_seq_length_mismatch_fails() -> None:
+    p = loop_program(3)
+    for it in p.items:
+        if getattr(it, "trips", 0) == 3:
+            object.__setattr__(it, "trips", 2)
+    s = schedule(p)
+    res = reserve(p, s, TINY)
+    alloc = allocate(p, s, TINY, res.overheads)
+    with pytest.raises(BuildFailure, match="seq of 3 addresses in a 2-trip Repeat"):
+        link(p, s, alloc, res, TINY, "bad", {})
