@@ -299,7 +299,8 @@ def _check_patches(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
     if pkg.n_transfers:
         unpatched = np.where(tgt == 1, a["x_src_addr"][idx_x], unpatched)
         unpatched = np.where(tgt == 2, a["x_dst_addr"][idx_x], unpatched)
-    table0 = a["table_values"][np.minimum(a["p_table"][:-1], max(a["table_values"].size - 1, 0))]
+    tv = a["table_values"] if a["table_values"].size else np.zeros(1, dtype=np.int64)
+    table0 = tv[np.minimum(a["p_table"][:-1], tv.size - 1)]  # all-arithmetic: no table values
     it0 = np.where(a["p_mode"] == PATCH_ARITH, a["p_base"], table0)
     bad = np.flatnonzero(it0 != unpatched)
     if bad.size:
