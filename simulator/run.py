@@ -13,7 +13,7 @@
    `(pkg, MemoryImage | None) -> EngineOutput`);
 4. reads each output's blocks back, decodes them and multiplies by
    2**scale_exp into a float32 array of the logical shape.  An output byte that
-   was never written is a fault (F_OUTPUT), never a silent value.
+   was never written is a fault (F_OUTPUT) and its element reads as NaN.
 """
 
 from __future__ import annotations
@@ -183,7 +183,11 @@ def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarr
             faults.append(describe_fault(pkg, row_fault, output=t.name))
         raw = image.mem[row, idx]
         shape = tuple(int(v) for v in pkg.arrays["io_hi"][i] - pkg.arrays["io_lo"][i])
-        out[sl] = _decode(raw, t.dtype).reshape(shape) * np.float32(2.0 ** t.scale_exp)
+        vals = _decode(raw, t.dtype).reshape(shape) * np.float32(2.0 ** t.scale_exp)
+        if unwritten.size:  # elements with an unwritten byte are NaN, never a stale value
+            missing = (image.written[row, idx] == 0).reshape(*shape, -1).any(axis=-1)
+            vals[missing] = np.nan
+        out[sl] = vals
     return out.reshape(t.shape), faults
 
 

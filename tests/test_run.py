@@ -1,0 +1,132 @@
+"""simulator.run: memory image, numerics vs numpy, SimResult, argument errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pkgbuild import ksplit_matmul, repeat_program, repeat_reference
+
+from kernels.exceptions import SimulationFault
+from simulator import load_device, run, verify
+from simulator.engine import F_OUTPUT, F_UNINIT
+
+
+@pytest.fixture(scope="module")
+def ksplit():  # type: ignore[no-untyped-def]
+    return ksplit_matmul(load_device("tiny"))
+
+
+def test_ksplit_fp8_matmul_matches_numpy_exactly(ksplit) -> None:  # type: ignore[no-untyped-def]
+    pkg, params, inputs, expected = ksplit
+    verify(pkg)
+    res = run(pkg, params=params, inputs=inputs)
+    assert res.faults == () and res.n_faults == 0 and res.ok
+    np.testing.assert_array_equal(res.outputs["out"], expected["out"])
+    assert res.outputs["out"].dtype == np.float32 and res.outputs["out"].shape == (8, 16)
+    # 4 matmuls (one per tile), 3 transfers, 1 reduce
+    assert res.vertex_invocations == 5
+    assert res.tile_bytes_in.tolist()[:4] == [3 * 512, 0, 0, 0]
+    assert res.tile_bytes_out.tolist()[:4] == [0, 512, 512, 512]
+    assert res.cycles == int(res.cycles_per_step.sum())
+    assert res.seconds == pytest.approx(res.cycles / 1.5e9)
+
+
+def test_ksplit_nonexact_values_match_within_fp16_rounding(ksplit) -> None:  # type: ignore[no-untyped-def]
+    pkg, params, inputs, _ = ksplit
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((8, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 16)).astype(np.float32) * 0.1
+    import ml_dtypes
+
+    a8 = a.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    b8 = b.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    total = np.zeros((8, 16), np.float32)
+    for t in range(4):
+        total = total + a8[:, 32 * t:32 * (t + 1)] @ b8[32 * t:32 * (t + 1)]
+    want = (total + params["bias"]).astype(np.float16).astype(np.float32)
+    res = run(pkg, params={"b": b, "bias": params["bias"]}, inputs={"a": a})
+    assert res.ok
+    rel = np.linalg.norm(res.outputs["out"] - want) / np.linalg.norm(want)
+    assert rel < 1e-3
+    assert np.abs(res.outputs["out"] - want).max() <= 2 ** -10 * np.abs(want).max() * 2
+
+
+def test_timing_only_gives_same_cycles_and_no_outputs(ksplit) -> None:  # type: ignore[no-untyped-def]
+    pkg, params, inputs, _ = ksplit
+    full = run(pkg, params=params, inputs=inputs)
+    timing = run(pkg, numerics=False)
+    assert timing.outputs == {}
+    assert timing.cycles == full.cycles
+    np.testing.assert_array_equal(timing.cycles_per_step, full.cycles_per_step)
+    np.testing.assert_array_equal(timing.tile_busy, full.tile_busy)
+
+
+def test_unknown_engine_names_the_engines(ksplit) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=r"unknown engine 'gpu'; engines: \['numba'\]"):
+        run(ksplit[0], numerics=False, engine="gpu")
+
+
+def test_missing_parameter_is_named(ksplit) -> None:  # type: ignore[no-untyped-def]
+    pkg, params, inputs, _ = ksplit
+    with pytest.raises(ValueError, match="parameter 'bias' missing"):
+        run(pkg, params={"b": params["b"]}, inputs=inputs)
+    with pytest.raises(ValueError, match="input 'a' missing"):
+        run(pkg, params=params)
+
+
+def test_wrong_shape_and_unknown_names_are_rejected(ksplit) -> None:  # type: ignore[no-untyped-def]
+    pkg, params, inputs, _ = ksplit
+    with pytest.raises(ValueError, match=r"input 'a': shape \(8, 64\)"):
+        run(pkg, params=params, inputs={"a": inputs["a"][:, :64]})
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['c'\]"):
+        run(pkg, params={**params, "c": params["b"]}, inputs=inputs)
+
+
+def test_repeat_program_outputs_match_reference() -> None:
+    dev = load_device("tiny")
+    pkg = repeat_program(dev, 5)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    w = rng.standard_normal((5, 4, 8)).astype(np.float32)
+    res = run(pkg, params={"w": w}, inputs={"x": x})
+    y, hist = repeat_reference(x, w)
+    assert res.ok
+    np.testing.assert_array_equal(res.outputs["y"], y)
+    np.testing.assert_array_equal(res.outputs["hist"], hist)
+
+
+def test_unwritten_output_is_a_fault_and_raise_on_fault(ksplit) -> None:  # type: ignore[no-untyped-def]
+    pkg, params, inputs, _ = ksplit
+    # drop the REDUCE vertex: the output is never written (and nothing is read)
+    n_v = pkg.n_vertices
+    sv = pkg["step_vtx"].copy()
+    sv[-1] = n_v - 1
+    bad = pkg.with_arrays(step_vtx=sv, v_tile=pkg["v_tile"][:-1],
+                          v_kernel=pkg["v_kernel"][:-1], v_args=pkg["v_args"][:-1])
+    res = run(bad, params=params, inputs=inputs)
+    assert not res.ok
+    assert [f.code for f in res.faults] == [F_OUTPUT]
+    f = res.faults[0]
+    assert f.tile == 0 and f.address == int(pkg["io_addr"][-1]) and f.detail == 8 * 16 * 2
+    assert "output 'out'" in str(f) and "never written" in str(f)
+    assert np.isnan(res.outputs["out"]).all()
+    with pytest.raises(SimulationFault, match="1 fault"):
+        res.raise_on_fault()
+
+
+def test_fault_message_names_step_tile_address_iteration() -> None:
+    dev = load_device("tiny")
+    pkg = repeat_program(dev, 3)
+    # the first COPY writes B instead of A: iteration 0 of the loop reads unwritten A
+    args = pkg["v_args"].copy()
+    a_addr = int(args[0, 2])
+    args[0, 2] = int(args[1, 4])  # B (the ADD's first destination)
+    bad = pkg.with_arrays(v_args=args)
+    res = run(bad, params={"w": np.ones((3, 4, 8), np.float32)},
+              inputs={"x": np.ones((4, 8), np.float32)})
+    first = res.faults[0]
+    assert first.code == F_UNINIT
+    assert (first.step, first.tile, first.address, first.loop, first.iteration) == (
+        2, 0, a_addr, 1, 0)
+    assert "step 2 (COMPUTE), tile 0, address" in first.message
+    assert "iteration 0 of loop at step 1" in first.message
