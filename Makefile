@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/tileplan reference vit-tiny
 
 test: $(STAMP)
-	$(BIN)/ruff check planner simulator kernels experiments tests
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
@@ -29,7 +29,7 @@ test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check planner simulator kernels experiments tests
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 clean:
