@@ -1,0 +1,228 @@
+"""The numba engine: Repeat vs unrolled, timing formulas, and run-time faults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
+
+from kernels.ids import ADD, COPY
+from kernels.registry import KERNELS
+from simulator import load_device, run, verify
+from simulator.device import Device
+from simulator.engine import F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE
+from simulator.package import Package
+
+TRIPS = 5
+
+
+@pytest.fixture(scope="module")
+def dev() -> Device:
+    return load_device("tiny")
+
+
+def _repeat_io(seed: int = 3) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    w = rng.standard_normal((TRIPS, 4, 8)).astype(np.float32)
+    return {"w": w}, {"x": x}
+
+
+def test_repeat_equals_unrolled_in_outputs_and_cycles(dev: Device) -> None:
+    looped, unrolled = repeat_program(dev, TRIPS), repeat_program(dev, TRIPS, unrolled=True)
+    verify(looped)
+    verify(unrolled)
+    # the loop really is a loop: one ADD vertex and two patched transfers' worth of data
+    assert looped.n_vertices == 3 and unrolled.n_vertices == 2 + TRIPS
+    assert looped.n_patches == 5 and int(looped["table_values"].size) == 3 * TRIPS
+    params, inputs = _repeat_io()
+    r_loop = run(looped, params=params, inputs=inputs)
+    r_unr = run(unrolled, params=params, inputs=inputs)
+    assert r_loop.ok and r_unr.ok
+    for name in ("y", "hist"):
+        np.testing.assert_array_equal(r_loop.outputs[name], r_unr.outputs[name])
+    y, hist = repeat_reference(inputs["x"], params["w"])
+    np.testing.assert_array_equal(r_loop.outputs["hist"], hist)
+    overhead = dev.loop_overhead_cycles * TRIPS
+    assert r_loop.cycles == r_unr.cycles + overhead
+    # per-step cycles: the body steps hold the sum over iterations of the unrolled steps
+    body = r_loop.cycles_per_step
+    unr = r_unr.cycles_per_step
+    assert body[0] == unr[0] and body[-1] == unr[-1]
+    assert body[2] == unr[1:-1:2].sum() and body[3] == unr[2:-1:2].sum()
+    assert body[1] == 0 and body[4] == overhead
+    np.testing.assert_array_equal(r_loop.tile_busy, r_unr.tile_busy)
+    np.testing.assert_array_equal(r_loop.tile_bytes_in, r_unr.tile_bytes_in)
+    np.testing.assert_array_equal(r_loop.tile_bytes_out, r_unr.tile_bytes_out)
+
+
+def test_nested_repeat_runs_inner_body_product_times(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("src", 0, base, 64, "activation")
+    b.buffer("dst", 0, base + 64, 3 * 64, "activation")
+    x = b.io("x", "input", (4, 8), "fp16")
+    b.io_block(x, 0, base, (0, 0), (4, 8), 0, 16)
+    b.repeat(2)
+    inner = b.repeat(3)
+    (v,) = b.compute((0, COPY, {0: base, 1: 16, 2: base + 64, 3: 16, 4: 4, 5: 16}))
+    b.patch(0, v, 2, inner, base + 64, 64)
+    b.end_repeat()
+    b.end_repeat()
+    pkg = b.build()
+    verify(pkg)
+    res = run(pkg, inputs={"x": np.ones((4, 8), np.float32)})
+    assert res.ok and res.vertex_invocations == 6
+    one = KERNELS[COPY].cycles(pkg["v_args"][0], dev.tile_desc().as_array())
+    assert res.cycles == 6 * one + (6 + 2) * dev.loop_overhead_cycles
+
+
+def test_compute_step_is_max_over_tiles_of_summed_vertex_cycles(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    for t in range(2):
+        b.buffer(f"in{t}", t, base, 1024, "activation")
+        b.buffer(f"out{t}", t, base + 1024, 1024, "activation")
+    cp = {1: 64, 3: 64, 5: 64}
+    verts = [
+        (0, COPY, {**cp, 0: base, 2: base + 1024, 4: 8}),
+        (0, COPY, {**cp, 0: base + 512, 2: base + 1536, 4: 8}),
+        (1, COPY, {**cp, 0: base, 2: base + 1024, 4: 12}),
+    ]
+    b.compute(*verts)
+    pkg = b.build()
+    verify(pkg)
+    desc = dev.tile_desc().as_array()
+    c = [KERNELS[COPY].cycles(pkg["v_args"][i], desc) for i in range(3)]
+    res = run(pkg, numerics=False)
+    assert res.cycles == max(c[0] + c[1], c[2])
+    assert res.tile_busy[:2].tolist() == [c[0] + c[1], c[2]]
+
+
+def test_exchange_step_cycles_follow_the_formula_with_multicast(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    for t in range(6):
+        b.buffer(f"buf{t}", t, base, 4096, "activation")
+    transfers = [
+        (0, base, 1, base, 1000),  # multicast: the same source to tiles 1, 2, 3
+        (0, base, 2, base, 1000),
+        (0, base, 3, base, 1000),
+        (0, base + 2000, 4, base, 300),  # a second, distinct source on tile 0
+        (4, base + 1024, 5, base + 8, 2001),  # 2001 bytes in on tile 5 -> ceil
+        (5, base + 3000, 3, base + 2000, 100),
+    ]
+    b.exchange(*transfers)
+    pkg = b.build()
+    verify(pkg)
+    res = run(pkg, numerics=False)
+    bytes_in = np.zeros(dev.tiles, np.int64)
+    bytes_out = np.zeros(dev.tiles, np.int64)
+    for _, _, dt, _, nb in transfers:
+        bytes_in[dt] += nb
+    bytes_out[0], bytes_out[4], bytes_out[5] = 1000 + 300, 2001, 100
+    np.testing.assert_array_equal(res.tile_bytes_in, bytes_in)
+    np.testing.assert_array_equal(res.tile_bytes_out, bytes_out)
+    bw_in, bw_out = dev.exchange_in_bytes_per_cycle, dev.exchange_out_bytes_per_cycle
+    per_tile = [max(-(-int(i) // bw_in), -(-int(o) // bw_out))
+                for i, o in zip(bytes_in, bytes_out, strict=True)]
+    assert res.cycles == dev.sync_cycles + max(per_tile)
+    assert res.cycles == 600 + 501  # tile 5: ceil(2001 / 4)
+
+
+# ---- run-time faults --------------------------------------------------------------------
+
+
+def _drop_transfer(pkg: Package, x: int) -> Package:
+    keep = np.arange(pkg.n_transfers) != x
+    sx = pkg["step_xfer"].copy()
+    sx[np.searchsorted(sx, x, side="right"):] -= 1
+    return pkg.with_arrays(step_xfer=sx, **{k: pkg[k][keep] for k in (
+        "x_src_tile", "x_src_addr", "x_dst_tile", "x_dst_addr", "x_bytes")})
+
+
+def test_dropped_transfer_is_a_read_of_unwritten_memory(dev: Device) -> None:
+    pkg, params, inputs, _ = ksplit_matmul(dev)
+    bad = _drop_transfer(pkg, 1)  # tile 2's partials never reach tile 0
+    verify(bad)  # statically nothing is wrong: the landing buffer is still live
+    res = run(bad, params=params, inputs=inputs)
+    slot = int(pkg["x_dst_addr"][1])
+    assert [f.code for f in res.faults[:1]] == [F_UNINIT]
+    f = res.faults[0]
+    assert (f.step, f.tile, f.address) == (2, 0, slot)
+    assert "read of never-written memory at step 2 (COMPUTE), tile 0" in f.message
+
+
+def test_short_transfer_is_a_read_of_unwritten_memory(dev: Device) -> None:
+    pkg, params, inputs, _ = ksplit_matmul(dev)
+    nb = pkg["x_bytes"].copy()
+    nb[2] -= 64
+    bad = pkg.with_arrays(x_bytes=nb)
+    verify(bad)
+    res = run(bad, params=params, inputs=inputs)
+    assert res.faults[0].code == F_UNINIT
+    assert res.faults[0].address == int(pkg["x_dst_addr"][2]) + int(nb[2])
+
+
+def test_race_between_two_writers_is_reported(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("a", 0, base, 256, "activation")
+    b.buffer("c", 0, base + 256, 256, "activation")
+    x = b.io("a", "input", (64,), "fp32")
+    b.io_block(x, 0, base, (0,), (64,), 0, 0)
+    cp = {1: 64, 3: 64, 4: 4, 5: 64}
+    # two vertices copy into the same destination rows
+    b.compute((0, COPY, {**cp, 0: base, 2: base + 256}), (0, COPY, {**cp, 0: base, 2: base + 256}))
+    res = run(b.build(), inputs={"a": np.ones(64, np.float32)})
+    races = [f for f in res.faults if f.code == F_RACE]
+    assert len(races) == 1
+    assert races[0].step == 0 and races[0].tile == 0 and races[0].address == base + 256
+    assert "vertex 0 (kernel 10) and vertex 1 (kernel 10)" in races[0].message
+
+
+def test_interleaved_column_blocks_are_not_a_race(dev: Device) -> None:
+    # two vertices writing disjoint column halves of the same rows: bounding boxes
+    # overlap, exact byte intervals do not
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("a", 0, base, 256, "activation")
+    b.buffer("c", 0, base + 256, 256, "activation")
+    x = b.io("a", "input", (64,), "fp32")
+    b.io_block(x, 0, base, (0,), (64,), 0, 0)
+    cp = {1: 64, 3: 64, 4: 4, 5: 32}
+    b.compute((0, COPY, {**cp, 0: base, 2: base + 256}),
+              (0, COPY, {**cp, 0: base + 32, 2: base + 256 + 32}))
+    pkg = b.build()
+    verify(pkg)
+    assert run(pkg, inputs={"a": np.ones(64, np.float32)}).ok
+
+
+def test_out_of_range_vertex_and_transfer_are_faults_not_crashes(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("a", 0, base, 256, "activation")
+    x = b.io("a", "input", (64,), "fp32")
+    b.io_block(x, 0, base, (0,), (64,), 0, 0)
+    far = dev.memory_end - 32
+    b.compute((0, COPY, {0: base, 1: 64, 2: far, 3: 64, 4: 4, 5: 64}))
+    b.exchange((0, base, 0, dev.memory_end + 64, 8))
+    pkg = b.build()
+    res = run(pkg, inputs={"a": np.ones(64, np.float32)})
+    codes = [f.code for f in res.faults]
+    assert codes == [F_RANGE, F_XFER_RANGE]
+    assert res.faults[0].address == far and res.faults[1].address == dev.memory_end + 64
+
+
+def test_add_reads_its_operands(dev: Device) -> None:
+    # ADD with an operand nobody wrote: the fault names the operand's address
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    for k, name in enumerate("abc"):
+        b.buffer(name, 0, base + 64 * k, 64, "activation")
+    x = b.io("a", "input", (4, 8), "fp16")
+    b.io_block(x, 0, base, (0, 0), (4, 8), 0, 16)
+    b.compute((0, ADD, {0: base, 1: 16, 2: base + 64, 3: 16, 4: base + 128, 5: 16, 6: 4, 7: 8,
+                        8: 1, 9: 1, 10: 1}))
+    res = run(b.build(), inputs={"a": np.ones((4, 8), np.float32)})
+    assert [(f.code, f.address) for f in res.faults] == [(F_UNINIT, base + 64)]
