@@ -7,8 +7,9 @@ fields; a transform returns a new `Graph` made with `make_graph`, which runs
 - tensor names are unique, `tensors` is sorted by name; dtype ∈ fp8/fp16/fp32,
   kind ∈ activation/parameter/input/output, dims positive, a non-zero
   `scale_exp` only on fp8 tensors;
-- `inputs` lists exactly the tensors of kind "input" (in the given order),
-  `outputs` only tensors of kind "output", each produced by an op;
+- `inputs` lists exactly the tensors of kind "input" and `outputs` exactly
+  those of kind "output" (each once, in the given order), each output
+  produced by an op;
 - every tensor an op reads exists and is an input, a parameter, or produced by
   an earlier op (ops are in topological order, so there are no cycles); every
   tensor has at most one producer; inputs and parameters have none; every
@@ -392,9 +393,6 @@ def verify_graph(g: Graph) -> None:
     for tensor in g.tensors:
         if tensor.kind in ("activation", "output") and tensor.name not in produced:
             raise GraphError(where, f"tensor {tensor.name!r} ({tensor.kind}) has no producer")
-    for name in g.outputs:
-        if g.tensor(name).kind != "output":
-            raise GraphError(where, f"graph output {name!r} has kind {g.tensor(name).kind}")
 
 
 def _check_tensors(g: Graph, where: str) -> None:
@@ -416,9 +414,9 @@ def _check_tensors(g: Graph, where: str) -> None:
     declared = [t.name for t in g.tensors if t.kind == "input"]
     if sorted(g.inputs) != declared:
         raise GraphError(where, f"inputs {list(g.inputs)} != tensors of kind input {declared}")
-    for name in g.outputs:
-        if not g.has(name):
-            raise GraphError(where, f"unknown output {name!r}")
+    declared = [t.name for t in g.tensors if t.kind == "output"]
+    if sorted(g.outputs) != declared:
+        raise GraphError(where, f"outputs {list(g.outputs)} != tensors of kind output {declared}")
 
 
 def _same_shape(op: OpBase, what: str, a: Tensor, b: Tensor) -> None:

@@ -122,7 +122,9 @@ def test_tensor_rules() -> None:
     _expect("dtype 'bf16'", "graph g", _replace_tensor(ts, "h", dtype="bf16"), ops)
     _expect("bad shape", "graph g", _replace_tensor(ts, "b", shape=(0,)), ops)
     _expect("tensors of kind input", "graph g", ts, ops, inputs=())
-    _expect("has kind activation", "graph g", ts, ops, outputs=("h",))
+    _expect("tensors of kind output", "graph g", ts, ops, outputs=("h",))
+    _expect("tensors of kind output", "graph g", ts, ops, outputs=("y", "y"))
+    _expect("tensors of kind output", "graph g", ts, ops, outputs=())
 
 
 def test_add_row_periodic_broadcast() -> None:
