@@ -26,6 +26,7 @@ from planner.graph import (
     verify_graph,
 )
 from planner.models import ModelConfig, load_config, load_model, zoo_names
+from planner.pipeline import PipelineConfig, PlanResult, plan
 from planner.reference import init_inputs, init_params, reference
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "MergeHeads",
     "ModelConfig",
     "Op",
+    "PipelineConfig",
+    "PlanResult",
     "Repeat",
     "Softmax",
     "SplitHeads",
@@ -51,6 +54,7 @@ __all__ = [
     "load_model",
     "make_graph",
     "parameter_count",
+    "plan",
     "reference",
     "verify_graph",
     "zoo_names",

@@ -25,6 +25,8 @@ import numpy as np
 
 from kernels.exceptions import BuildFailure, PackageInvalid
 from planner.allocate import Allocation, allocate
+from planner.catalogue import DEFAULT_LIMIT
+from planner.expand import expand_program
 from planner.graph import Graph
 from planner.link import link, reserve
 from planner.plan import Plan
@@ -123,12 +125,11 @@ def build_program(
     return Built(pkg, sched, alloc, stats, tuple(clock))
 
 
-def build(graph: Graph, device: Device, plan: Plan) -> Built:
-    """The whole build of `graph` on `device` under `plan` (module docstring)."""
-    from planner.expand import expand_program
-
+def build(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT) -> Built:
+    """The whole build of `graph` on `device` under `plan` (module docstring);
+    `limit` is the catalogue shortlist length (operator_candidate_limit)."""
     t0 = time.perf_counter()
-    program = expand_program(graph, device, plan)
+    program = expand_program(graph, device, plan, limit)
     expand_s = time.perf_counter() - t0
     return build_program(program, device, graph.name, graph_meta(graph, plan),
                          reduction_overlap=plan.reduction_overlap,

@@ -199,3 +199,68 @@ def cmd_reference(args: argparse.Namespace) -> int:
     print(_table(["output", "shape", "mean", "std", "min", "max", "nan"], rows))
     print(f"time: setup (graph + init) {t1 - t0:.2f} s, forward {t2 - t1:.2f} s")
     return 0
+
+
+# ---------------------------------------------------------------- plan / run / report
+# (planner back end: planner.pipeline and planner.report do the work)
+
+PLAN_ARGS = (
+    arg("model", nargs="?", default="vit-tiny", help="zoo name or model TOML path (vit-tiny)"),
+    *DEVICE_ARGS,
+    *MODEL_ARGS,
+    arg("--optimization-steps", type=int, default=8,
+        help="proposals the optimizer may evaluate (0 = baseline only); default 8"),
+    arg("--operator-candidate-limit", type=int, default=8,
+        help="catalogue shortlist length per op; default 8"),
+    arg("--capacity-baseline", action="store_true",
+        help="start from the capacity baseline policy instead of the default"),
+    arg("--jobs", type=int, default=1, help="parallel speculative builds; default 1"),
+    arg("--out", default=None, help="save the package and summary.json to this directory"),
+    arg("--json", action="store_true", help="print the summary as one JSON object"),
+)
+
+
+def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
+    import json
+
+    from planner.models import load_model
+    from planner.pipeline import PipelineConfig, run_model
+    from planner.report import format_summary, save_run
+    from simulator.device import load_device
+
+    device = load_device(args.device)
+    graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    cfg = PipelineConfig(optimization_steps=args.optimization_steps,
+                         operator_candidate_limit=args.operator_candidate_limit,
+                         capacity_baseline=args.capacity_baseline, jobs=args.jobs)
+    outcome = run_model(graph, device, cfg, numerics=numerics)
+    if args.out:
+        save_run(args.out, outcome.result.package, outcome.summary)
+    print(json.dumps(outcome.summary, sort_keys=True) if args.json
+          else format_summary(outcome.summary))
+    return outcome.status
+
+
+@command("run", "plan, build, verify and simulate a model; compare with the reference",
+         *PLAN_ARGS, arg("--no-numerics", action="store_true",
+                         help="simulate timing only (no values, no reference comparison)"))
+def cmd_run(args: argparse.Namespace) -> int:
+    return _plan_run(args, numerics=not args.no_numerics)
+
+
+@command("plan", "plan, build and verify a model (timing simulation only)", *PLAN_ARGS)
+def cmd_plan(args: argparse.Namespace) -> int:
+    return _plan_run(args, numerics=False)
+
+
+@command("report", "print the summary of a saved run",
+         arg("run", help="run directory written by --out (or its summary.json)"),
+         arg("--json", action="store_true", help="print the summary as one JSON object"))
+def cmd_report(args: argparse.Namespace) -> int:
+    import json
+
+    from planner.report import format_summary, load_summary
+
+    summary = load_summary(args.run)
+    print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+    return 0

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.exceptions import ConfigError
+from planner.baseline import baseline_plan
 from planner.build import Built, build
 from planner.catalogue import DEFAULT_LIMIT
 from planner.graph import Graph
@@ -91,9 +92,11 @@ class PlanResult:
     built: Built | None = None
 
 
-def evaluate(graph: Graph, device: Device, plan: Plan) -> Incumbent:
-    """Build `plan` and simulate it without numerics.  Raises BuildFailure."""
-    built = build(graph, device, plan)
+def evaluate(graph: Graph, device: Device, plan: Plan,
+             limit: int = DEFAULT_LIMIT) -> Incumbent:
+    """Build `plan` (catalogue shortlist `limit`) and simulate it without
+    numerics.  Raises BuildFailure."""
+    built = build(graph, device, plan, limit)
     t0 = time.perf_counter()
     sim = run(built.package, numerics=False)
     return Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t0, int(sim.n_faults))
@@ -107,14 +110,12 @@ def plan(
 ) -> PlanResult:
     """Plan `graph` on `device` (module docstring).  Raises BuildFailure if the
     baseline does not build, ConfigError/Unsupported on bad input."""
-    from planner.baseline import baseline_plan
-
     cfg = cfg or PipelineConfig()
     t0 = time.perf_counter()
     policy = "capacity" if cfg.capacity_baseline else "default"
     base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy=policy)
     t1 = time.perf_counter()
-    base = evaluate(graph, device, base_plan)
+    base = evaluate(graph, device, base_plan, cfg.operator_candidate_limit)
     final, history = base, ()
     name = "none"
     if cfg.optimization_steps > 0 and optimizer is not None:

@@ -1,0 +1,82 @@
+"""How long does baseline planning take, and how good is the baseline?
+
+For each case (model, layers) on DEVICE this plans the baseline only
+(`optimization_steps=0`: baseline policy → expand → schedule → allocate →
+link → verify), simulates it timing-only, and reports planning seconds
+(wall time of `planner.plan`: baseline policy, build and the timing
+simulation that costs it), simulated
+cycles, the fraction of the fp8 compute roofline (graph FLOPs / (tiles × 2 ×
+fp8 MACs/cycle × cycles)), the peak tile bytes (code + exchange tables +
+support + tensor range), or the BuildFailure of a case that does not fit.
+
+Targets (issue 5): siglip-so400m 1 layer planned in ≤ 10 s, 27 layers in
+≤ 20 s (the Repeat body is planned once).  Planning is deterministic, so no
+seed is involved.
+
+Usage: python experiments/bench_planning.py [--small] [--out PATH]
+Writes the table to artifacts/bench_planning.txt (or PATH) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from kernels.exceptions import BuildFailure
+from planner.build import peak_tile_bytes
+from planner.models import load_model
+from planner.pipeline import PipelineConfig, plan
+from planner.report import roofline_fraction
+from simulator.device import Device, load_device
+
+DEVICE = "c600"
+CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("siglip-so400m", 27))
+SMALL_CASES = (("vit-tiny", 1),)
+OUT = Path("artifacts/bench_planning.txt")
+HEADER = ("model", "layers", "plan s", "cycles", "fp8 roofline", "peak tile bytes", "result")
+
+
+def bench_case(model: str, layers: int, device: Device) -> tuple[str, ...]:
+    """One table row: planning seconds, cycles, roofline, peak bytes, result."""
+    graph = load_model(model, layers=layers)
+    t0 = time.perf_counter()
+    try:
+        res = plan(graph, device, PipelineConfig(optimization_steps=0))
+    except BuildFailure as e:
+        secs = time.perf_counter() - t0
+        return (model, str(layers), f"{secs:.2f}", "-", "-", "-", " ".join(str(e).split()))
+    secs = time.perf_counter() - t0
+    frac = roofline_fraction(graph, device, res.cycles)
+    return (model, str(layers), f"{secs:.2f}", f"{res.cycles:,}", f"{100 * frac:.2f}%",
+            f"{peak_tile_bytes(res.package):,}", "ok")
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    cells = [HEADER, *rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADER) - 1)]
+    lines = []
+    for r in cells:
+        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:],
+                                                                      strict=True)]
+        lines.append("  ".join(parts + [r[-1]]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="run SMALL_CASES only")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    device = load_device(DEVICE)
+    cases = SMALL_CASES if args.small else CASES
+    text = f"baseline planning on {DEVICE}\n" + table([bench_case(m, n, device)
+                                                      for m, n in cases])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
