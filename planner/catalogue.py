@@ -1,0 +1,357 @@
+"""Per-op whole-device recipes ("mid selections") with estimates.
+
+A `Recipe` is one way to run one op on the whole device, independent of the
+plan's tile mapping (so it can be cached by op signature):
+
+- `matmul` (gm, gn, gk): tile (i, j, l) multiplies the a block (rows i, K
+  slice l) by the b block (K slice l, columns j).  gk = 1 writes the fp16 out
+  block with the bias; gk > 1 writes an fp32 partial that is exchanged to the
+  gk row-slice owners of block (i, j) and summed there by REDUCE (+ bias).
+  Weights live once, on the tiles with i = 0 (compact home); gm > 1 multicasts
+  each block from its home to the other gm - 1 tiles every time (gm = 1 is
+  weight-stationary).
+- `bmm` (bg, gr): attention batched matmul; a tile holds bg batches (gr = 1)
+  or a 1/gr row block of one batch, and the other operand's whole head(s).
+- `rows` (rows_per_owner,): row-parallel LayerNorm/Softmax/GELU/Add/Cast.
+- `heads`: SplitHeads/MergeHeads, a redistribution between canonical layouts.
+
+Estimate (cycles) = max per-tile compute cycles (kernel cycle models via
+`kernels.dispatch.vertex_cycles`) + per exchange phase (sync + max per-tile
+bytes in / bandwidth): the operands' move from the canonical layout, weight
+multicast, partial exchange and the move of the result back to canonical.
+`mem_bytes` is the per-tile tensor bytes the op needs while it runs (operand
+blocks, partials, landing buffers; parameter homes are not counted — they
+are persistent and priced by the baseline).  `xbytes` is the per-tile
+exchange-landing storage.
+
+`catalogue(g, op, device, limit)` returns the shortlist: the `limit` best
+estimates, always including the smallest-`mem_bytes` recipe and the
+exchange-storage extreme (smallest `xbytes`).  Results are cached by
+(op signature, device, limit); `CACHE_STATS` counts hits and misses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from kernels import ids
+from kernels.exceptions import Unsupported
+from planner.graph import (
+    DTYPE_BYTES,
+    Add,
+    BatchMatMul,
+    Cast,
+    Gelu,
+    Graph,
+    LayerNorm,
+    MatMul,
+    MergeHeads,
+    Op,
+    Softmax,
+    SplitHeads,
+)
+from planner.layout import canonical_rows_per_owner, view2d
+from simulator.device import Device
+
+DT_CODE = {"fp8": 0, "fp16": 1, "fp32": 2}
+DEFAULT_LIMIT = 8
+# grid extents tried per matmul dimension (then clipped to the dimension)
+GRID_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+CACHE_STATS = {"hits": 0, "misses": 0}
+_CACHE: dict[tuple, tuple[Recipe, ...]] = {}
+
+
+@dataclass(frozen=True, order=True)
+class Recipe:
+    """One whole-device way to run an op.  Units: cycles and bytes per tile."""
+
+    cycles: int
+    mem_bytes: int
+    key: str
+    family: str
+    grid: tuple[int, ...]
+    compute_cycles: int
+    exchange_cycles: int
+    syncs: int
+    in_bytes: int
+    xbytes: int
+    tiles: int
+
+
+# ------------------------------------------------------------ cycle models
+
+
+@lru_cache(maxsize=1 << 16)
+def kernel_cycles(kid: int, args: tuple[int, ...], device: Device) -> int:
+    """Cycles of one vertex from the kernels' cycle model (operand addresses
+    are placed in distinct memory elements: no conflict penalty)."""
+    from kernels.dispatch import vertex_cycles
+
+    a = np.zeros(16, dtype=np.int64)
+    a[: len(args)] = args
+    return int(vertex_cycles(kid, a, np.asarray(device.tile_desc().as_array())))
+
+
+def _addr(device: Device, slot: int) -> int:
+    """A fake operand address in memory element `slot` (for cycle estimates)."""
+    return device.memory_base + slot * device.element_bytes
+
+
+def matmul_cycles(m: int, k: int, n: int, in_dt: str, out_dt: str, device: Device) -> int:
+    e_in, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
+    args = (_addr(device, 0), k * e_in, _addr(device, 12), n * e_in, _addr(device, 24),
+            n * e_out, m, k, n, DT_CODE[in_dt], DT_CODE[out_dt], 0, 0, 0)
+    return kernel_cycles(ids.MATMUL, args, device)
+
+
+def exchange_cycles(nbytes: int, device: Device) -> int:
+    """One exchange phase landing `nbytes` on the busiest tile."""
+    return device.sync_cycles + math.ceil(nbytes / device.exchange_in_bytes_per_cycle)
+
+
+def row_kernel_cycles(kind: str, rows: int, cols: int, in_dt: str, out_dt: str,
+                      device: Device) -> int:
+    """Cycles of the row kernel of op `kind` on a rows × cols block."""
+    e_in, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
+    x, y, p = _addr(device, 0), _addr(device, 12), _addr(device, 24)
+    ldx, ldy = cols * e_in, cols * e_out
+    dx, dy = DT_CODE[in_dt], DT_CODE[out_dt]
+    args: tuple[int, ...]
+    if kind == "LayerNorm":
+        args = (x, ldx, p, p + cols * 2, y, ldy, rows, cols, 0)
+        kid = ids.LAYERNORM
+    elif kind == "Gelu":
+        args, kid = (x, ldx, y, ldy, rows, cols), ids.GELU
+    elif kind == "Softmax":
+        args, kid = (x, ldx, y, ldy, rows, cols, 0x3F800000, dx, dy), ids.SOFTMAX
+    elif kind == "Add":
+        args, kid = (x, ldx, p, ldx, y, ldy, rows, cols, dx, dx, dy), ids.ADD
+    elif kind == "Cast":
+        args, kid = (x, ldx, y, ldy, rows, cols, dx, dy, 0), ids.CAST
+    else:
+        raise Unsupported(kind, "no row kernel")
+    return kernel_cycles(kid, args, device)
+
+
+# ------------------------------------------------------------ signatures
+
+
+def op_signature(g: Graph, op: Op) -> tuple:
+    """What a recipe depends on: op kind, operand shapes and dtypes, flags."""
+    parts: list[object] = [op.kind]
+    for name in op.inputs + op.outputs:
+        t = g.tensor(name)
+        parts.append((t.shape, t.dtype, t.kind == "parameter"))
+    if isinstance(op, BatchMatMul):
+        parts.append(op.transpose_b)
+    return tuple(parts)
+
+
+def catalogue(g: Graph, op: Op, device: Device, limit: int = DEFAULT_LIMIT) -> tuple[Recipe, ...]:
+    """The shortlisted recipes of `op` in graph `g` (best estimate first)."""
+    key = (op_signature(g, op), device, limit)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        CACHE_STATS["hits"] += 1
+        return hit
+    CACHE_STATS["misses"] += 1
+    recipes = _generate(g, op, device)
+    if not recipes:
+        raise Unsupported(op.name, f"no recipe fits a {device.name} tile")
+    out = shortlist(recipes, limit)
+    _CACHE[key] = out
+    return out
+
+
+def shortlist(recipes: list[Recipe], limit: int) -> tuple[Recipe, ...]:
+    """The `limit` best estimates plus the smallest-buffer recipe and the
+    exchange-storage extreme (smallest landing bytes); order: estimate, key."""
+    ranked = sorted(recipes)
+    keep = ranked[: max(1, limit)]
+    smallest = min(ranked, key=lambda r: (r.mem_bytes, r.cycles, r.key))
+    least_x = min(ranked, key=lambda r: (r.xbytes, r.mem_bytes, r.cycles, r.key))
+    for r in (smallest, least_x):
+        if r not in keep:
+            keep.append(r)
+    return tuple(sorted(keep))
+
+
+def find(recipes: tuple[Recipe, ...], key: str) -> Recipe:
+    for r in recipes:
+        if r.key == key:
+            return r
+    raise KeyError(f"recipe {key!r} not in catalogue {[r.key for r in recipes]}")
+
+
+def recipe_from_key(g: Graph, op: Op, device: Device, key: str) -> Recipe:
+    """Any recipe of `op` by key, shortlisted or not (plans may name others)."""
+    for r in _generate(g, op, device):
+        if r.key == key:
+            return r
+    raise KeyError(f"op {op.name}: no recipe {key!r}")
+
+
+def _generate(g: Graph, op: Op, device: Device) -> list[Recipe]:
+    budget = device.memory_size - device.support_bytes
+    if isinstance(op, MatMul):
+        out = _matmul_recipes(g, op, device)
+    elif isinstance(op, BatchMatMul):
+        out = _bmm_recipes(g, op, device)
+    elif isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)):
+        out = _row_recipes(g, op, device)
+    elif isinstance(op, (SplitHeads, MergeHeads)):
+        out = [_heads_recipe(g, op, device)]
+    else:
+        raise Unsupported(op.kind, "no catalogue family")
+    fits = [r for r in out if r.mem_bytes <= budget]
+    return fits or [min(out, key=lambda r: (r.mem_bytes, r.key))]
+
+
+# ------------------------------------------------------------ families
+
+
+def _steps(n: int) -> list[int]:
+    return sorted({min(s, n) for s in GRID_STEPS})
+
+
+def _canon_rpo(g: Graph, name: str, device: Device) -> int:
+    t = g.tensor(name)
+    rows, cols = view2d(t.shape)
+    return canonical_rows_per_owner(rows, cols, DTYPE_BYTES[t.dtype], device.element_bytes,
+                                    device.tiles)
+
+
+def _matmul_recipes(g: Graph, op: MatMul, device: Device) -> list[Recipe]:
+    a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
+    m, k = a.shape
+    n = b.shape[1]
+    e_in, e_out = DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype]
+    tiles = device.tiles
+    recipes = []
+    for gm in _steps(m):
+        for gk in _steps(k):
+            if gm * gk > tiles:
+                continue
+            gn_max = min(n, tiles // (gm * gk))
+            for gn in sorted({gn_max, max(1, gn_max // 2), min(n, 1)}):
+                recipes.append(_matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
+                                              e_in, e_out, op.bias is not None, device))
+    return recipes
+
+
+def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str, out_dt: str,
+                   e_in: int, e_out: int, bias: bool, device: Device) -> Recipe:
+    mb, kb, nb = math.ceil(m / gm), math.ceil(k / gk), math.ceil(n / gn)
+    a_bytes, b_bytes = mb * kb * e_in, kb * nb * e_in
+    # the a operand usually arrives as fp16 and is cast on the tile (cast after)
+    a_wide = mb * kb * 2 if in_dt == "fp8" else 0
+    phases = [a_bytes + (nb * 2 if bias and gm > 1 else 0)]
+    mem = a_bytes + a_wide + (b_bytes if gm > 1 else 0)
+    xbytes = a_bytes + (b_bytes if gm > 1 else 0)
+    if gm > 1:
+        phases.append(b_bytes)
+    if gk == 1:
+        compute = matmul_cycles(mb, kb, nb, in_dt, out_dt, device)
+        mem += mb * nb * e_out
+        out_block = mb * nb * e_out
+    else:
+        compute = matmul_cycles(mb, kb, nb, in_dt, "fp32", device)
+        slice_rows = math.ceil(mb / gk)
+        land = gk * slice_rows * nb * 4
+        phases.append(land)
+        mem += mb * nb * 4 + land + slice_rows * nb * e_out
+        xbytes += land
+        compute += row_kernel_cycles("Add", slice_rows, nb, "fp32", out_dt, device) * (gk - 1)
+        out_block = slice_rows * nb * e_out
+    phases.append(out_block)
+    xcyc = sum(exchange_cycles(p, device) for p in phases)
+    return Recipe(
+        cycles=compute + xcyc, mem_bytes=mem, key=f"mm:{gm}x{gn}x{gk}", family="matmul",
+        grid=(gm, gn, gk), compute_cycles=compute, exchange_cycles=xcyc, syncs=len(phases),
+        in_bytes=max(phases), xbytes=xbytes, tiles=gm * gn * gk,
+    )
+
+
+def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
+    a, _b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
+    bt, m, k = a.shape
+    n = out.shape[2]
+    e, e_out = DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype]
+    tiles = device.tiles
+    grids = set()
+    for gr in _steps(m) + [min(m, tiles // bt)]:
+        if gr >= 1 and bt * gr <= tiles:
+            grids.add((1, gr))
+    for bg in range(1, bt + 1):
+        if math.ceil(bt / bg) <= tiles and (bg in (1, 2, 4, 8) or bg == bt
+                                             or math.ceil(bt / bg) == tiles):
+            grids.add((bg, 1))
+    recipes = []
+    for bg, gr in sorted(grids):
+        mb = math.ceil(m / gr)
+        a_bytes, b_bytes, o_bytes = bg * mb * k * e, bg * k * n * e, bg * mb * n * e_out
+        args = (_addr(device, 0), k * e, _addr(device, 12), (k if op.transpose_b else n) * e,
+                _addr(device, 24), n * e_out, mb, k, n, DT_CODE[a.dtype], DT_CODE[out.dtype],
+                int(op.transpose_b), bg, mb * k * e, k * n * e, mb * n * e_out)
+        compute = kernel_cycles(ids.BATCH_MATMUL, args, device)
+        phases = [a_bytes + b_bytes, o_bytes]
+        xcyc = sum(exchange_cycles(p, device) for p in phases)
+        recipes.append(Recipe(
+            cycles=compute + xcyc, mem_bytes=a_bytes + b_bytes + o_bytes, key=f"bmm:{bg}x{gr}",
+            family="bmm", grid=(bg, gr), compute_cycles=compute, exchange_cycles=xcyc,
+            syncs=2, in_bytes=a_bytes + b_bytes, xbytes=a_bytes + b_bytes,
+            tiles=math.ceil(bt / bg) * gr,
+        ))
+    return recipes
+
+
+def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
+                 device: Device) -> list[Recipe]:
+    x_name = op.a if isinstance(op, Add) else op.x
+    x, out = g.tensor(x_name), g.tensor(op.outputs[0])
+    rows, cols = view2d(x.shape)
+    e_in, e_out = DTYPE_BYTES[x.dtype], DTYPE_BYTES[out.dtype]
+    canon_in = _canon_rpo(g, x_name, device)
+    canon_out = _canon_rpo(g, op.outputs[0], device)
+    fastest = math.ceil(rows / device.tiles)
+    options = {canon_in, canon_out, fastest}
+    r = fastest
+    while r < canon_in:
+        options.add(r)
+        r *= 2
+    n_in = 2 if isinstance(op, Add) else 1
+    pbytes = 2 * cols * 2 if isinstance(op, LayerNorm) else 0
+    recipes = []
+    for rpo in sorted(options):
+        compute = row_kernel_cycles(op.kind, rpo, cols, x.dtype, out.dtype, device)
+        in_b, out_b = n_in * rpo * cols * e_in, rpo * cols * e_out
+        phases = []
+        if rpo != canon_in:
+            phases.append(in_b)
+        if pbytes:
+            phases.append(pbytes)
+        if rpo != canon_out:
+            phases.append(out_b)
+        xcyc = sum(exchange_cycles(p, device) for p in phases)
+        recipes.append(Recipe(
+            cycles=compute + xcyc, mem_bytes=in_b + out_b + pbytes, key=f"rows:{rpo}",
+            family="rows", grid=(rpo,), compute_cycles=compute, exchange_cycles=xcyc,
+            syncs=len(phases), in_bytes=max(phases, default=0),
+            xbytes=(in_b if rpo != canon_in else 0) + pbytes, tiles=math.ceil(rows / rpo),
+        ))
+    return recipes
+
+
+def _heads_recipe(g: Graph, op: SplitHeads | MergeHeads, device: Device) -> Recipe:
+    out = g.tensor(op.out)
+    rpo = _canon_rpo(g, op.out, device)
+    cols = view2d(out.shape)[1]
+    nbytes = rpo * cols * DTYPE_BYTES[out.dtype]
+    xcyc = exchange_cycles(nbytes, device)
+    return Recipe(cycles=xcyc, mem_bytes=nbytes, key="heads", family="heads", grid=(),
+                  compute_cycles=0, exchange_cycles=xcyc, syncs=1, in_bytes=nbytes,
+                  xbytes=nbytes, tiles=math.ceil(view2d(out.shape)[0] / rpo))

@@ -1,0 +1,255 @@
+"""Expand a lowered graph into a symbolic `Program` (planner/program.py).
+
+`expand_program(graph, device, plan)` lowers (planner/lower.py) and then
+creates, per value cell and replica, one logical buffer on its tile, and per
+step the phases of vertices and transfers:
+
+- buffers: parameter homes are persistent `parameter` buffers; graph inputs
+  and outputs persistent `activation` buffers; other values `activation`
+  (canonical and op outputs) or `exchange-landing` (operand copies);
+  K-split partials `scratch`, partial landing blocks `exchange-landing`;
+- the Repeat body is expanded once between LoopMark(begin, trips) and
+  LoopMark(end).  An iterated parameter home cell is one sequence buffer of
+  `trips` per-layer blocks; its refs carry `iter_stride` = block bytes.
+  Invariant parameters are plain refs.  A loop-carried value uses two
+  buffer sets in ping-pong: iteration i reads the argument from set i % 2
+  and writes the yield to set (i + 1) % 2 (refs with a per-iteration `seq`;
+  the linker makes a table patch for 3+ trips, an arithmetic one for 2), so
+  nothing is copied at the end of an iteration.  The outer init value is set
+  0, the outer final value set trips % 2;
+- I/O blocks for every input, parameter (home cells; an iterated parameter's
+  cell is one block covering all layers: lo = (0, r0, c0), hi = (trips, r1,
+  c1), ld0 = per-layer block bytes) and output.
+
+Raises BuildFailure(stage="expand") when a value cell does not fit a tile.
+"""
+
+from __future__ import annotations
+
+from kernels.exceptions import BuildFailure, Unsupported
+from planner import expand_ops
+from planner.catalogue import DEFAULT_LIMIT
+from planner.expand_redist import Loc, moves, shareable
+from planner.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
+from planner.layout import view2d
+from planner.lower import Lowered, Step, Value, lower
+from planner.plan import Plan
+from planner.program import IOBlock, LoopMark, Phase, Program
+from simulator.device import Device
+
+
+class Expander:
+    def __init__(self, lw: Lowered, device: Device) -> None:
+        self.lw = lw
+        self.device = device
+        self.prog = Program()
+        self.placed: dict[str, list[list[Loc]]] = {}
+        self.persistent = set(lw.inputs.values()) | set(lw.outputs.values())
+
+    # ------------------------------------------------------------ helpers
+
+    def value(self, name: str) -> Value:
+        return self.lw.values[name]
+
+    def locs(self, name: str) -> list[list[Loc]]:
+        return self.placed[name]
+
+    def emit(self, item: Phase | LoopMark) -> None:
+        if isinstance(item, Phase) and not (item.vertices or item.transfers):
+            return
+        self.prog.items.append(item)
+
+    def new_cell_buf(self, v: Value, tile: int, nbytes: int, kind: str, name: str,
+                     persistent: bool) -> int:
+        limit = self.device.memory_size - self.device.support_bytes
+        if nbytes > limit:
+            raise BuildFailure("expand", tile, nbytes, limit,
+                               f"cell {name} of {v.tensor} does not fit one tile")
+        return self.prog.new_buf(tile, nbytes, kind, name, persistent)
+
+    def materialise(self, v: Value, kind: str | None = None,
+                    skip: dict[tuple[int, int], Loc] | None = None) -> None:
+        """Give every cell replica of `v` a buffer (unless bound already);
+        `skip` supplies shared storage for some (cell, replica) pairs."""
+        if v.name in self.placed:
+            return
+        lay = v.layout
+        persistent = v.name in self.persistent or v.role == "parameter"
+        if kind is None:
+            kind = "parameter" if v.role == "parameter" else "activation"
+        out: list[list[Loc]] = []
+        for ri, ci in lay.cells():
+            r0, r1, c0, c1 = lay.rect(ri, ci)
+            cell = ri * lay.nc + ci
+            nbytes = (r1 - r0) * (c1 - c0) * v.elem
+            locs: list[Loc] = []
+            for k, tile in enumerate(lay.owners[cell]):
+                if skip and (cell, k) in skip:
+                    locs.append(skip[cell, k])
+                    continue
+                total = nbytes * max(1, v.trips)
+                buf = self.new_cell_buf(v, tile, total, kind, f"{v.name}[{ri},{ci}]{k}",
+                                        persistent)
+                locs.append((buf, 0, nbytes if v.trips else 0, ()))
+            out.append(locs)
+        self.placed[v.name] = out
+
+    # ------------------------------------------------------------ carries
+
+    def bind_carries(self) -> None:
+        for c in self.lw.carries:
+            iv = self.value(c.init)
+            self.materialise(iv)
+            x0 = self.placed[c.init]
+            x1: list[list[Loc]] = []
+            av = self.value(c.arg)
+            lay = av.layout
+            for ri, ci in lay.cells():
+                cell = ri * lay.nc + ci
+                r0, r1, c0, c1 = lay.rect(ri, ci)
+                tile = lay.owners[cell][0]
+                buf = self.new_cell_buf(av, tile, (r1 - r0) * (c1 - c0) * av.elem,
+                                        "activation", f"{c.arg}[{ri},{ci}]pong", False)
+                x1.append([(buf, 0, 0, ())])
+            sets = (x0, x1)
+            self.placed[c.arg] = self._seq(sets, c.trips, 0)
+            self.placed[c.yld] = self._seq(sets, c.trips, 1)
+            self.placed[c.final] = sets[c.trips % 2]
+
+    @staticmethod
+    def _seq(sets: tuple[list[list[Loc]], list[list[Loc]]], trips: int,
+             shift: int) -> list[list[Loc]]:
+        out: list[list[Loc]] = []
+        for cell in range(len(sets[0])):
+            bufs = [sets[(i + shift) % 2][cell][0][0] for i in range(trips)]
+            if trips == 1:
+                out.append([(bufs[0], 0, 0, ())])
+            else:
+                out.append([(bufs[0], 0, 0, tuple((b, 0) for b in bufs))])
+        return out
+
+    # ------------------------------------------------------------ steps
+
+    def run(self) -> Program:
+        self.bind_carries()
+        for v in self.lw.inputs.values():
+            self.materialise(self.value(v))
+        for step in self.lw.steps:
+            self.step(step)
+        self.io()
+        return self.prog
+
+    def step(self, s: Step) -> None:
+        if s.kind == "loop_begin":
+            self.emit(LoopMark(True, s.trips, s.label))
+        elif s.kind == "loop_end":
+            self.emit(LoopMark(False, s.trips, s.label))
+        elif s.kind == "redistribute":
+            self.redistribute(s.inputs[0], s.outputs[0], s.segments, s.label)
+        elif s.kind == "cast":
+            expand_ops.expand_cast_step(self, s)
+        elif isinstance(s.op, MatMul):
+            self.params(s)
+            expand_ops.expand_matmul(self, s)
+        elif isinstance(s.op, BatchMatMul):
+            expand_ops.expand_bmm(self, s)
+        elif isinstance(s.op, (SplitHeads, MergeHeads)):
+            self.redistribute(s.inputs[0], s.outputs[0], heads_segments(self.lw, s), s.label)
+        else:
+            self.params(s)
+            expand_ops.expand_rows(self, s)
+
+    def params(self, s: Step) -> None:
+        for name in s.inputs:
+            v = self.value(name)
+            if v.role == "parameter":
+                self.materialise(v)
+
+    def redistribute(self, src: str, dst: str, segments: tuple, label: str) -> None:
+        sv, dv = self.value(src), self.value(dst)
+        if sv.role == "parameter":
+            self.materialise(sv)
+        skip: dict[tuple[int, int], Loc] = {}
+        if dst not in self.placed and shareable(sv.layout, dv.layout, segments):
+            slocs = self.placed[src]
+            for cell, owners in enumerate(dv.layout.owners):
+                for k, tile in enumerate(owners):
+                    if tile in sv.layout.owners[cell]:
+                        skip[cell, k] = slocs[cell][sv.layout.owners[cell].index(tile)]
+        kind = "activation" if dv.role in ("canonical", "output") else "exchange-landing"
+        self.materialise(dv, kind=kind, skip=skip)
+        mv = moves(self.prog, label, sv.layout, self.placed[src], dv.layout, self.placed[dst],
+                   sv.elem, segments, set(skip))
+        self.emit(Phase("compute", f"{label} pack", vertices=mv.pack))
+        self.emit(Phase("exchange", label, transfers=mv.transfers))
+        self.emit(Phase("compute", f"{label} unpack", vertices=mv.unpack))
+
+    # ------------------------------------------------------------ I/O
+
+    def io(self) -> None:
+        lw = self.lw
+        entries = []
+        for name, vname in lw.inputs.items():
+            entries.append((name, "input", vname))
+        for name in sorted(lw.homes):
+            entries.append((name, "parameter", lw.homes[name]))
+        for name, vname in lw.outputs.items():
+            entries.append((name, "output", vname))
+        for name, role, vname in entries:
+            v = self.value(vname)
+            shape = v.shape if not v.trips else (v.trips, *v.shape)
+            self.prog.io_tensors.append({"name": name, "role": role, "shape": list(shape),
+                                         "dtype": v.dtype, "scale_exp": v.scale_exp})
+            self.materialise(v)
+            self.io_blocks(name, role, v)
+
+    def io_blocks(self, name: str, role: str, v: Value) -> None:
+        if len(v.shape) > 2:
+            raise Unsupported(name, f"I/O tensor of rank {len(v.shape)}")
+        lay = v.layout
+        locs = self.placed[v.name]
+        for ri, ci in lay.cells():
+            r0, r1, c0, c1 = lay.rect(ri, ci)
+            cell = ri * lay.nc + ci
+            buf, off, _, _ = locs[cell][0]
+            ld1 = (c1 - c0) * v.elem
+            nbytes = (r1 - r0) * ld1
+            if len(v.shape) == 2 and v.trips:
+                lo, hi, ld0 = (0, r0, c0), (v.trips, r1, c1), nbytes
+            elif len(v.shape) == 2:
+                lo, hi, ld0 = (0, r0, c0), (1, r1, c1), nbytes
+            elif v.trips:  # [trips, N]: layer l is row l, blocks of one layer apart
+                lo, hi, ld0, ld1 = (0, 0, c0), (1, v.trips, c1), nbytes * v.trips, nbytes
+            else:
+                lo, hi, ld0 = (0, 0, c0), (1, 1, c1), nbytes
+            self.prog.io.append(IOBlock(name, role, buf, off, lo, hi, ld0, ld1))
+
+
+def heads_segments(lw: Lowered, s: Step) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    """Segments of SplitHeads (x [B·T, H] → [B·heads·T, dh]) or MergeHeads."""
+    op = s.op
+    assert isinstance(op, (SplitHeads, MergeHeads))
+    split = lw.values[s.outputs[0] if isinstance(op, SplitHeads) else s.inputs[0]]
+    bt, t, dh = split.shape
+    heads = op.heads
+    segs = []
+    for b in range(bt // heads):
+        for h in range(heads):
+            if isinstance(op, SplitHeads):
+                segs.append(((b * heads + h) * t, (b * heads + h + 1) * t, 0, b * t, h * dh, dh))
+            else:
+                segs.append((b * t, (b + 1) * t, h * dh, (b * heads + h) * t, 0, dh))
+    return tuple(segs)
+
+
+def expand_lowered(lw: Lowered, device: Device) -> Program:
+    return Expander(lw, device).run()
+
+
+def expand_program(g: Graph, device: Device, plan: Plan,
+                   limit: int = DEFAULT_LIMIT) -> Program:
+    """The symbolic program of `g` on `device` under `plan` (module docstring)."""
+    return expand_lowered(lower(g, device, plan, limit), device)
+
+
+__all__ = ["expand_program", "expand_lowered", "heads_segments", "view2d"]

@@ -1,0 +1,173 @@
+"""Distributed layouts of a logical 2-D matrix over physical tiles.
+
+Every tensor is seen as a 2-D matrix: shape (R, C) as is, (n,) as (1, n), and
+(Bt, T, d) as (Bt·T, d) rows.  A `Layout` cuts that matrix into a grid of
+cells (row cuts × column cuts); each cell is held by one or more tiles
+(replicas, the first is the primary).  A cell is stored contiguously,
+row-major, with local row stride = cell width × element bytes.
+
+The **canonical** layout (the default boundary between ops) is contiguous row
+blocks: rows_per_owner = max(1, target // row_bytes) with target = one 16 KiB
+SRAM element (scaled by the plan's packing), raised to ceil(R / tiles) when
+there would be more owners than tiles.  Owner o of n sits on logical tile
+o·tiles // n (spread over the device, never piled on tiles 0..n-1) and on the
+physical tile the plan's tile mapping gives.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planner.plan import PACKING_FACTOR, Plan
+
+
+def view2d(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(rows, cols) of the 2-D view of a tensor of `shape`."""
+    if len(shape) == 1:
+        return 1, shape[0]
+    return math.prod(shape[:-1]), shape[-1]
+
+
+def even_cuts(n: int, parts: int) -> tuple[int, ...]:
+    """Cut points splitting range(n) into `parts` pieces whose sizes differ by ≤ 1
+    (larger pieces first); parts is clipped to n."""
+    parts = max(1, min(parts, n))
+    q, r = divmod(n, parts)
+    cuts = [0]
+    for i in range(parts):
+        cuts.append(cuts[-1] + q + (1 if i < r else 0))
+    return tuple(cuts)
+
+
+def step_cuts(n: int, step: int) -> tuple[int, ...]:
+    """Cut points every `step` elements (the last piece may be shorter)."""
+    return tuple(range(0, n, step)) + (n,)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A grid of cells over an R × C matrix; `owners[ri * ncols + ci]` holds
+    the tiles storing cell (ri, ci), primary first."""
+
+    rows: int
+    cols: int
+    row_cuts: tuple[int, ...]
+    col_cuts: tuple[int, ...]
+    owners: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        for cuts, n, what in ((self.row_cuts, self.rows, "row"),
+                              (self.col_cuts, self.cols, "col")):
+            steps = zip(cuts, cuts[1:], strict=False)
+            if cuts[0] != 0 or cuts[-1] != n or any(a >= b for a, b in steps):
+                raise ValueError(f"layout {what} cuts {cuts[:8]}... do not split 0..{n}")
+        if len(self.owners) != self.nr * self.nc or any(not o for o in self.owners):
+            raise ValueError(f"layout needs one non-empty owner tuple per cell "
+                             f"({self.nr}x{self.nc}), got {len(self.owners)}")
+
+    @property
+    def nr(self) -> int:
+        return len(self.row_cuts) - 1
+
+    @property
+    def nc(self) -> int:
+        return len(self.col_cuts) - 1
+
+    def rect(self, ri: int, ci: int) -> tuple[int, int, int, int]:
+        """(r0, r1, c0, c1) of cell (ri, ci)."""
+        return self.row_cuts[ri], self.row_cuts[ri + 1], self.col_cuts[ci], self.col_cuts[ci + 1]
+
+    def cell_owners(self, ri: int, ci: int) -> tuple[int, ...]:
+        return self.owners[ri * self.nc + ci]
+
+    def cells(self) -> list[tuple[int, int]]:
+        return [(ri, ci) for ri in range(self.nr) for ci in range(self.nc)]
+
+    @cached_property
+    def _row_arr(self) -> np.ndarray:
+        return np.asarray(self.row_cuts, dtype=np.int64)
+
+    @cached_property
+    def _col_arr(self) -> np.ndarray:
+        return np.asarray(self.col_cuts, dtype=np.int64)
+
+    def row_span(self, r0: int, r1: int) -> range:
+        """Indices of the row cells overlapping rows [r0, r1)."""
+        a = int(np.searchsorted(self._row_arr, r0, side="right")) - 1
+        b = int(np.searchsorted(self._row_arr, r1, side="left"))
+        return range(max(a, 0), min(b, self.nr))
+
+    def col_span(self, c0: int, c1: int) -> range:
+        a = int(np.searchsorted(self._col_arr, c0, side="right")) - 1
+        b = int(np.searchsorted(self._col_arr, c1, side="left"))
+        return range(max(a, 0), min(b, self.nc))
+
+    def primary(self) -> Layout:
+        """The same grid with only the primary replica of each cell."""
+        return Layout(self.rows, self.cols, self.row_cuts, self.col_cuts,
+                      tuple(o[:1] for o in self.owners))
+
+    def tile_bytes(self, elem_bytes: int) -> dict[int, int]:
+        """Bytes each tile stores (all its cells and replicas), by tile."""
+        out: dict[int, int] = {}
+        for ri, ci in self.cells():
+            r0, r1, c0, c1 = self.rect(ri, ci)
+            nbytes = (r1 - r0) * (c1 - c0) * elem_bytes
+            for t in self.cell_owners(ri, ci):
+                out[t] = out.get(t, 0) + nbytes
+        return out
+
+    def max_cell_bytes(self, elem_bytes: int) -> int:
+        rows = max(b - a for a, b in zip(self.row_cuts, self.row_cuts[1:], strict=False))
+        cols = max(b - a for a, b in zip(self.col_cuts, self.col_cuts[1:], strict=False))
+        return rows * cols * elem_bytes
+
+    def is_row_blocks(self) -> bool:
+        """True when every cell spans all columns and has one owner."""
+        return self.nc == 1 and all(len(o) == 1 for o in self.owners)
+
+
+# ------------------------------------------------------------ constructors
+
+
+def canonical_rows_per_owner(rows: int, cols: int, elem_bytes: int, element_bytes: int,
+                             tiles: int, packing: str = "element") -> int:
+    """Rows per owner of the canonical layout (module docstring)."""
+    num, den = PACKING_FACTOR[packing]
+    target = element_bytes * num // den
+    rpo = max(1, target // (cols * elem_bytes))
+    if math.ceil(rows / rpo) > tiles:
+        rpo = math.ceil(rows / tiles)
+    return min(rpo, rows)
+
+
+def spread_tiles(n: int, tiles: int, plan: Plan) -> tuple[int, ...]:
+    """Physical tiles of n owners spread evenly over a device of `tiles` tiles."""
+    if n > tiles:
+        raise ValueError(f"{n} owners on {tiles} tiles")
+    return tuple(plan.physical(o * tiles // n, tiles) for o in range(n))
+
+
+def row_layout(rows: int, cols: int, rows_per_owner: int, tiles: int, plan: Plan) -> Layout:
+    """Contiguous row blocks of `rows_per_owner` rows, owners spread."""
+    cuts = step_cuts(rows, rows_per_owner)
+    owners = spread_tiles(len(cuts) - 1, tiles, plan)
+    return Layout(rows, cols, cuts, (0, cols), tuple((t,) for t in owners))
+
+
+def canonical_layout(shape: tuple[int, ...], elem_bytes: int, element_bytes: int, tiles: int,
+                     plan: Plan) -> Layout:
+    """The canonical boundary layout of a tensor of `shape` (module docstring)."""
+    rows, cols = view2d(shape)
+    rpo = canonical_rows_per_owner(rows, cols, elem_bytes, element_bytes, tiles, plan.packing)
+    return row_layout(rows, cols, rpo, tiles, plan)
+
+
+def grid_tiles(base: int, count: int, tiles: int, plan: Plan) -> tuple[int, ...]:
+    """Physical tiles of grid positions 0..count-1 starting at logical tile
+    `base` (wrapping): the shared rotation of parameterised ops."""
+    return tuple(plan.physical((base + q) % tiles, tiles) for q in range(count))

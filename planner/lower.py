@@ -1,0 +1,513 @@
+"""Lower a Graph under a Plan: apply recipe selections, insert explicit conversions.
+
+The result (`Lowered`) is a flat list of `Step`s over `Value`s — a tensor
+materialised in one layout and dtype — that expand turns into per-tile work:
+
+- `compute`: one op under its recipe; its inputs are values in the recipe's
+  input layouts, its output a value in the recipe's output layout;
+- `redistribute`: move a value into another layout (`segments` map
+  destination rows/columns to source rows/columns: identity, SplitHeads,
+  MergeHeads, the row-periodic position embedding);
+- `cast`: CAST every cell (and replica) of a value in place (same layout);
+- `loop_begin` / `loop_end`: the Repeat body, lowered once.
+
+Policy (baseline `default`, Plan-controlled):
+- every activation has a canonical value (layout.canonical_layout) unless its
+  boundary is open; consumers convert from the canonical value (or, when the
+  boundary is open, straight from the producer's value);
+- a graph Cast is absorbed into its consumers' conversions ("after": move the
+  wide value, then cast on the consumer's tiles) unless the plan says
+  "before" or its result must be materialised (graph output, Repeat
+  yield/final); then it is a row-parallel compute op;
+- parameters live in compact homes: the primary replica of the layout their
+  (single) consumer's kernel reads, on tiles given by one shared rotation
+  that advances over the home tiles of each parameterised op in program
+  order; LayerNorm vectors are chunked over `vector_chunks` tiles;
+- Repeat: the body's arguments and yields are canonical values whose storage
+  expand binds to a ping-pong pair (`Carry`); iterated parameters have
+  `trips` > 0 on their home value (a sequence of per-layer blocks).
+
+Raises `Unsupported` for graph shapes outside this policy (named op and
+reason) and `BuildFailure(stage="lower")` when a recipe key is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernels.exceptions import BuildFailure, Unsupported
+from planner import catalogue as cat
+from planner.graph import (
+    DTYPE_BYTES,
+    Add,
+    BatchMatMul,
+    Cast,
+    Graph,
+    LayerNorm,
+    MatMul,
+    MergeHeads,
+    Op,
+    Repeat,
+    SplitHeads,
+    Tensor,
+)
+from planner.layout import Layout, canonical_layout, even_cuts, grid_tiles, row_layout, view2d
+from planner.plan import Plan
+from simulator.device import Device
+
+# LayerNorm gamma/beta homes: chunks of at most this many bytes, on rotating tiles.
+VECTOR_CHUNK_BYTES = 256
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor in one layout and dtype.  `trips` > 0: an iterated parameter's
+    home (a sequence of `trips` per-layer blocks per cell)."""
+
+    name: str
+    tensor: str
+    shape: tuple[int, ...]
+    dtype: str
+    scale_exp: int
+    layout: Layout
+    role: str = "activation"  # activation | canonical | parameter | input | output
+    trips: int = 0
+
+    @property
+    def elem(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # compute | redistribute | cast | loop_begin | loop_end
+    label: str
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    op: Op | None = None
+    recipe: cat.Recipe | None = None
+    segments: tuple[tuple[int, int, int, int, int, int], ...] = ()
+    trips: int = 0
+
+
+@dataclass(frozen=True)
+class Carry:
+    """Loop-carried value k of a Repeat: `init` lives in buffer set 0,
+    iteration i reads `arg` from set i % 2 and writes `yld` to set (i+1) % 2,
+    `final` is set trips % 2."""
+
+    init: str
+    arg: str
+    yld: str
+    final: str
+    trips: int
+
+
+@dataclass
+class Lowered:
+    values: dict[str, Value] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    carries: list[Carry] = field(default_factory=list)
+    # outer parameter name -> home value name; graph inputs/outputs -> value
+    homes: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line per step (the printable lowered op list)."""
+        lines = []
+        depth = 0
+        for s in self.steps:
+            if s.kind == "loop_end":
+                depth -= 1
+            pad = "  " * depth
+            if s.kind == "loop_begin":
+                lines.append(f"{pad}repeat x{s.trips} {s.label}")
+                depth += 1
+                continue
+            if s.kind == "loop_end":
+                lines.append(f"{pad}end {s.label}")
+                continue
+            key = f" [{s.recipe.key}]" if s.recipe else ""
+            outs = ", ".join(self._fmt(v) for v in s.outputs)
+            ins = ", ".join(self._fmt(v) for v in s.inputs)
+            lines.append(f"{pad}{s.kind} {s.label}{key}: {ins} -> {outs}")
+        return "\n".join(lines)
+
+    def _fmt(self, name: str) -> str:
+        v = self.values[name]
+        lay = v.layout
+        return f"{name}<{v.dtype} {lay.nr}x{lay.nc} cells>"
+
+
+IDENTITY = "identity"
+
+
+def identity_segments(rows: int, cols: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
+    return ((0, rows, 0, 0, 0, cols),)
+
+
+class _Lowerer:
+    def __init__(self, g: Graph, device: Device, plan: Plan, limit: int) -> None:
+        self.g = g
+        self.device = device
+        self.plan = plan
+        self.limit = limit
+        self.out = Lowered()
+        self.tensors: dict[str, Tensor] = {}
+        self.source: dict[str, str] = {}  # tensor -> value consumers convert from
+        self.casts: dict[str, tuple[str, Cast]] = {}  # absorbed cast out -> (x, op)
+        self.params: dict[str, tuple[str, int]] = {}  # tensor -> (outer param, trips)
+        self.rotation = 0
+        self.converted: dict[tuple, str] = {}
+        self.scope = ""
+        self.loop_depth = 0
+        self.loop_values: set[str] = set()
+
+    # ------------------------------------------------------------ values
+
+    def add_value(self, v: Value) -> str:
+        if v.name in self.out.values:
+            raise AssertionError(f"duplicate value {v.name}")
+        self.out.values[v.name] = v
+        if self.loop_depth:
+            self.loop_values.add(v.name)
+        return v.name
+
+    def canonical(self, tensor: str, dtype: str | None = None) -> Layout:
+        t = self.tensors[tensor]
+        d = dtype or t.dtype
+        return canonical_layout(t.shape, DTYPE_BYTES[d], self.device.element_bytes,
+                                self.device.tiles, self.plan)
+
+    def new_value(self, tensor: str, layout: Layout, dtype: str | None = None,
+                  role: str = "activation", suffix: str = "") -> str:
+        t = self.tensors[tensor]
+        d = dtype or t.dtype
+        scale = t.scale_exp if d == t.dtype else 0
+        base = f"{tensor}{suffix}"
+        name, k = base, 1
+        while name in self.out.values:
+            k += 1
+            name = f"{base}#{k}"
+        return self.add_value(Value(name, tensor, t.shape, d, scale, layout, role))
+
+    # ------------------------------------------------------------ entry
+
+    def run(self) -> Lowered:
+        g = self.g
+        for t in g.tensors:
+            self.tensors[t.name] = t
+        for name in g.inputs:
+            v = self.new_value(name, self.canonical(name), role="input")
+            self.source[name] = v
+            self.out.inputs[name] = v
+        for p in g.parameters:
+            self.params[p] = (p, 0)
+        self.lower_ops(g, g.ops)
+        for name in g.outputs:
+            self.out.outputs[name] = self.source[name]
+        return self.out
+
+    def qual(self, name: str) -> str:
+        return f"{self.scope}{name}"
+
+    def lower_ops(self, g: Graph, ops: tuple[Op, ...]) -> None:
+        for op in ops:
+            if isinstance(op, Repeat):
+                self.lower_repeat(g, op)
+            elif isinstance(op, Cast) and self.absorb_cast(g, op):
+                self.casts[self.qual(op.out)] = (self.qual(op.x), op)
+            else:
+                self.lower_compute(g, op)
+
+    def must_materialise(self, g: Graph, tensor: str) -> bool:
+        """Graph outputs and Repeat inits/finals need a canonical value."""
+        if tensor in g.outputs:
+            return True
+        for op in g.ops:
+            if isinstance(op, Repeat) and tensor in op.init + op.final:
+                return True
+        return False
+
+    def absorb_cast(self, g: Graph, op: Cast) -> bool:
+        if self.plan.cast_before(self.qual(op.name)) or self.must_materialise(g, op.out):
+            return False
+        users = g.consumers(op.out)
+        return bool(users) and all(
+            not isinstance(u, (Repeat, Cast, SplitHeads, MergeHeads)) for u in users
+        )
+
+    # ------------------------------------------------------------ ops
+
+    def recipe_of(self, g: Graph, op: Op) -> cat.Recipe:
+        shortlist = cat.catalogue(g, op, self.device, self.limit)
+        key = self.plan.recipe(self.qual(op.name))
+        if key is None:
+            return shortlist[0]
+        for r in shortlist:
+            if r.key == key:
+                return r
+        try:
+            return cat.recipe_from_key(g, op, self.device, key)
+        except KeyError:
+            raise BuildFailure("lower", -1, 0, 0,
+                               f"op {self.qual(op.name)}: unknown recipe {key!r}") from None
+
+    def lower_compute(self, g: Graph, op: Op) -> None:
+        recipe = self.recipe_of(g, op)
+        in_layouts, out_layout, homes = self.recipe_layouts(g, op, recipe)
+        ins = []
+        for name, lay in zip(op.inputs, in_layouts, strict=True):
+            q = self.qual(name)
+            if q in self.params:
+                ins.append(self.param_value(q, homes[name], lay, g, op))
+            else:
+                ins.append(self.convert(q, lay, self.periodic(g, op, name)))
+        out_t = self.qual(op.outputs[0])
+        out_v = self.new_value(out_t, out_layout, suffix=f"@{op.name}")
+        self.out.steps.append(Step("compute", self.qual(op.name), tuple(ins), (out_v,), op,
+                                   recipe))
+        self.publish(g, op.outputs[0], out_v)
+
+    def publish(self, g: Graph, name: str, value: str) -> None:
+        """Make `value` (the producer's layout) the source of tensor `name`:
+        directly when its boundary is open, else via its canonical value."""
+        q = self.qual(name)
+        if self.plan.is_open(q) and not self.must_materialise(g, name) and \
+                name not in g.outputs:
+            self.source[q] = value
+            return
+        canon = self.canonical(q)
+        v = self.out.values[value]
+        if v.layout == canon:
+            self.source[q] = value
+            return
+        role = "output" if name in self.g.outputs and not self.scope else "canonical"
+        cv = self.new_value(q, canon, role=role)
+        rows, cols = view2d(v.shape)
+        self.out.steps.append(Step("redistribute", f"canon {q}", (value,), (cv,),
+                                   segments=identity_segments(rows, cols)))
+        self.source[q] = cv
+
+    def periodic(self, g: Graph, op: Op, name: str) -> tuple:
+        """Segments for reading `name` into op's layout (row-periodic Add b)."""
+        t = g.tensor(name)
+        rows, cols = view2d(t.shape)
+        if isinstance(op, Add) and name == op.b and t.shape != g.tensor(op.a).shape:
+            total = view2d(g.tensor(op.a).shape)[0]
+            return tuple((s, s + rows, 0, 0, 0, cols) for s in range(0, total, rows))
+        return identity_segments(rows, cols)
+
+    def convert(self, tensor: str, layout: Layout, segments: tuple) -> str:
+        """A value of `tensor` in `layout`, converting from its source (and
+        casting after the move when `tensor` is an absorbed cast output)."""
+        key = (tensor, layout, segments)
+        if key in self.converted and self.visible(self.converted[key]):
+            return self.converted[key]
+        if tensor in self.casts:
+            x, cop = self.casts[tensor]
+            wide = self.convert(x, layout, segments)
+            out = self.new_value(tensor, layout, suffix=f"@{len(self.out.values)}")
+            self.out.steps.append(Step("cast", f"{self.qual(cop.name)}", (wide,), (out,), cop))
+        else:
+            src = self.source[tensor]
+            sv = self.out.values[src]
+            if sv.layout == layout and segments == identity_segments(*view2d(sv.shape)):
+                out = src
+            else:
+                out = self.new_value(tensor, layout, suffix=f"@{len(self.out.values)}")
+                self.out.steps.append(Step("redistribute", f"to {out}", (src,), (out,),
+                                           segments=segments))
+        self.converted[key] = out
+        return out
+
+    def visible(self, value: str) -> bool:
+        """Values made inside a finished loop body are not reused after it."""
+        return self.loop_depth > 0 or value not in self.loop_values
+
+    # ------------------------------------------------------------ parameters
+
+    def param_value(self, tensor: str, home: Layout, layout: Layout, g: Graph, op: Op) -> str:
+        outer, trips = self.params[tensor]
+        if outer in self.out.homes:
+            raise Unsupported(op.name, f"parameter {outer} has more than one consumer")
+        t = self.tensors[tensor]
+        hv = self.add_value(Value(f"home:{outer}", tensor, t.shape, t.dtype, t.scale_exp, home,
+                                  "parameter", trips))
+        self.out.homes[outer] = hv
+        rows, cols = view2d(t.shape)
+        segs = identity_segments(rows, cols)
+        if isinstance(op, Add):
+            segs = self.periodic(g, op, op.b)
+        if home == layout and len(segs) == 1:
+            return hv
+        out = self.new_value(tensor, layout, suffix=f"@{op.name}")
+        self.out.steps.append(Step("redistribute", f"param {outer}", (hv,), (out,),
+                                   segments=segs))
+        return out
+
+    def rotate(self, count: int) -> int:
+        base = self.rotation
+        self.rotation = (self.rotation + count) % self.device.tiles
+        return base
+
+    def vector_home(self, n: int, elem: int) -> Layout:
+        chunks = max(1, min(self.device.tiles, -(-n * elem // VECTOR_CHUNK_BYTES)))
+        cuts = even_cuts(n, chunks)
+        tiles = grid_tiles(self.rotate(len(cuts) - 1), len(cuts) - 1, self.device.tiles,
+                           self.plan)
+        return Layout(1, n, (0, 1), cuts, tuple((t,) for t in tiles))
+
+    # ------------------------------------------------------------ recipe layouts
+
+    def recipe_layouts(self, g: Graph, op: Op, r: cat.Recipe
+                       ) -> tuple[tuple[Layout, ...], Layout, dict[str, Layout]]:
+        """Input layouts (op.inputs order), output layout, parameter homes."""
+        if isinstance(op, MatMul):
+            return self.matmul_layouts(g, op, r)
+        if isinstance(op, BatchMatMul):
+            return self.bmm_layouts(g, op, r)
+        if isinstance(op, (SplitHeads, MergeHeads)):
+            return self.heads_layouts(g, op)
+        return self.row_layouts(g, op, r)
+
+    def matmul_layouts(self, g: Graph, op: MatMul, r: cat.Recipe):
+        m, k = g.tensor(op.a).shape
+        n = g.tensor(op.b).shape[1]
+        gm, gn, gk = r.grid
+        mc, kc, nc = even_cuts(m, gm), even_cuts(k, gk), even_cuts(n, gn)
+        gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
+        base = self.rotate(gn * gk)
+        tl = grid_tiles(base, gm * gn * gk, self.device.tiles, self.plan)
+
+        def tile(i: int, j: int, l: int) -> int:
+            return tl[(i * gn + j) * gk + l]
+
+        a = Layout(m, k, mc, kc, tuple(tuple(tile(i, j, l) for j in range(gn))
+                                       for i in range(gm) for l in range(gk)))
+        b = Layout(k, n, kc, nc, tuple(tuple(tile(i, j, l) for i in range(gm))
+                                       for l in range(gk) for j in range(gn)))
+        if gk == 1:
+            out = Layout(m, n, mc, nc, tuple((tile(i, j, 0),) for i in range(gm)
+                                             for j in range(gn)))
+            bias_owners = [tuple(tile(i, j, 0) for i in range(gm)) for j in range(gn)]
+        else:
+            rc = [0]
+            slices = []  # (i, l') per output row cell
+            for i in range(gm):
+                sub = even_cuts(mc[i + 1] - mc[i], gk)
+                for s in range(len(sub) - 1):
+                    rc.append(mc[i] + sub[s + 1])
+                    slices.append((i, s))
+            out = Layout(m, n, tuple(rc), nc, tuple((tile(i, j, s),) for i, s in slices
+                                                   for j in range(gn)))
+            bias_owners = [tuple(tile(i, j, s) for i, s in slices) for j in range(gn)]
+        ins = [a, b]
+        homes = {op.b: b.primary()}
+        if op.bias is not None:
+            bias = Layout(1, n, (0, 1), nc, tuple(bias_owners))
+            ins.append(bias)
+            homes[op.bias] = bias.primary()
+        return tuple(ins), out, homes
+
+    def bmm_layouts(self, g: Graph, op: BatchMatMul, r: cat.Recipe):
+        a_t, b_t, o_t = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
+        bt, m, k = a_t.shape
+        n = o_t.shape[2]
+        kb = b_t.shape[1]
+        bg, gr = r.grid
+        groups = even_cuts(bt, -(-bt // bg)) if bg > 1 else tuple(range(bt + 1))
+        ng = len(groups) - 1
+        sub = even_cuts(m, gr)
+        gr = len(sub) - 1
+        tl = self.spread(ng * gr)
+        rows_a = [0]
+        owners = []
+        for gi in range(ng):
+            if gr == 1:
+                rows_a.append(groups[gi + 1] * m)
+                owners.append((tl[gi],))
+                continue
+            for s in range(gr):
+                rows_a.append(groups[gi] * m + sub[s + 1])
+                owners.append((tl[gi * gr + s],))
+        a = Layout(bt * m, k, tuple(rows_a), (0, k), tuple(owners))
+        out = Layout(bt * m, n, tuple(rows_a), (0, n), tuple(owners))
+        b = Layout(bt * kb, b_t.shape[2], tuple(x * kb for x in groups), (0, b_t.shape[2]),
+                   tuple(tuple(tl[gi * gr + s] for s in range(gr)) for gi in range(ng)))
+        return (a, b), out, {}
+
+    def spread(self, count: int) -> tuple[int, ...]:
+        tiles = self.device.tiles
+        return tuple(self.plan.physical(q * tiles // count, tiles) for q in range(count))
+
+    def heads_layouts(self, g: Graph, op: SplitHeads | MergeHeads):
+        # the redistribution itself is the op: input canonical, output canonical
+        return (self.canonical(self.qual(op.x)),), self.canonical(self.qual(op.out)), {}
+
+    def row_layouts(self, g: Graph, op: Op, r: cat.Recipe):
+        x_name = op.inputs[0]
+        rows, cols = view2d(g.tensor(x_name).shape)
+        lay = row_layout(rows, cols, r.grid[0], self.device.tiles, self.plan)
+        homes: dict[str, Layout] = {}
+        if isinstance(op, LayerNorm):
+            vec = Layout(1, cols, (0, 1), (0, cols), (tuple(o[0] for o in lay.owners),))
+            homes[op.gamma] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.gamma).dtype])
+            homes[op.beta] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.beta).dtype])
+            return (lay, vec, vec), lay, homes
+        if isinstance(op, Add):
+            b = g.tensor(op.b)
+            if b.kind == "parameter":
+                brows = view2d(b.shape)[0]
+                cut = [c for c in lay.row_cuts if c < brows] + [brows]
+                homes[op.b] = Layout(brows, cols, tuple(cut), (0, cols),
+                                     lay.owners[: len(cut) - 1])
+            return (lay, lay), lay, homes
+        return (lay,), lay, homes
+
+    # ------------------------------------------------------------ Repeat
+
+    def lower_repeat(self, g: Graph, op: Repeat) -> None:
+        if self.scope:
+            raise Unsupported(op.name, "nested Repeat")
+        body = op.body
+        prefix = f"{op.name}/"
+        for t in body.tensors:
+            self.tensors[prefix + t.name] = t
+        for outer, inner in op.iterated:
+            self.params[prefix + inner] = (outer, op.trips)
+        for outer, inner in op.invariant:
+            self.params[prefix + inner] = (outer, 0)
+        carries = []
+        for init, arg in zip(op.init, op.arguments, strict=True):
+            src = self.source[init]
+            sv = self.out.values[src]
+            if sv.role not in ("canonical", "activation") or len(g.consumers(init)) != 1:
+                raise Unsupported(op.name, f"init {init} must be an activation read only by "
+                                           f"the Repeat")
+            if sv.layout != self.canonical(init):
+                raise AssertionError(f"init {init} is not canonical")
+            av = self.new_value(prefix + arg, sv.layout, role="canonical")
+            self.source[prefix + arg] = av
+            carries.append([src, av])
+        self.out.steps.append(Step("loop_begin", op.name, trips=op.trips))
+        self.scope = prefix
+        self.loop_depth += 1
+        self.lower_ops(body, body.ops)
+        self.loop_depth -= 1
+        self.scope = ""
+        self.out.steps.append(Step("loop_end", op.name, trips=op.trips))
+        for (src, av), yld, fin in zip(carries, op.yields, op.final, strict=True):
+            yv = self.source[prefix + yld]
+            yval = self.out.values[yv]
+            if yval.layout != self.out.values[av].layout or yv == av:
+                raise Unsupported(op.name, f"yield {yld} is not a fresh canonical value")
+            fv = self.new_value(fin, yval.layout, role="canonical")
+            self.source[fin] = fv
+            self.out.carries.append(Carry(src, av, yv, fv, op.trips))
+
+
+def lower(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Lowered:
+    """Lower `g` for `device` under `plan` (module docstring)."""
+    return _Lowerer(g, device, plan, limit).run()

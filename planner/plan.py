@@ -1,0 +1,136 @@
+"""The Plan: every decision a build needs, as one frozen, hashable, sortable value.
+
+A Plan says *what* to build; lower/expand say *how*.  It holds
+
+- `recipes`: op name → recipe key (catalogue.Recipe.key).  Ops inside a Repeat
+  body are named `<repeat>/<op>`.  An op without an entry uses its catalogue's
+  first shortlisted recipe (the best estimate); `baseline_plan` fills every op.
+- `open_boundaries`: tensor names whose canonical boundary is removed: the
+  producer's output moves straight into the consumers' layouts instead of via
+  the canonical layout (one redistribution instead of two).
+- `cast_order`: Cast op name → "after" (redistribute the wide input, cast on the
+  consumer's tiles; the default) or "before" (cast on the canonical owners,
+  then move the narrow result).
+- `packing`: the target bytes per owner of the canonical layout: "element"
+  (one 16 KiB SRAM element per owner, the default), "half" (half an element:
+  twice the owners, shorter row phases) or "double" (two elements: half the
+  owners, fewer transfers).
+- `reduction_overlap`: the scheduler may overlap independent K-split
+  reductions with neighbouring phases (read by planner.schedule).
+- `tile_offset`/`tile_stride`: logical tile t runs on physical tile
+  (offset + t·stride) mod tiles; stride must be coprime with the tile count.
+
+Tuples are kept sorted by key, so equal decisions give equal Plans (and equal
+hashes) whatever order the `with_*` helpers were applied in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+CAST_ORDERS = ("after", "before")
+PACKINGS = ("element", "half", "double")
+PACKING_FACTOR = {"element": (1, 1), "half": (1, 2), "double": (2, 1)}
+
+
+def _set_item(items: tuple[tuple[str, str], ...], key: str, value: str) -> tuple:
+    d = dict(items)
+    d[key] = value
+    return tuple(sorted(d.items()))
+
+
+@dataclass(frozen=True, order=True)
+class Plan:
+    recipes: tuple[tuple[str, str], ...] = ()
+    open_boundaries: tuple[str, ...] = ()
+    cast_order: tuple[tuple[str, str], ...] = ()
+    packing: str = "element"
+    reduction_overlap: bool = False
+    tile_offset: int = 0
+    tile_stride: int = 1
+
+    def __post_init__(self) -> None:
+        if self.packing not in PACKINGS:
+            raise ValueError(f"plan packing {self.packing!r} not in {PACKINGS}")
+        for op, order in self.cast_order:
+            if order not in CAST_ORDERS:
+                raise ValueError(f"plan cast order of {op}: {order!r} not in {CAST_ORDERS}")
+        if self.tile_stride < 1 or self.tile_offset < 0:
+            raise ValueError(
+                f"plan tile mapping offset {self.tile_offset} stride {self.tile_stride}"
+            )
+        for name, items in (("recipes", self.recipes), ("cast_order", self.cast_order)):
+            keys = [k for k, _ in items]
+            if keys != sorted(set(keys)):
+                raise ValueError(f"plan {name} must be sorted with unique keys: {keys}")
+        if list(self.open_boundaries) != sorted(set(self.open_boundaries)):
+            raise ValueError(f"plan open_boundaries must be sorted unique: {self.open_boundaries}")
+
+    # ------------------------------------------------------------ queries
+
+    def recipe(self, op: str) -> str | None:
+        """The selected recipe key of `op`, or None (use the catalogue's best)."""
+        for k, v in self.recipes:
+            if k == op:
+                return v
+        return None
+
+    def cast_before(self, cast_op: str) -> bool:
+        for k, v in self.cast_order:
+            if k == cast_op:
+                return v == "before"
+        return False
+
+    def is_open(self, tensor: str) -> bool:
+        return tensor in self.open_boundaries
+
+    def physical(self, logical: int, tiles: int) -> int:
+        """Physical tile of logical tile `logical` on a device of `tiles` tiles.
+
+        Raises ValueError if the stride is not coprime with `tiles` (the map
+        would not be a permutation)."""
+        if math.gcd(self.tile_stride, tiles) != 1:
+            raise ValueError(f"tile stride {self.tile_stride} not coprime with {tiles} tiles")
+        return (self.tile_offset + logical * self.tile_stride) % tiles
+
+    # ------------------------------------------------------------ neighbours
+
+    def with_recipe(self, op: str, key: str) -> Plan:
+        return replace(self, recipes=_set_item(self.recipes, op, key))
+
+    def with_recipes(self, items: dict[str, str]) -> Plan:
+        d = dict(self.recipes)
+        d.update(items)
+        return replace(self, recipes=tuple(sorted(d.items())))
+
+    def with_open(self, tensor: str, is_open: bool = True) -> Plan:
+        s = set(self.open_boundaries)
+        if is_open:
+            s.add(tensor)
+        else:
+            s.discard(tensor)
+        return replace(self, open_boundaries=tuple(sorted(s)))
+
+    def with_cast_order(self, cast_op: str, order: str) -> Plan:
+        if order not in CAST_ORDERS:
+            raise ValueError(f"cast order {order!r} not in {CAST_ORDERS}")
+        return replace(self, cast_order=_set_item(self.cast_order, cast_op, order))
+
+    def with_packing(self, packing: str) -> Plan:
+        return replace(self, packing=packing)
+
+    def with_reduction_overlap(self, flag: bool) -> Plan:
+        return replace(self, reduction_overlap=bool(flag))
+
+    def with_tile_mapping(self, offset: int, stride: int = 1) -> Plan:
+        return replace(self, tile_offset=offset, tile_stride=stride)
+
+    def describe(self) -> str:
+        """One line per decision (for reports and diffs between plans)."""
+        lines = [f"recipe {op} = {key}" for op, key in self.recipes]
+        lines += [f"open {t}" for t in self.open_boundaries]
+        lines += [f"cast {op} {order}" for op, order in self.cast_order]
+        lines.append(f"packing {self.packing}; reduction_overlap {self.reduction_overlap}; "
+                     f"tiles (offset {self.tile_offset}, stride {self.tile_stride})")
+        return "\n".join(lines)
