@@ -1,0 +1,132 @@
+"""`tileplan run | plan | report`: summaries, exit statuses, saved runs, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.report import SUMMARY_KEYS
+from simulator.device import PRESET_DIR
+from simulator.package import load_package
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dict]:
+    status = main(argv)
+    out = capsys.readouterr().out
+    return status, json.loads(out)
+
+
+def test_run_micro_json_and_saved_run(micro_toml: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run1"
+    status, s = _json(capsys, ["run", str(micro_toml), "--device", "tiny", "--json",
+                               "--out", str(out)])
+    assert status == 0
+    assert set(SUMMARY_KEYS) <= set(s)
+    assert (s["model"], s["device"], s["layers"], s["batch"]) == ("vit-micro", "tiny", 2, 2)
+    assert s["faults"] == 0 and s["rel_fro_error"] <= 1e-2
+    assert s["time_ms"] == pytest.approx(s["cycles"] / 1.5e6)
+    assert 0 < s["roofline_fraction"] < 1
+    assert s["proposals_evaluated"] == 0
+    pkg = load_package(out / "package")
+    assert pkg.content_hash() == s["package_hash"]
+    assert json.loads((out / "summary.json").read_text()) == s
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert s["package_hash"] in text and "cycles" in text
+
+
+def test_plan_skips_numerics(micro_toml: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, s = _json(capsys, ["plan", str(micro_toml), "--device", "tiny", "--json",
+                               "--optimization-steps", "0"])
+    assert status == 0 and s["rel_fro_error"] is None and s["cycles"] > 0
+
+
+def test_custom_device_toml(micro_toml: Path, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    text = (PRESET_DIR / "tiny.toml").read_text()
+    text = text.replace('name = "tiny"', 'name = "tiny-slow"').replace(
+        "sync_cycles = 600", "sync_cycles = 6000")
+    dev = tmp_path / "slow.toml"
+    dev.write_text(text)
+    _, fast = _json(capsys, ["plan", str(micro_toml), "--device", "tiny", "--json"])
+    status, slow = _json(capsys, ["plan", str(micro_toml), "--device", str(dev), "--json"])
+    assert status == 0 and slow["device"] == "tiny-slow"
+    assert slow["cycles"] > fast["cycles"]
+
+
+def _stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_build_failure_exits_3_with_one_line(micro_toml: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "never"
+    status = main(["run", str(micro_toml), "--device", "tiny", "--batch", "8", "--out",
+                   str(out)])
+    assert status == 3
+    err = _stderr_line(capsys)
+    assert "allocate: tile " in err and "bytes" in err
+    assert not out.exists()
+
+
+def test_full_model_too_large_for_tiny_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "vit-tiny", "--device", "tiny"]) == 3
+    assert "tile" in _stderr_line(capsys)
+
+
+@pytest.mark.parametrize("argv", [["run", "--jobs", "0"], ["run", "--layers", "0"],
+                                  ["run", "no-such-model"], ["run", "--device", "nope"]])
+def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    _stderr_line(capsys)
+
+
+def test_report_of_missing_run_exits_2(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    _stderr_line(capsys)
+
+
+@pytest.mark.parametrize("layers,tables", [(2, False), (3, True)])
+def test_vit_tiny_end_to_end(layers: int, tables: bool,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    status, s = _json(capsys, ["run", "--layers", str(layers), "--json",
+                               "--optimization-steps", "0"])
+    assert status == 0
+    assert (s["model"], s["device"], s["layers"]) == ("vit-tiny", "c600", layers)
+    assert s["faults"] == 0 and s["rel_fro_error"] <= 1e-2 and s["numerics_ok"]
+    assert s["arithmetic_patches"] > 0
+    assert (s["table_patches"] > 0) == tables  # 3 ping-pong trips are not arithmetic
+    assert s["peak_tile_bytes"] <= 638976
+
+
+def test_same_package_hash_under_different_hash_seeds(micro_toml: Path) -> None:
+    hashes = []
+    for seed in ("0", "4242"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache")
+        out = subprocess.run(
+            [sys.executable, "-m", "planner", "plan", str(micro_toml), "--device", "tiny",
+             "--json"], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+        hashes.append(json.loads(out.stdout)["package_hash"])
+    assert hashes[0] == hashes[1]
+
+
+@pytest.mark.slow
+def test_siglip_one_layer_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    status, s = _json(capsys, ["run", "siglip-so400m", "--layers", "1", "--json",
+                               "--optimization-steps", "0"])
+    assert status == 0
+    assert s["faults"] == 0 and s["rel_fro_error"] <= 1e-2
+    assert s["cycles"] > 0 and s["peak_tile_bytes"] <= 638976

@@ -1,0 +1,89 @@
+"""planner.pipeline: baseline plan → build → timing cycles; the optimizer seam."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import planner
+import simulator
+from kernels.exceptions import BuildFailure, ConfigError
+from planner.graph import Graph
+from planner.pipeline import Incumbent, PipelineConfig, evaluate, plan
+from simulator.device import Device
+
+TINY = simulator.load_device("tiny")
+
+
+def test_config_defaults_and_validation() -> None:
+    cfg = PipelineConfig()
+    assert (cfg.optimization_steps, cfg.capacity_baseline, cfg.jobs) == (8, False, 1)
+    for bad in ({"optimization_steps": -1}, {"jobs": 0}, {"operator_candidate_limit": 0},
+                {"jobs": True}):
+        with pytest.raises(ConfigError):
+            PipelineConfig(**bad)
+
+
+def test_baseline_plan_builds_verifies_and_costs(micro_graph: Graph) -> None:
+    res = planner.plan(micro_graph, TINY, planner.PipelineConfig(optimization_steps=0))
+    simulator.verify(res.package)
+    assert res.cycles == res.baseline_cycles > 0
+    assert res.history == ()
+    assert res.stats["optimizer"] == "none"
+    assert res.stats["steps"] == res.package.n_steps
+    assert set(res.stats["stage_seconds"]) == {"expand", "schedule", "allocate", "link",
+                                               "verify"}
+    sim = simulator.run(res.package, numerics=False)
+    assert sim.cycles == res.cycles and not sim.faults
+    assert res.package.meta["model"] == "vit-micro" and res.package.meta["layers"] == 2
+
+
+def test_no_optimizer_never_pretends(micro_graph: Graph) -> None:
+    res = plan(micro_graph, TINY, PipelineConfig(optimization_steps=8))
+    assert res.history == () and res.cycles == res.baseline_cycles
+
+
+@dataclass(frozen=True)
+class _Record:
+    description: str
+    cycles: int
+    accepted: bool
+
+
+def _overlap_optimizer(graph: Graph, device: Device, cfg: PipelineConfig,
+                       base: Incumbent) -> tuple[Incumbent, Sequence[Any]]:
+    """One real proposal (reduction overlap on), accepted only if cheaper."""
+    trial = evaluate(graph, device, base.plan.with_reduction_overlap(True),
+                     cfg.operator_candidate_limit)
+    better = trial.cycles < base.cycles
+    return (trial if better else base), [_Record("reduction overlap", trial.cycles, better)]
+
+
+def test_optimizer_seam(micro_graph: Graph) -> None:
+    calls = []
+
+    def hook(*args: Any) -> tuple[Incumbent, Sequence[Any]]:
+        calls.append(1)
+        return _overlap_optimizer(*args)
+
+    none = plan(micro_graph, TINY, PipelineConfig(optimization_steps=0), optimizer=hook)
+    assert calls == [] and none.history == ()
+    res = plan(micro_graph, TINY, PipelineConfig(optimization_steps=1), optimizer=hook)
+    assert calls == [1] and len(res.history) == 1
+    rec = res.history[0]
+    assert res.baseline_cycles == none.cycles
+    assert res.cycles == (rec.cycles if rec.accepted else res.baseline_cycles)
+    assert res.cycles <= res.baseline_cycles
+    assert res.plan.reduction_overlap == rec.accepted
+
+
+def test_baseline_that_does_not_fit_raises(micro_toml) -> None:
+    g = planner.load_model(micro_toml, batch=8)
+    with pytest.raises(BuildFailure) as ei:
+        plan(g, TINY, PipelineConfig(optimization_steps=0))
+    e = ei.value
+    assert e.stage == "allocate" and e.tile >= 0 and e.need > e.have > 0
+    assert e.profile["peak_live_tensor"] == e.need
