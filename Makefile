@@ -17,8 +17,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 # Until the planner lands: list the zoo and run the numpy reference of vit-tiny.
 run: $(STAMP)
-	$(BIN)/tileplan models
-	$(BIN)/tileplan reference vit-tiny
+	$(BIN)/tileplan run
 
 test: $(STAMP)
 	$(BIN)/ruff check .
