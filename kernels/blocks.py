@@ -14,10 +14,11 @@ import numpy as np
 from kernels.dtypes import (
     DT_FP8,
     DT_FP16,
+    dtype_bytes,
     f16_to_f32,
     f32_as_u32,
+    f32_bits_to_f16_bits,
     f32_to_f8,
-    f32_to_f16,
     fp8_decode,
     u32_as_f32,
 )
@@ -28,58 +29,82 @@ F8_TABLE = fp8_decode(np.arange(256, dtype=np.uint8))
 
 
 @kjit
+def f16_decode_into(codes, out):  # type: ignore[no-untyped-def]
+    """out[i] = float32 of fp16 codes[i]: a branch-free (vectorizable) pass for
+    normal numbers, then a fix-up pass only if zeros/subnormals/inf/NaN occur."""
+    special = 0
+    for i in range(codes.size):
+        h = np.int64(codes[i])
+        e = (h >> 10) & 0x1F
+        special |= np.int64(e == 0) | np.int64(e == 31)
+        out[i] = u32_as_f32(((h & 0x8000) << 16) | (((h & 0x7FFF) + 0x1C000) << 13))
+    if special != 0:
+        for i in range(codes.size):
+            e = (np.int64(codes[i]) >> 10) & 0x1F
+            if e == 0 or e == 31:
+                out[i] = f16_to_f32(codes[i])
+
+
+@kjit
+def f16_encode_into(vals, codes):  # type: ignore[no-untyped-def]
+    """codes[i] = fp16 code of float32 vals[i]: a branch-free pass for results in
+    the fp16 normal range, then a fix-up pass only if other values occur."""
+    special = 0
+    for i in range(vals.size):
+        u = f32_as_u32(vals[i])
+        a = u & 0x7FFFFFFF
+        special |= np.int64(a < 0x38800000) | np.int64(a >= 0x477FF000)
+        codes[i] = ((u >> 16) & 0x8000) | ((a + 0xFFF + ((a >> 13) & 1) - 0x38000000) >> 13)
+    if special != 0:
+        for i in range(vals.size):
+            u = f32_as_u32(vals[i])
+            a = u & 0x7FFFFFFF
+            if a < 0x38800000 or a >= 0x477FF000:
+                codes[i] = f32_bits_to_f16_bits(u)
+
+
+@kjit
 def read_row(mem, off, n, dtype, out):  # type: ignore[no-untyped-def]
-    """out[:n] = float32 of the n `dtype` elements at byte offset `off`."""
+    """out[:n] = float32 of the n `dtype` elements at byte offset `off` (out contiguous)."""
     if dtype == DT_FP8:
+        src = mem[off:off + n]
         for c in range(n):
-            out[c] = F8_TABLE[mem[off + c]]
+            out[c] = F8_TABLE[src[c]]
     elif dtype == DT_FP16:
-        for c in range(n):
-            o = off + 2 * c
-            out[c] = f16_to_f32(np.int64(mem[o]) | (np.int64(mem[o + 1]) << 8))
+        f16_decode_into(mem[off:off + 2 * n].view(np.uint16), out[:n])
     else:
-        for c in range(n):
-            o = off + 4 * c
-            bits = (
-                np.int64(mem[o])
-                | (np.int64(mem[o + 1]) << 8)
-                | (np.int64(mem[o + 2]) << 16)
-                | (np.int64(mem[o + 3]) << 24)
-            )
-            out[c] = u32_as_f32(bits)
+        out[:n] = mem[off:off + 4 * n].view(np.float32)
 
 
 @kjit
 def write_row(mem, off, n, dtype, vals):  # type: ignore[no-untyped-def]
-    """Round vals[:n] (float32) to `dtype` and store them at byte offset `off`."""
+    """Round vals[:n] (float32, contiguous) to `dtype` and store them at byte offset `off`."""
     if dtype == DT_FP8:
         for c in range(n):
             mem[off + c] = f32_to_f8(vals[c])
     elif dtype == DT_FP16:
-        for c in range(n):
-            h = f32_to_f16(vals[c])
-            o = off + 2 * c
-            mem[o] = h & 0xFF
-            mem[o + 1] = h >> 8
+        f16_encode_into(vals[:n], mem[off:off + 2 * n].view(np.uint16))
     else:
-        for c in range(n):
-            bits = f32_as_u32(vals[c])
-            o = off + 4 * c
-            mem[o] = bits & 0xFF
-            mem[o + 1] = (bits >> 8) & 0xFF
-            mem[o + 2] = (bits >> 16) & 0xFF
-            mem[o + 3] = (bits >> 24) & 0xFF
+        mem[off:off + 4 * n].view(np.float32)[:] = vals[:n]
 
 
 @kjit
 def read_block(mem, off, rows, cols, ld, dtype, out):  # type: ignore[no-untyped-def]
-    """out[:rows, :cols] = float32 of the block at `off` with row stride `ld` bytes."""
+    """out[:rows, :cols] = float32 of the block at `off` with row stride `ld` bytes;
+    out is C-contiguous of shape (rows, cols).  A dense block is one flat pass."""
+    if rows > 1 and ld == cols * dtype_bytes(dtype):
+        read_row(mem, off, rows * cols, dtype, out.reshape(-1))
+        return
     for r in range(rows):
         read_row(mem, off + r * ld, cols, dtype, out[r])
 
 
 @kjit
 def write_block(mem, off, rows, cols, ld, dtype, vals):  # type: ignore[no-untyped-def]
-    """Round vals[:rows, :cols] to `dtype` into the block at `off`, stride `ld`."""
+    """Round vals[:rows, :cols] (C-contiguous) to `dtype` into the block at `off`,
+    stride `ld`.  A dense block is one flat pass."""
+    if rows > 1 and ld == cols * dtype_bytes(dtype):
+        write_row(mem, off, rows * cols, dtype, vals.reshape(-1))
+        return
     for r in range(rows):
         write_row(mem, off + r * ld, cols, dtype, vals[r])
