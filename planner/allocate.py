@@ -76,44 +76,50 @@ def _align_up(x: np.ndarray | int, a: int) -> np.ndarray | int:
     return -(-x // a) * a
 
 
+def _touches(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every (buffer, step) reference as arrays: buffer, step, is-read,
+    is-iterated.  Vertex reads/writes name the buffers (Program contract);
+    refs are scanned only for iterated bindings (inside loops), which count
+    as extra touches flagged iterated."""
+    rb: list[int] = []  # read touches
+    rs: list[int] = []
+    wb: list[int] = []  # write touches
+    ws: list[int] = []
+    ib: list[int] = []  # iterated-ref touches
+    is_: list[int] = []
+    for s, st in enumerate(sched.steps):
+        n_r, n_w = len(rb), len(wb)
+        for v in st.vertices:
+            rb.extend(v.reads)
+            wb.extend(v.writes)
+        for t in st.transfers:
+            rb.extend(t.src.buffers() if t.src.seq else (t.src.buf,))
+            wb.extend(t.dst.buffers() if t.dst.seq else (t.dst.buf,))
+        rs.extend([s] * (len(rb) - n_r))
+        ws.extend([s] * (len(wb) - n_w))
+        if sched.loop_of[s] < 0:
+            continue
+        refs = [r for v in st.vertices for r in v.refs]
+        refs += [r for t in st.transfers for r in (t.src, t.dst)]
+        for r in refs:
+            if r.iter_stride or r.seq:
+                bs = r.buffers()
+                ib.extend(bs)
+                is_.extend([s] * len(bs))
+    pb = np.asarray(rb + wb + ib, dtype=np.int64)
+    ps = np.asarray(rs + ws + is_, dtype=np.int64)
+    pr = np.zeros(pb.size, dtype=bool)
+    pr[:len(rb)] = True
+    pi = np.zeros(pb.size, dtype=bool)
+    pi[len(rb) + len(wb):] = True
+    return pb, ps, pr, pi
+
+
 def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) int64[B] inclusive step ranges, per the module rules."""
     nb = len(program.bufs)
     nsteps = len(sched.steps)
-    bufs: list[int] = []
-    steps: list[int] = []
-    reads: list[bool] = []
-    iterated: list[bool] = []
-    for s, st in enumerate(sched.steps):
-        for v in st.vertices:
-            wr = set(v.writes)
-            for r in v.refs:
-                for b in r.buffers():
-                    bufs.append(b)
-                    steps.append(s)
-                    reads.append(b not in wr)
-                    iterated.append(r.iterated)
-            for b in v.reads:
-                bufs.append(b)
-                steps.append(s)
-                reads.append(True)
-                iterated.append(False)
-            for b in v.writes:
-                bufs.append(b)
-                steps.append(s)
-                reads.append(False)
-                iterated.append(False)
-        for t in st.transfers:
-            for r, is_read in ((t.src, True), (t.dst, False)):
-                for b in r.buffers():
-                    bufs.append(b)
-                    steps.append(s)
-                    reads.append(is_read)
-                    iterated.append(r.iterated)
-    pb = np.asarray(bufs, dtype=np.int64)
-    ps = np.asarray(steps, dtype=np.int64)
-    pr = np.asarray(reads, dtype=bool)
-    pi = np.asarray(iterated, dtype=bool)
+    pb, ps, pr, pi = _touches(sched)
     big = np.int64(nsteps + 1)
     first = np.full(nb, big, dtype=np.int64)
     last = np.full(nb, -1, dtype=np.int64)

@@ -216,9 +216,7 @@ def link(
     patches = _Patches()
 
     def resolve(r: Ref, step: int, tile: int, target: int, index: int, arg: int) -> int:
-        a0 = int(addr[r.buf]) + r.offset
-        if not r.iterated:
-            return a0
+        a0 = addr_l[r.buf] + r.offset
         loop = sched.loop_of[step]
         if loop < 0:
             raise BuildFailure("link", tile, 0, 0, f"step {step}: iterated ref outside a Repeat")
@@ -228,7 +226,7 @@ def link(
                 raise BuildFailure("link", tile, 0, 0,
                                    f"step {step}: seq of {len(r.seq)} addresses in a "
                                    f"{trips}-trip Repeat")
-            addrs = [int(addr[b]) + o for b, o in r.seq]
+            addrs = [addr_l[b] + o for b, o in r.seq]
             off = res.tables[(tile, r.seq)]
             at = (tile, int(support_addr[tile]) + device.support_bytes + off)
             patches.add(target, index, arg, loop, addrs, at)
@@ -243,7 +241,9 @@ def link(
     match_col: list[int] = []
     v_tile: list[int] = []
     v_kernel: list[int] = []
-    v_args: list[tuple[int, ...]] = []
+    v_args: list[list[int]] = []
+    addr_l = [int(x) for x in addr.tolist()]
+    tile_l = [int(x) for x in tile_of.tolist()]
     xrows: list[tuple[int, int, int, int, int]] = []
     for s, st in enumerate(sched.steps):
         kinds.append(_STEP_CODES[st.kind])
@@ -255,15 +255,25 @@ def link(
             args = list(v.args)
             vi = len(v_tile)
             for r in v.refs:
-                args[r.arg] = resolve(r, s, v.tile, PATCH_VERTEX_ARG, vi, r.arg)
+                if r.iter_stride or r.seq:
+                    args[r.arg] = resolve(r, s, v.tile, PATCH_VERTEX_ARG, vi, r.arg)
+                else:
+                    args[r.arg] = addr_l[r.buf] + r.offset
             v_tile.append(v.tile)
             v_kernel.append(v.kernel)
-            v_args.append(tuple(args))
+            v_args.append(args)
         for t in st.transfers:
             xi = len(xrows)
-            ts, td = int(tile_of[t.src.buf]), int(tile_of[t.dst.buf])
-            sa = resolve(t.src, s, ts, PATCH_XFER_SRC, xi, 0)
-            da = resolve(t.dst, s, td, PATCH_XFER_DST, xi, 0)
+            src, dst = t.src, t.dst
+            ts, td = tile_l[src.buf], tile_l[dst.buf]
+            if src.iter_stride or src.seq:
+                sa = resolve(src, s, ts, PATCH_XFER_SRC, xi, 0)
+            else:
+                sa = addr_l[src.buf] + src.offset
+            if dst.iter_stride or dst.seq:
+                da = resolve(dst, s, td, PATCH_XFER_DST, xi, 0)
+            else:
+                da = addr_l[dst.buf] + dst.offset
             xrows.append((ts, sa, td, da, t.nbytes))
 
     i64 = np.int64
