@@ -4,7 +4,9 @@
 boundary), casts after redistribution, compact parameter homes with one shared
 rotation (planner/lower.py), identity tile mapping, element packing.  Each op
 takes the best-estimate recipe of its catalogue shortlist whose per-tile
-working memory fits what the parameters leave free; the recipe estimates
+parameter homes (all layers) stay within PARAM_HEADROOM × the device mean
+parameter bytes per tile and whose working memory fits what the parameters
+leave free; the recipe estimates
 include moving the op's inputs out of the canonical layout and its output
 back (catalogue module docstring), so conversion cost is priced in.  When no
 shortlisted recipe fits, the smallest-buffer one is taken and the build will
@@ -19,21 +21,24 @@ from __future__ import annotations
 from kernels.exceptions import Unsupported
 from planner import catalogue as cat
 from planner.graph import DTYPE_BYTES, Cast, Graph, Op, Repeat
-from planner.lower import Lowered, lower
+from planner.lower import Lowered
 from planner.plan import Plan
 from simulator.device import Device
 
 POLICIES = ("default",)
+# a recipe's parameter homes may hold this multiple of the device mean per tile
+PARAM_HEADROOM = 1.25
 
 
-def _ops(g: Graph, scope: str = "") -> list[tuple[str, Graph, Op]]:
-    """(qualified name, graph, op) of every non-Repeat op, body ops included."""
-    out: list[tuple[str, Graph, Op]] = []
+def _ops(g: Graph, scope: str = "", trips: int = 1) -> list[tuple[str, Graph, Op, int]]:
+    """(qualified name, graph, op, trips) of every non-Repeat op, body ops
+    included (trips: how many layers of its parameters live on the device)."""
+    out: list[tuple[str, Graph, Op, int]] = []
     for op in g.ops:
         if isinstance(op, Repeat):
-            out += _ops(op.body, f"{scope}{op.name}/")
+            out += _ops(op.body, f"{scope}{op.name}/", op.trips)
         else:
-            out.append((f"{scope}{op.name}", g, op))
+            out.append((f"{scope}{op.name}", g, op, trips))
     return out
 
 
@@ -57,23 +62,18 @@ def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
         if policy == "capacity":
             raise Unsupported("capacity baseline", "not implemented; use the default policy")
         raise ValueError(f"unknown baseline policy {policy!r}; choices: {POLICIES}")
-    plan = Plan()
-    # parameters first: their homes do not depend on the recipes' memory, only
-    # on the grids, so lower once with the best estimates to size them
-    first = Plan(recipes=tuple(sorted(
-        (name, cat.catalogue(sub, op, device, limit)[0].key)
-        for name, sub, op in _ops(g) if not isinstance(op, Cast)
-    )))
-    params = parameter_tile_bytes(lower(g, device, first, limit), device.tiles)
-    budget = device.memory_size - device.support_bytes - max(params)
+    ops = [(name, sub, op, trips) for name, sub, op, trips in _ops(g) if not isinstance(op, Cast)]
+    # parameter bytes per tile if spread evenly (the shared rotation's aim)
+    mean_params = sum(g.tensor(p).nbytes for p in g.parameters) / device.tiles
+    free = device.memory_size - device.support_bytes - int(PARAM_HEADROOM * mean_params)
     chosen: dict[str, str] = {}
-    for name, sub, op in _ops(g):
-        if isinstance(op, Cast):
-            continue
+    for name, sub, op, trips in ops:
         shortlist = cat.catalogue(sub, op, device, limit)
-        fits = [r for r in shortlist if r.mem_bytes <= budget]
-        pick = fits[0] if fits else min(shortlist, key=lambda r: (r.mem_bytes, r.cycles, r.key))
+        fits = [r for r in shortlist if r.mem_bytes <= free
+                and trips * r.home_bytes <= PARAM_HEADROOM * max(mean_params, 1.0)]
+        pick = fits[0] if fits else min(
+            shortlist, key=lambda r: (trips * r.home_bytes + r.mem_bytes, r.cycles, r.key))
         chosen[name] = pick.key
-    casts = {name: "after" for name, _, op in _ops(g) if isinstance(op, Cast)}
+    casts = {name: "after" for name, _, op, _ in _ops(g) if isinstance(op, Cast)}
     plan = Plan(recipes=tuple(sorted(chosen.items())), cast_order=tuple(sorted(casts.items())))
     return plan

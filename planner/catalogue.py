@@ -7,8 +7,8 @@ plan's tile mapping (so it can be cached by op signature):
   slice l) by the b block (K slice l, columns j).  gk = 1 writes the fp16 out
   block with the bias; gk > 1 writes an fp32 partial that is exchanged to the
   gk row-slice owners of block (i, j) and summed there by REDUCE (+ bias).
-  Weights live once, on the tiles with i = 0 (compact home); gm > 1 multicasts
-  each block from its home to the other gm - 1 tiles every time (gm = 1 is
+  Weights live once (compact home): block (l, j) split by rows over its gm
+  readers; gm > 1 all-gathers each block among them every time (gm = 1 is
   weight-stationary).
 - `bmm` (bg, gr): attention batched matmul; a tile holds bg batches (gr = 1)
   or a 1/gr row block of one batch, and the other operand's whole head(s).
@@ -20,9 +20,9 @@ Estimate (cycles) = max per-tile compute cycles (kernel cycle models via
 bytes in / bandwidth): the operands' move from the canonical layout, weight
 multicast, partial exchange and the move of the result back to canonical.
 `mem_bytes` is the per-tile tensor bytes the op needs while it runs (operand
-blocks, partials, landing buffers; parameter homes are not counted — they
-are persistent and priced by the baseline).  `xbytes` is the per-tile
-exchange-landing storage.
+blocks, partials, landing buffers); `home_bytes` the per-tile bytes of one
+layer of its parameter homes (persistent; the baseline multiplies by
+trips).  `xbytes` is the per-tile exchange-landing storage.
 
 `catalogue(g, op, device, limit)` returns the shortlist: the `limit` best
 estimates, always including the smallest-`mem_bytes` recipe and the
@@ -80,6 +80,7 @@ class Recipe:
     in_bytes: int
     xbytes: int
     tiles: int
+    home_bytes: int = 0  # per-tile parameter home bytes of one layer (weights + bias)
 
 
 # ------------------------------------------------------------ cycle models
@@ -106,6 +107,13 @@ def matmul_cycles(m: int, k: int, n: int, in_dt: str, out_dt: str, device: Devic
     args = (_addr(device, 0), k * e_in, _addr(device, 12), n * e_in, _addr(device, 24),
             n * e_out, m, k, n, DT_CODE[in_dt], DT_CODE[out_dt], 0, 0, 0)
     return kernel_cycles(ids.MATMUL, args, device)
+
+
+def reduce_cycles(m: int, n: int, k: int, out_dt: str, device: Device) -> int:
+    """REDUCE of k fp32 partial blocks m × n into out_dt."""
+    args = (_addr(device, 0), n * 4, m * n * 4, k, _addr(device, 24), n * DTYPE_BYTES[out_dt],
+            m, n, DT_CODE[out_dt], 0)
+    return kernel_cycles(ids.REDUCE, args, device)
 
 
 def exchange_cycles(nbytes: int, device: Device) -> int:
@@ -265,7 +273,7 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
         phases.append(land)
         mem += mb * nb * 4 + land + slice_rows * nb * e_out
         xbytes += land
-        compute += row_kernel_cycles("Add", slice_rows, nb, "fp32", out_dt, device) * (gk - 1)
+        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device)
         out_block = slice_rows * nb * e_out
     phases.append(out_block)
     xcyc = sum(exchange_cycles(p, device) for p in phases)
@@ -273,6 +281,7 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
         cycles=compute + xcyc, mem_bytes=mem, key=f"mm:{gm}x{gn}x{gk}", family="matmul",
         grid=(gm, gn, gk), compute_cycles=compute, exchange_cycles=xcyc, syncs=len(phases),
         in_bytes=max(phases), xbytes=xbytes, tiles=gm * gn * gk,
+        home_bytes=math.ceil(kb / gm) * nb * e_in + (nb * 2 if bias else 0),
     )
 
 

@@ -38,11 +38,11 @@ Loc = tuple[int, int, int, tuple[tuple[int, int], ...]]
 
 def ref(arg: int, loc: Loc, extra: int = 0) -> Ref:
     """The address operand `arg` at `extra` bytes into the cell at `loc`."""
-    buf, off, stride, seq = loc
+    seq = loc[3]
     if seq:
         return Ref(arg, seq[0][0], seq[0][1] + extra, 0,
                    tuple((b, o + extra) for b, o in seq))
-    return Ref(arg, buf, off + extra, stride)
+    return Ref(arg, loc[0], loc[1] + extra, loc[2])
 
 
 def loc_bufs(loc: Loc) -> tuple[int, ...]:
@@ -197,6 +197,8 @@ def _aligned(src: Ref, dst: Ref, nbytes: int) -> list[Transfer]:
     byte count's natural granule (buffers start 8-aligned): a head of `a`
     bytes (a = the endpoints' common alignment) then the rest, whose size
     then has granule ≤ a."""
+    if not (src.offset | dst.offset) % 4 and not (src.seq or dst.seq):
+        return [Transfer(src, dst, nbytes)]
     a = min(_granule(src.offset) if src.offset else 4, _granule(dst.offset) if dst.offset else 4)
     for r in (src, dst):
         for _, o in r.seq:

@@ -69,11 +69,11 @@ class Layout:
             raise ValueError(f"layout needs one non-empty owner tuple per cell "
                              f"({self.nr}x{self.nc}), got {len(self.owners)}")
 
-    @property
+    @cached_property
     def nr(self) -> int:
         return len(self.row_cuts) - 1
 
-    @property
+    @cached_property
     def nc(self) -> int:
         return len(self.col_cuts) - 1
 

@@ -19,10 +19,14 @@ Policy (baseline `default`, Plan-controlled):
   wide value, then cast on the consumer's tiles) unless the plan says
   "before" or its result must be materialised (graph output, Repeat
   yield/final); then it is a row-parallel compute op;
-- parameters live in compact homes: the primary replica of the layout their
-  (single) consumer's kernel reads, on tiles given by one shared rotation
-  that advances over the home tiles of each parameterised op in program
-  order; LayerNorm vectors are chunked over `vector_chunks` tiles;
+- parameters live in compact homes (each element once) on tiles given by one
+  shared rotation that advances over the tiles of each parameterised op in
+  program order.  A matmul weight block (K slice l, columns j) is split by
+  rows into gm shards, shard i on tile (i, j, l) — the gm tiles that read
+  the block all-gather it before the matmul — so every grid tile holds an
+  equal share; biases live on the i = 0 tiles; LayerNorm vectors are chunked
+  (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter (the
+  position embedding) lives in the op's own row blocks;
 - Repeat: the body's arguments and yields are canonical values whose storage
   expand binds to a ping-pong pair (`Carry`); iterated parameters have
   `trips` > 0 on their home value (a sequence of per-layer blocks).
@@ -378,7 +382,7 @@ class _Lowerer:
         gm, gn, gk = r.grid
         mc, kc, nc = even_cuts(m, gm), even_cuts(k, gk), even_cuts(n, gn)
         gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
-        base = self.rotate(gn * gk)
+        base = self.rotate(gm * gn * gk)
         tl = grid_tiles(base, gm * gn * gk, self.device.tiles, self.plan)
 
         def tile(i: int, j: int, l: int) -> int:
@@ -404,12 +408,27 @@ class _Lowerer:
                                                    for j in range(gn)))
             bias_owners = [tuple(tile(i, j, s) for i, s in slices) for j in range(gn)]
         ins = [a, b]
-        homes = {op.b: b.primary()}
+        homes = {op.b: self.sharded_home(b, gm)}
         if op.bias is not None:
             bias = Layout(1, n, (0, 1), nc, tuple(bias_owners))
             ins.append(bias)
             homes[op.bias] = bias.primary()
         return tuple(ins), out, homes
+
+    @staticmethod
+    def sharded_home(b: Layout, gm: int) -> Layout:
+        """The compact home of a matmul weight: each kernel block (K slice l,
+        columns j) split by rows into gm shards, shard i on the tile (i, j, l)
+        that reads the block — every element once, spread over the whole grid."""
+        rc = [0]
+        owners = []
+        for l in range(b.nr):
+            r0, r1 = b.row_cuts[l], b.row_cuts[l + 1]
+            sub = even_cuts(r1 - r0, gm)
+            for s in range(len(sub) - 1):
+                rc.append(r0 + sub[s + 1])
+                owners.extend((b.owners[l * b.nc + j][s],) for j in range(b.nc))
+        return Layout(b.rows, b.cols, tuple(rc), b.col_cuts, tuple(owners))
 
     def bmm_layouts(self, g: Graph, op: BatchMatMul, r: cat.Recipe):
         a_t, b_t, o_t = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
