@@ -421,7 +421,7 @@ class _Lowerer:
         columns j) split by rows into gm shards, shard i on the tile (i, j, l)
         that reads the block — every element once, spread over the whole grid."""
         rc = [0]
-        owners = []
+        owners: list[tuple[int, ...]] = []
         for l in range(b.nr):
             r0, r1 = b.row_cuts[l], b.row_cuts[l + 1]
             sub = even_cuts(r1 - r0, gm)
