@@ -54,7 +54,8 @@ def f16_encode_into(vals, codes):  # type: ignore[no-untyped-def]
         u = f32_as_u32(vals[i])
         a = u & 0x7FFFFFFF
         special |= np.int64(a < 0x38800000) | np.int64(a >= 0x477FF000)
-        codes[i] = ((u >> 16) & 0x8000) | ((a + 0xFFF + ((a >> 13) & 1) - 0x38000000) >> 13)
+        fast = (a + 0xFFF + ((a >> 13) & 1) - 0x38000000) >> 13
+        codes[i] = ((u >> 16) & 0x8000) | (fast & 0x7FFF)
     if special != 0:
         for i in range(vals.size):
             u = f32_as_u32(vals[i])

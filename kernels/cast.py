@@ -34,7 +34,7 @@ def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
         return BAD_SHAPE
     if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
         return BAD_DTYPE
-    s = np.float32(math.ldexp(1.0, args[8]))
+    s = np.float32(math.ldexp(1.0, int(args[8])))
     x = np.empty(n, dtype=np.float32)
     for i in range(m):
         read_row(mem, args[0] - base + i * args[1], n, dx, x)

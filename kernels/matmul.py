@@ -91,7 +91,7 @@ def matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     r = _gemm(mem, args[0] - base, args[1], args[2] - base, args[3], m, k, n, in_dt,
               (flags & FLAG_TRANS_B) != 0)
     if args[12] != 0:
-        s = np.float32(math.ldexp(1.0, args[12]))
+        s = np.float32(math.ldexp(1.0, int(args[12])))
         for i in range(m):
             for j in range(n):
                 r[i, j] = r[i, j] * s
