@@ -85,8 +85,11 @@ def build_program(
     meta: dict[str, Any],
     reduction_overlap: bool = False,
     timings: list[tuple[str, float]] | None = None,
+    sched: Schedule | None = None,
 ) -> Built:
-    """schedule → allocate → link → verify of an already expanded Program."""
+    """schedule → allocate → link → verify of an already expanded Program.
+    `sched`: a schedule of this very program with this `reduction_overlap`
+    (the optimizer's schedule cache) instead of scheduling again."""
     clock = list(timings or [])
     t = time.perf_counter()
 
@@ -96,7 +99,8 @@ def build_program(
         clock.append((stage, now - t))
         t = now
 
-    sched = schedule(program, reduction_overlap=reduction_overlap)
+    if sched is None:
+        sched = schedule(program, reduction_overlap=reduction_overlap)
     lap("schedule")
     res = reserve(program, sched, device)
     alloc = allocate(program, sched, device, res.overheads)
