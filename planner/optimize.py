@@ -1,0 +1,239 @@
+"""The bounded local optimizer (DESIGN §6): ordered proposals, complete
+builds, strict acceptance, incumbent retention, parallel speculation.
+
+`LocalOptimizer(executor=None, kinds=KINDS)` is an `Optimizer` for
+`planner.pipeline.plan`.  Called with the baseline `Incumbent` it
+
+1. generates the proposals around the incumbent (`planner.proposals`,
+   ordered by estimated gain, using the incumbent's simulated per-step
+   cycles), skipping plans it has already evaluated and changes (same kind
+   and description) already rejected around an earlier incumbent — a
+   rejected move is not retried;
+2. evaluates them in that order — each is built into a complete package
+   (expand, schedule, allocate, link, verify) and simulated timing-only —
+   until one is strictly cheaper than the incumbent or `optimization_steps`
+   proposals have been evaluated in total;
+3. accepts a strictly cheaper one: its package is verified again, it becomes
+   the incumbent, and proposals are regenerated around it (step 1).  A
+   proposal that is not cheaper, does not build (`BuildFailure`: recorded as
+   "not built: <why>") or simulates with faults never replaces the incumbent,
+   whose actual package, allocation and schedule stay.
+
+No global restart, no retries with penalties; nothing is saved or resumed.
+
+Parallel speculation.  With `cfg.jobs > 1` (a process pool the optimizer
+owns for the call) or an `executor` passed in, later proposals of the current
+ordered list are built in the executor while earlier ones are evaluated.
+Decisions are still taken strictly in list order, so the result (final plan
+and package hash) is identical to the serial run.  At most `jobs` builds are
+in flight; a speculative build that the decision sequence never consumes (an
+earlier proposal was accepted, or the budget ran out) is cancelled or its
+result discarded and not counted as evaluated: `history` holds evaluated
+proposals only, `stats.speculative_discarded` counts the rest.
+
+Returns `(incumbent, history)`; `history` is one `Record` per evaluated
+proposal.  `last_stats` holds counts and the cache counters of the last call.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from planner import cache as cache_mod
+from planner.graph import Graph
+from planner.pipeline import Incumbent, PipelineConfig, PlanResult
+from planner.pipeline import plan as pipeline_plan
+from planner.plan import Plan
+from planner.proposals import KINDS, Proposal, proposals, step_profile
+from simulator.device import Device
+from simulator.run import run
+from simulator.verify import verify
+
+
+@dataclass(frozen=True)
+class Record:
+    """One evaluated proposal.  `cycles` is None when it did not build;
+    `why` then says why.  `seconds` is the wall time of its build and
+    simulation (in whichever process ran it)."""
+
+    kind: str
+    description: str
+    estimated_gain: int
+    built: bool
+    why: str
+    cycles: int | None
+    accepted: bool
+    seconds: float
+    speculative: bool
+
+    def line(self) -> str:
+        """One printable line: kind, description, built or why not, cycles, accepted."""
+        if not self.built:
+            state = f"not built: {self.why}"
+        else:
+            state = f"{self.cycles:,} cycles"
+        verdict = "ACCEPTED" if self.accepted else "rejected"
+        return f"[{self.kind}] {self.description}: {state}; {verdict} ({self.seconds:.2f} s)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "description": self.description,
+                "estimated_gain": self.estimated_gain, "built": self.built, "why": self.why,
+                "cycles": self.cycles, "accepted": self.accepted, "seconds": self.seconds,
+                "speculative": self.speculative}
+
+
+def profile(inc: Incumbent) -> dict[str, int]:
+    """Measured cycles per op/move label of an incumbent (timing-only run)."""
+    sim = run(inc.built.package, numerics=False)
+    return step_profile(inc.built.schedule, sim.cycles_per_step)
+
+
+class LocalOptimizer:
+    """The optimizer seam implementation (module docstring).
+
+    `executor`: any `concurrent.futures.Executor` for speculative builds (the
+    caller owns it); None → serial for `jobs == 1`, else a process pool of
+    `jobs` workers created and shut down per call.  `kinds`: the proposal
+    kinds to generate (tests restrict it).  `max_in_flight`: speculative
+    builds at once (default: `cfg.jobs`)."""
+
+    __name__ = "local"
+
+    def __init__(self, executor: Executor | None = None, kinds: tuple[str, ...] = KINDS,
+                 max_in_flight: int | None = None) -> None:
+        self.executor = executor
+        self.kinds = kinds
+        self.max_in_flight = max_in_flight
+        self.last_stats: dict[str, Any] = {}
+
+    def __call__(self, graph: Graph, device: Device, cfg: PipelineConfig,
+                 baseline: Incumbent) -> tuple[Incumbent, Sequence[Record]]:
+        before = cache_mod.counters()
+        executor, owned = self.executor, False
+        if executor is None and cfg.jobs > 1:
+            executor = ProcessPoolExecutor(cfg.jobs, mp_context=multiprocessing.get_context("fork"))
+            owned = True
+        run_ = _Run(graph, device, cfg, executor, self.kinds,
+                    self.max_in_flight or max(1, cfg.jobs))
+        try:
+            final = run_.optimize(baseline)
+        finally:
+            if owned and executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+        counts = cache_mod.counters().minus(before)
+        counts.add(run_.worker_counters)
+        self.last_stats = {
+            "proposals_evaluated": len(run_.history),
+            "proposals_accepted": sum(1 for r in run_.history if r.accepted),
+            "speculative_builds": run_.submitted,
+            "speculative_discarded": run_.submitted - run_.consumed,
+            "rounds": run_.rounds,
+            "cache": counts.as_dict(),
+        }
+        return final, list(run_.history)
+
+
+class _Run:
+    """The state of one optimizer call."""
+
+    def __init__(self, graph: Graph, device: Device, cfg: PipelineConfig,
+                 executor: Executor | None, kinds: tuple[str, ...], in_flight: int) -> None:
+        self.graph = graph
+        self.device = device
+        self.cfg = cfg
+        self.limit = cfg.operator_candidate_limit
+        self.executor = executor
+        self.kinds = kinds
+        self.in_flight = in_flight
+        self.history: list[Record] = []
+        self.tried: set[Plan] = set()
+        self.rejected: set[tuple[str, str]] = set()
+        self.submitted = 0
+        self.consumed = 0
+        self.rounds = 0
+        self.worker_counters = cache_mod.Counters()
+
+    @property
+    def budget(self) -> int:
+        return self.cfg.optimization_steps - len(self.history)
+
+    def optimize(self, inc: Incumbent) -> Incumbent:
+        while self.budget > 0:
+            self.rounds += 1
+            props = [p for p in proposals(self.graph, self.device, inc.plan, profile(inc),
+                                          self.limit, self.kinds)
+                     if p.plan not in self.tried and p.plan != inc.plan
+                     and (p.kind, p.description) not in self.rejected]
+            window = props[: self.budget]
+            if not window:
+                break
+            better = self.round(inc, window)
+            if better is None:
+                break  # every proposal of this round evaluated, none cheaper
+            inc = better
+        return inc
+
+    def round(self, inc: Incumbent, window: list[Proposal]) -> Incumbent | None:
+        """Evaluate `window` in order; the first strictly cheaper one, or None."""
+        futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters]]] = {}
+        try:
+            for i, prop in enumerate(window):
+                self.speculate(window, i, futures)
+                trial, speculative = self.trial(prop, futures.pop(i, None))
+                self.tried.add(prop.plan)
+                cand = trial.incumbent
+                accepted = cand is not None and cand.cycles < inc.cycles
+                if accepted and cand is not None:
+                    verify(cand.built.package)  # every accepted step re-verifies
+                self.history.append(Record(
+                    prop.kind, prop.description, prop.gain, cand is not None, trial.failure,
+                    cand.cycles if cand is not None else None, accepted, trial.seconds,
+                    speculative))
+                if accepted:
+                    return cand
+                self.rejected.add((prop.kind, prop.description))
+            return None
+        finally:
+            for fut in futures.values():
+                fut.cancel()
+
+    def speculate(self, window: list[Proposal], i: int,
+                  futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters]]]
+                  ) -> None:
+        """Keep up to `in_flight` builds of window[i:] running in the executor."""
+        if self.executor is None:
+            return
+        for j in range(i, min(len(window), i + self.in_flight)):
+            if j not in futures:
+                futures[j] = self.executor.submit(cache_mod.evaluate_in_worker, self.graph,
+                                                  self.device, window[j].plan, self.limit)
+                self.submitted += 1
+
+    def trial(self, prop: Proposal,
+              fut: Future[tuple[cache_mod.Trial, cache_mod.Counters]] | None
+              ) -> tuple[cache_mod.Trial, bool]:
+        if fut is None:
+            return cache_mod.SHARED.evaluate(self.graph, self.device, prop.plan, self.limit), False
+        self.consumed += 1
+        trial, counts = fut.result()
+        self.worker_counters.add(counts)
+        return trial, True
+
+
+def plan(graph: Graph, device: Device, cfg: PipelineConfig | None = None,
+         executor: Executor | None = None) -> PlanResult:
+    """`planner.pipeline.plan` with the local optimizer (the public
+    `planner.plan`).  Raises BuildFailure when the baseline does not build."""
+    opt = LocalOptimizer(executor)
+    t0 = time.perf_counter()
+    res = pipeline_plan(graph, device, cfg, optimizer=opt)
+    stats = dict(res.stats)
+    stats.update(opt.last_stats)
+    stats["optimizer_wall_seconds"] = time.perf_counter() - t0
+    return PlanResult(res.package, res.cycles, res.history, res.baseline_cycles, res.plan,
+                      stats, res.built)

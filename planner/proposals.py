@@ -1,0 +1,301 @@
+"""Local proposals: small neighbourhood changes to the incumbent Plan.
+
+`proposals(graph, device, incumbent, limit)` returns every proposal of the
+seven kinds below, each a frozen, hashable, sortable `Proposal` holding the
+changed Plan, a `kind`, a one-line `description` and an estimated gain in
+cycles (positive = expected cheaper).  The list is ordered by estimated gain,
+largest first; ties by kind, then description — never by hash or set order.
+
+Kinds (`KINDS`):
+
+- `operator`: another shortlisted recipe of one op.  Gain = trips ×
+  (current − alternative catalogue estimate) × calibration, where the
+  calibration is the op's measured cycles (the incumbent's simulated steps
+  labelled with the op) over its own estimate, clipped to [½, 2].
+- `joint`: a producer/store + consumer change: the consumer of an activation
+  takes another recipe and the producer stores its result straight into the
+  consumer's layout (the boundary opens).  Gain = operator gain + open gain.
+- `open`: open one canonical boundary.  Gain = measured cycles of the
+  boundary's canonical redistribution (`canon <tensor>` steps).
+- `cast`: cast before redistribution (early casting) for one absorbed Cast.
+  Gain = measured cast cycles − a catalogue estimate of the cast on the
+  canonical owners + half the exchange payload of the moves that carried the
+  wide value.
+- `packing`: another canonical packing ("half"/"double").  Gain = ± half the
+  payload cycles of the canonical redistributions.
+- `overlap`: let independent K-split reductions overlap (schedule flag).
+  Gain = half the measured reduction cycles.
+- `tiles`: another logical→physical tile mapping.  The device model has
+  homogeneous tiles and a uniform all-to-all exchange, so a permutation of
+  tiles cannot change cycles; its estimated gain is 0 and it sorts after
+  every proposal expected to help.
+
+Unaffected parameter ownership stays fixed: a proposal changes one decision
+(two for `joint`), and parameter homes move only with the recipe of the op
+that reads them.  Measured cycles come from `step_profile`, which maps the
+incumbent's simulated per-step cycles back to op names through the schedule's
+step labels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner import catalogue as cat
+from planner.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
+from planner.layout import canonical_rows_per_owner, view2d
+from planner.plan import PACKINGS, Plan
+from planner.schedule import Schedule
+from simulator.device import Device
+
+KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
+# label suffixes that expand appends to an op's or a move's name
+_SUFFIXES = (" partial sums", " partials", " reduce", " unpack", " pack")
+# consumer alternatives tried per boundary by `joint` (best estimates first)
+JOINT_ALTERNATIVES = 2
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One neighbour of the incumbent: `plan` differs from it in one decision
+    (two for `joint`).  `gain` is estimated cycles saved (may be ≤ 0)."""
+
+    kind: str
+    description: str
+    gain: int
+    plan: Plan = field(repr=False)
+
+    @property
+    def order_key(self) -> tuple[int, str, str]:
+        return (-self.gain, self.kind, self.description)
+
+    def __lt__(self, other: Proposal) -> bool:
+        return self.order_key < other.order_key
+
+
+@dataclass(frozen=True)
+class OpSite:
+    """A non-Repeat op with its qualified name, graph (body or top) and trips."""
+
+    name: str
+    graph: Graph
+    op: Op
+    trips: int
+    scope: str
+
+
+def op_sites(g: Graph, scope: str = "", trips: int = 1) -> list[OpSite]:
+    """Every non-Repeat op in program order (Repeat bodies inlined once)."""
+    out: list[OpSite] = []
+    for op in g.ops:
+        if isinstance(op, Repeat):
+            out += op_sites(op.body, f"{scope}{op.name}/", op.trips)
+        else:
+            out.append(OpSite(f"{scope}{op.name}", g, op, trips, scope))
+    return out
+
+
+def base_label(label: str) -> str:
+    """The op or move a step label belongs to (expand's suffixes removed)."""
+    for s in _SUFFIXES:
+        if label.endswith(s):
+            return label[: -len(s)]
+    return label
+
+
+def step_profile(sched: Schedule, cycles_per_step: np.ndarray) -> dict[str, int]:
+    """Measured cycles per base label: each step's cycles (summed over Repeat
+    iterations) split evenly among the phases merged into it."""
+    prof: dict[str, int] = {}
+    for st, c in zip(sched.steps, cycles_per_step.tolist(), strict=True):
+        if not st.labels:
+            continue
+        share = int(c) // len(st.labels)
+        for lab in st.labels:
+            key = base_label(lab)
+            prof[key] = prof.get(key, 0) + share
+    return prof
+
+
+class _Generator:
+    def __init__(self, g: Graph, device: Device, plan: Plan, prof: dict[str, int],
+                 limit: int) -> None:
+        self.g = g
+        self.device = device
+        self.plan = plan
+        self.prof = prof
+        self.limit = limit
+        self.sites = op_sites(g)
+
+    def measured(self, prefix: str) -> int:
+        """Measured cycles of labels equal to `prefix` (sorted keys: stable sums)."""
+        return self.prof.get(prefix, 0)
+
+    def measured_prefix(self, prefix: str) -> int:
+        return sum(v for k, v in sorted(self.prof.items()) if k.startswith(prefix))
+
+    def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
+        short = cat.catalogue(site.graph, site.op, self.device, self.limit)
+        key = self.plan.recipe(site.name)
+        if key is None:
+            return short, short[0]
+        for r in short:
+            if r.key == key:
+                return short, r
+        return short, cat.recipe_from_key(site.graph, site.op, self.device, key)
+
+    def op_gain(self, site: OpSite, cur: cat.Recipe, alt: cat.Recipe) -> int:
+        est = site.trips * cur.cycles
+        meas = self.measured(site.name)
+        calib = min(2.0, max(0.5, meas / est)) if est > 0 and meas > 0 else 1.0
+        return int(round(site.trips * (cur.cycles - alt.cycles) * calib))
+
+    # ------------------------------------------------------------ kinds
+
+    def operator(self) -> list[Proposal]:
+        out = []
+        for site in self.sites:
+            if isinstance(site.op, Cast):
+                continue
+            short, cur = self.current(site)
+            for alt in short:
+                if alt.key == cur.key:
+                    continue
+                out.append(Proposal(
+                    "operator", f"{site.name}: {cur.key} -> {alt.key}",
+                    self.op_gain(site, cur, alt), self.plan.with_recipe(site.name, alt.key)))
+        return out
+
+    def boundaries(self) -> list[tuple[OpSite, OpSite, str]]:
+        """(producer, single consumer, qualified tensor) of every closed
+        canonical boundary that may open (not a graph output, Repeat
+        init/final/yield, nor a Cast/heads/Repeat edge)."""
+        out = []
+        for site in self.sites:
+            g = site.graph
+            if isinstance(site.op, (Cast, SplitHeads, MergeHeads)):
+                continue
+            t = site.op.outputs[0]
+            q = f"{site.scope}{t}"
+            if self.plan.is_open(q) or t in g.outputs or _feeds_repeat(g, t):
+                continue
+            users = g.consumers(t)
+            if len(users) != 1 or isinstance(users[0], (Repeat, Cast, SplitHeads, MergeHeads)):
+                continue
+            consumer = next(s for s in self.sites
+                            if s.graph is g and s.op is users[0])
+            out.append((site, consumer, q))
+        return out
+
+    def open(self) -> list[Proposal]:
+        out = []
+        for _prod, cons, q in self.boundaries():
+            gain = self.measured(f"canon {q}")
+            out.append(Proposal("open", f"open boundary {q} (into {cons.name})", gain,
+                                self.plan.with_open(q)))
+        return out
+
+    def joint(self) -> list[Proposal]:
+        out = []
+        for _prod, cons, q in self.boundaries():
+            short, cur = self.current(cons)
+            alts = [r for r in short if r.key != cur.key][:JOINT_ALTERNATIVES]
+            for alt in alts:
+                gain = self.op_gain(cons, cur, alt) + self.measured(f"canon {q}")
+                out.append(Proposal(
+                    "joint", f"store {q} in {cons.name} layout {alt.key} (was {cur.key})",
+                    gain, self.plan.with_open(q).with_recipe(cons.name, alt.key)))
+        return out
+
+    def cast(self) -> list[Proposal]:
+        out = []
+        for site in self.sites:
+            if not isinstance(site.op, Cast) or self.plan.cast_before(site.name):
+                continue
+            measured = self.measured(f"cast {site.name}")
+            if measured == 0:
+                continue  # not absorbed (already a compute op on canonical owners)
+            x = site.graph.tensor(site.op.x)
+            y = site.graph.tensor(site.op.out)
+            rows, cols = view2d(x.shape)
+            rpo = canonical_rows_per_owner(rows, cols, DTYPE_BYTES[x.dtype],
+                                           self.device.element_bytes, self.device.tiles,
+                                           self.plan.packing)
+            early = site.trips * cat.row_kernel_cycles("Cast", rpo, cols, x.dtype, y.dtype,
+                                                       self.device)
+            moved = self.measured_prefix(f"to {site.scope}{site.op.x}@")
+            sync = self.device.sync_cycles
+            payload = max(0, moved - sync * site.trips)
+            narrow = 1 - DTYPE_BYTES[y.dtype] / DTYPE_BYTES[x.dtype]
+            gain = measured - early + int(payload * narrow)
+            out.append(Proposal("cast", f"cast {site.name} before redistribution", gain,
+                                self.plan.with_cast_order(site.name, "before")))
+        return out
+
+    def packing(self) -> list[Proposal]:
+        canon = [(k, v) for k, v in sorted(self.prof.items()) if k.startswith("canon ")]
+        payload = sum(v for _, v in canon) - self.device.sync_cycles * len(canon)
+        out = []
+        for p in PACKINGS:
+            if p == self.plan.packing:
+                continue
+            sign = 1 if p == "half" else -1
+            if self.plan.packing == "half":
+                sign = -1
+            out.append(Proposal("packing", f"canonical packing {self.plan.packing} -> {p}",
+                                sign * max(0, payload) // 2, self.plan.with_packing(p)))
+        return out
+
+    def overlap(self) -> list[Proposal]:
+        reduce = sum(v for k, v in sorted(self.prof.items()) if k.endswith(" reduce"))
+        if self.plan.reduction_overlap:
+            return [Proposal("overlap", "stop overlapping reductions", -reduce // 2,
+                             self.plan.with_reduction_overlap(False))]
+        if reduce == 0:
+            return []  # no K-split reduction in the incumbent: nothing to overlap
+        return [Proposal("overlap", "overlap independent reductions", reduce // 2,
+                         self.plan.with_reduction_overlap(True))]
+
+    def tiles(self) -> list[Proposal]:
+        n = self.device.tiles
+        out = []
+        offset = (self.plan.tile_offset + n // 2) % n
+        out.append(Proposal("tiles", f"tile mapping offset {offset} stride "
+                                     f"{self.plan.tile_stride}", 0,
+                            self.plan.with_tile_mapping(offset, self.plan.tile_stride)))
+        stride = next((s for s in range(self.plan.tile_stride + 2, n)
+                       if math.gcd(s, n) == 1), None)
+        if stride is not None:
+            out.append(Proposal("tiles", f"tile mapping offset {self.plan.tile_offset} "
+                                         f"stride {stride}", 0,
+                                self.plan.with_tile_mapping(self.plan.tile_offset, stride)))
+        return out
+
+
+def _feeds_repeat(g: Graph, tensor: str) -> bool:
+    return any(isinstance(op, Repeat) and tensor in op.init + op.final for op in g.ops)
+
+
+GENERATORS = {kind: getattr(_Generator, kind) for kind in KINDS}
+
+
+def proposals(graph: Graph, device: Device, plan: Plan, profile: dict[str, int],
+              limit: int = cat.DEFAULT_LIMIT,
+              kinds: tuple[str, ...] = KINDS) -> list[Proposal]:
+    """All proposals of `kinds` around `plan` (module docstring), best
+    estimated gain first.  `profile` is `step_profile` of the incumbent;
+    `limit` the catalogue shortlist length.  Raises ValueError for an
+    unknown kind."""
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown proposal kind(s) {unknown}; choices: {KINDS}")
+    gen = _Generator(graph, device, plan, profile, limit)
+    out: list[Proposal] = []
+    for kind in KINDS:
+        if kind in kinds:
+            out += GENERATORS[kind](gen)
+    unique = {p.plan: p for p in sorted(out, reverse=True)}  # best duplicate wins
+    return sorted(unique.values())
