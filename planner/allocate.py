@@ -22,9 +22,18 @@ Schedule):
 Placement is an interval-graph packing: buffers sorted by (size desc, first,
 id) are placed best-fit into the aligned free address gaps left by the already
 placed buffers whose live ranges overlap theirs (smallest fitting gap, then
-lowest address).  If that order fails on a tile, two other deterministic orders
-are tried (first asc; then lifetime length desc) before the tile is declared
-infeasible.  The hot loop is one jitted function over flat arrays.
+lowest address).
+
+Element conflicts.  Two operand streams of one vertex in the same 16 KiB SRAM
+element halve its streaming rate (kernels/cost.py).  The first attempt on
+each tile is element-aware: besides the start of each fitting gap it tries
+the first MAX_ELEMENT_CANDIDATES element boundaries inside it,
+and picks the position with the fewest already placed *partners* (buffers
+that are distinct operands of a common vertex) sharing an element with it,
+then the best fit.  That can fragment memory, so if it fails on a tile the
+plain best-fit order and two other deterministic orders (first asc; then
+lifetime length desc) are tried before the tile is declared infeasible.
+The hot loop is one jitted function over flat arrays.
 
 Failure raises `BuildFailure("allocate", tile, need, have, detail, profile)`
 where `profile` maps kinds (code, exchange-table, support, parameter,
@@ -151,30 +160,62 @@ def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarr
     return first, last
 
 
+# element-boundary positions tried per free gap when avoiding element conflicts
+MAX_ELEMENT_CANDIDATES = 8
+
+
 @kjit
-def _place(order, size, align, first, last, lo, hi, addr):  # pragma: no cover - jitted
+def _conflicts(i, cand, size, addr, p_ptr, p_list, placed, base, elem):  # pragma: no cover
+    """Placed partners of buffer i whose element span meets i's span at `cand`."""
+    e0 = (cand - base) // elem
+    e1 = (cand + size[i] - 1 - base) // elem
+    n = 0
+    for q in range(p_ptr[i], p_ptr[i + 1]):
+        p = p_list[q]
+        if placed[p] == 0:
+            continue
+        f0 = (addr[p] - base) // elem
+        f1 = (addr[p] + size[p] - 1 - base) // elem
+        if f0 <= e1 and e0 <= f1:
+            n += 1
+    return n
+
+
+@kjit
+def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed, base, elem,
+           avoid):  # pragma: no cover - jitted
     """Place buffers `order` (indices) of one tile into [lo, hi).
 
-    Writes addr[i] for each placed buffer.  Returns (-1, 0) on success, else
+    Best fit into the free gaps left by placed buffers with overlapping live
+    ranges.  With `avoid`, candidate positions also include element
+    boundaries and gap ends, scored first by the number of already placed
+    partners (operand streams of a common vertex) sharing a memory element.
+    Writes addr[i] and placed[i] = 1.  Returns (-1, 0) on success, else
     (position in `order` that failed, largest aligned free gap in bytes)."""
     n = order.shape[0]
-    placed = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        placed[order[k]] = 0
+    done = np.empty(n, dtype=np.int64)
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
     for k in range(n):
         i = order[k]
         m = 0
         for j in range(k):
-            p = placed[j]
+            p = done[j]
             if first[p] <= last[i] and first[i] <= last[p]:
                 starts[m] = addr[p]
                 ends[m] = addr[p] + size[p]
                 m += 1
         idx = np.argsort(starts[:m], kind="mergesort")
         a = align[i]
+        sz = size[i]
+        partners = avoid and p_ptr[i + 1] > p_ptr[i]
         cursor = lo
         best = -1
+        best_conf = n + 1
         best_gap = hi - lo + 1
+        best_rank = 2
         largest = 0
         for q in range(m + 1):
             nxt = hi if q == m else starts[idx[q]]
@@ -183,16 +224,53 @@ def _place(order, size, align, first, last, lo, hi, addr):  # pragma: no cover -
                 room = nxt - start
                 if room > largest:
                     largest = room
-                if room >= size[i] and nxt - cursor < best_gap:
-                    best_gap = nxt - cursor
-                    best = start
+                if room >= sz:
+                    gap = nxt - cursor
+                    n_cand = 1
+                    if partners:
+                        n_cand = 1 + MAX_ELEMENT_CANDIDATES
+                    for c in range(n_cand):
+                        rank = 0 if c == 0 else 1
+                        if c == 0:
+                            cand = start
+                        else:
+                            eb = base + (-(-(start - base) // elem) + c - 1) * elem
+                            cand = -(-eb // a) * a
+                        if cand < start or cand + sz > nxt:
+                            continue
+                        conf = 0
+                        if partners:
+                            conf = _conflicts(i, cand, size, addr, p_ptr, p_list, placed, base,
+                                              elem)
+                        better = conf < best_conf or (conf == best_conf and (
+                            gap < best_gap or (gap == best_gap and rank < best_rank)))
+                        if better:
+                            best, best_conf, best_gap, best_rank = cand, conf, gap, rank
             if q < m and ends[idx[q]] > cursor:
                 cursor = ends[idx[q]]
         if best < 0:
             return k, largest
         addr[i] = best
-        placed[k] = i
+        placed[i] = 1
+        done[k] = i
     return -1, 0
+
+
+def _partners(sched: Schedule, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (ptr[nb+1], list) of buffers that are distinct operands of one vertex."""
+    pairs: list[tuple[int, int]] = []
+    for st in sched.steps:
+        for v in st.vertices:
+            bs = sorted({b for r in v.refs for b in r.buffers()})
+            for x in range(len(bs)):
+                for y in range(x + 1, len(bs)):
+                    pairs.append((bs[x], bs[y]))
+                    pairs.append((bs[y], bs[x]))
+    if not pairs:
+        return np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pa = np.unique(np.asarray(pairs, dtype=np.int64), axis=0)
+    ptr = np.searchsorted(pa[:, 0], np.arange(nb + 1)).astype(np.int64)
+    return ptr, np.ascontiguousarray(pa[:, 1])
 
 
 def _orders(ids: np.ndarray, size: np.ndarray, first: np.ndarray,
@@ -219,8 +297,12 @@ def _profile(tile: int, program: Program, kinds: np.ndarray, size: np.ndarray,
     return prof
 
 
-def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads) -> Allocation:
-    """Place every buffer of `program`; raises BuildFailure("allocate", ...)."""
+def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
+             avoid_conflicts: bool = True) -> Allocation:
+    """Place every buffer of `program`; raises BuildFailure("allocate", ...).
+
+    `avoid_conflicts`: first try an element-aware placement on each tile
+    (module docstring); the plain best-fit orders remain the fallback."""
     nb = len(program.bufs)
     tiles = device.tiles
     tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64, count=nb)
@@ -264,6 +346,9 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads) 
                            _profile(t, program, kinds, size, tile_of, ovh, int(peak[t])))
 
     addr = np.full(nb, -1, dtype=np.int64)
+    placed = np.zeros(nb, dtype=np.int8)
+    p_ptr, p_list = _partners(sched, nb) if avoid_conflicts else (
+        np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
     order_by_tile = np.argsort(tile_of, kind="stable")
     bounds = np.searchsorted(tile_of[order_by_tile], np.arange(tiles + 1))
     for t in range(tiles):
@@ -271,8 +356,12 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads) 
         if ids.size == 0:
             continue
         failure: tuple[int, int] | None = None
-        for order in _orders(ids, size, first, last):
-            k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr)
+        orders = _orders(ids, size, first, last)
+        attempts = [(orders[0], avoid_conflicts)] + [(o, False) for o in orders]
+        for order, avoid in attempts:
+            k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr, p_ptr,
+                                p_list, placed, device.memory_base, device.element_bytes,
+                                avoid)
             if k < 0:
                 failure = None
                 break

@@ -72,6 +72,11 @@ def test_allocation_valid_and_inside_tensor_range() -> None:
     assert alloc.peak_live[1] == 3 * NBYTES + 2 * NBYTES  # w (3 layers) + two of landing/ping/pong
 
 
+def _range(support: int) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.full(TINY.tiles, TINY.memory_base + support, dtype=np.int64)
+    return lo, np.full(TINY.tiles, TINY.memory_end, dtype=np.int64)
+
+
 def _random_program(seed: int, nbuf: int = 60, nsteps: int = 40) -> Program:
     rng = np.random.default_rng(seed)
     p = Program()
@@ -94,7 +99,8 @@ def _random_program(seed: int, nbuf: int = 60, nsteps: int = 40) -> Program:
 def test_random_programs_never_overlap_live_buffers(seed: int) -> None:
     p = _random_program(seed)
     s = schedule(p)
-    alloc = allocate(p, s, TINY, _ovh(support=1024))
+    _assert_valid(p, allocate(p, s, TINY, _ovh(support=1024)), *_range(1024))
+    alloc = allocate(p, s, TINY, _ovh(support=1024), avoid_conflicts=False)
     _assert_valid(p, alloc, alloc.tensor_lo, alloc.tensor_hi)
     # liveness-based reuse: the highest address never needs more than the sum of sizes
     for t in range(3):
@@ -110,7 +116,7 @@ def test_disjoint_lifetimes_share_memory() -> None:
     chain = [src, *tmp]
     for i in range(4):  # t_i is live from step i-1 to step i: t0/t2 and t1/t3 may share
         p.items.append(Phase("compute", f"w{i}", [copy_vertex(0, chain[i], chain[i + 1])]))
-    alloc = allocate(p, schedule(p), TINY, _ovh())
+    alloc = allocate(p, schedule(p), TINY, _ovh(), avoid_conflicts=False)
     assert len({int(alloc.addr[t]) for t in tmp}) == 2
     assert alloc.tensor_top[0] - alloc.tensor_lo[0] == 64 + 2 * 4096
 
@@ -142,3 +148,24 @@ def test_deterministic() -> None:
     a1 = allocate(p1, schedule(p1), TINY, _ovh())
     a2 = allocate(p2, schedule(p2), TINY, _ovh())
     assert np.array_equal(a1.addr, a2.addr)
+
+
+def test_element_aware_placement_separates_operands() -> None:
+    """A chain of copies between 4 KiB buffers: best fit packs source and
+    destination into one 16 KiB element; element-aware placement never does."""
+    p = Program()
+    chain = [p.new_buf(0, 4096, "activation", "src", persistent=True)]
+    chain += [p.new_buf(0, 4096, "activation", f"t{i}") for i in range(6)]
+    for i in range(6):
+        p.items.append(Phase("compute", f"c{i}", [copy_vertex(0, chain[i], chain[i + 1])]))
+    s = schedule(p)
+    e = TINY.element_bytes
+
+    def shared(alloc) -> int:
+        el = [(int(alloc.addr[b]) - TINY.memory_base) // e for b in chain]
+        return sum(el[i] == el[i + 1] for i in range(6))
+
+    plain = allocate(p, s, TINY, _ovh(), avoid_conflicts=False)
+    aware = allocate(p, s, TINY, _ovh())
+    _assert_valid(p, aware, aware.tensor_lo, aware.tensor_hi)
+    assert shared(plain) > 0 and shared(aware) == 0
