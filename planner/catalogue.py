@@ -196,10 +196,30 @@ def find(recipes: tuple[Recipe, ...], key: str) -> Recipe:
 
 
 def recipe_from_key(g: Graph, op: Op, device: Device, key: str) -> Recipe:
-    """Any recipe of `op` by key, shortlisted or not (plans may name others)."""
+    """Any recipe of `op` by key, shortlisted or not (plans and proposals may
+    name grids the enumeration skipped).  Raises KeyError for a key that does
+    not parse, belongs to another family or does not fit the op/device."""
     for r in _generate(g, op, device):
         if r.key == key:
             return r
+    family, _, rest = key.partition(":")
+    try:
+        grid = tuple(int(x) for x in rest.split("x")) if rest else ()
+    except ValueError:
+        raise KeyError(f"op {op.name}: recipe key {key!r} does not parse") from None
+    if isinstance(op, MatMul) and family == "mm" and len(grid) == 3:
+        a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
+        (m, k), n = a.shape, b.shape[1]
+        gm, gn, gk = grid
+        if 1 <= gm <= m and 1 <= gn <= n and 1 <= gk <= k and gm * gn * gk <= device.tiles:
+            return _matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
+                                  DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype],
+                                  op.bias is not None, device)
+    if isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)) and family == "rows" \
+            and len(grid) == 1:
+        rows = view2d(g.tensor(op.inputs[0]).shape)[0]
+        if 1 <= grid[0] <= rows and math.ceil(rows / grid[0]) <= device.tiles:
+            return _row_recipes(g, op, device, extra=grid[0])[-1]
     raise KeyError(f"op {op.name}: no recipe {key!r}")
 
 
@@ -319,7 +339,8 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
 
 
 def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
-                 device: Device) -> list[Recipe]:
+                 device: Device, extra: int = 0) -> list[Recipe]:
+    """Row-parallel recipes; with `extra`, only that rows-per-owner."""
     x_name = op.a if isinstance(op, Add) else op.x
     x, out = g.tensor(x_name), g.tensor(op.outputs[0])
     rows, cols = view2d(x.shape)
@@ -332,6 +353,8 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
     while r < canon_in:
         options.add(r)
         r *= 2
+    if extra:
+        options = {extra}
     n_in = 2 if isinstance(op, Add) else 1
     pbytes = 2 * cols * 2 if isinstance(op, LayerNorm) else 0
     recipes = []

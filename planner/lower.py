@@ -26,7 +26,8 @@ Policy (baseline `default`, Plan-controlled):
   the block all-gather it before the matmul — so every grid tile holds an
   equal share; biases live on the i = 0 tiles; LayerNorm vectors are chunked
   (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter (the
-  position embedding) lives in the op's own row blocks;
+  position embedding) lives in the op's own row blocks.  The first consumer
+  fixes the home; later consumers convert from it;
 - Repeat: the body's arguments and yields are canonical values whose storage
   expand binds to a ping-pong pair (`Carry`); iterated parameters have
   `trips` > 0 on their home value (a sequence of per-layer blocks).
@@ -334,12 +335,14 @@ class _Lowerer:
 
     def param_value(self, tensor: str, home: Layout, layout: Layout, g: Graph, op: Op) -> str:
         outer, trips = self.params[tensor]
-        if outer in self.out.homes:
-            raise Unsupported(op.name, f"parameter {outer} has more than one consumer")
         t = self.tensors[tensor]
-        hv = self.add_value(Value(f"home:{outer}", tensor, t.shape, t.dtype, t.scale_exp, home,
-                                  "parameter", trips))
-        self.out.homes[outer] = hv
+        if outer in self.out.homes:  # a later consumer converts from the first one's home
+            hv = self.out.homes[outer]
+            home = self.out.values[hv].layout
+        else:
+            hv = self.add_value(Value(f"home:{outer}", tensor, t.shape, t.dtype, t.scale_exp,
+                                      home, "parameter", trips))
+            self.out.homes[outer] = hv
         rows, cols = view2d(t.shape)
         segs = identity_segments(rows, cols)
         if isinstance(op, Add):

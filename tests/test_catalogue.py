@@ -1,0 +1,82 @@
+"""Catalogue: recipes, estimates from the kernel cycle models, shortlist, cache."""
+
+from __future__ import annotations
+
+import math
+
+import planner
+import simulator
+from planner import catalogue as cat
+from planner.catalogue import Recipe, shortlist
+
+
+def _recipe(key: str, cycles: int, mem: int, xbytes: int) -> Recipe:
+    return Recipe(cycles=cycles, mem_bytes=mem, key=key, family="rows", grid=(1,),
+                  compute_cycles=cycles, exchange_cycles=0, syncs=0, in_bytes=0,
+                  xbytes=xbytes, tiles=1)
+
+
+def test_shortlist_keeps_smallest_buffer_and_exchange_extreme() -> None:
+    rs = [_recipe("fast", 10, 900, 500), _recipe("mid", 20, 800, 400),
+          _recipe("small", 90, 100, 300), _recipe("lowx", 80, 700, 5)]
+    out = shortlist(rs, 1)
+    assert [r.key for r in out] == ["fast", "lowx", "small"]  # sorted by estimate
+    assert [r.key for r in shortlist(rs, 10)] == ["fast", "mid", "lowx", "small"]
+
+
+def test_real_shortlist_keeps_extremes() -> None:
+    dev = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    body = g.op("encoder").body  # type: ignore[attr-defined]
+    op = body.op("mm_fc1")
+    every = cat._generate(body, op, dev)
+    out = cat.catalogue(body, op, dev, 2)
+    assert 2 <= len(out) <= 4
+    assert list(out) == sorted(out)
+    keys = {r.key for r in out}
+    assert min(every, key=lambda r: (r.mem_bytes, r.cycles, r.key)).key in keys
+    assert min(every, key=lambda r: (r.xbytes, r.mem_bytes, r.cycles, r.key)).key in keys
+    assert out[0].cycles == min(r.cycles for r in every)
+
+
+def test_matmul_estimate_is_compute_plus_exchange() -> None:
+    dev = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    body = g.op("encoder").body  # type: ignore[attr-defined]
+    r = cat.recipe_from_key(body, body.op("mm_q"), dev, "mm:4x8x1")
+    assert r.grid == (4, 8, 1) and r.tiles == 32
+    mb, kb, nb = math.ceil(197 / 4), 192, math.ceil(192 / 8)
+    assert r.compute_cycles == cat.matmul_cycles(mb, kb, nb, "fp8", "fp16", dev)
+    assert r.cycles == r.compute_cycles + r.exchange_cycles
+    # phases: a in (+bias), weight all-gather, out to canonical
+    assert r.syncs == 3
+    assert r.exchange_cycles >= 3 * dev.sync_cycles + (mb * kb) // 4
+    # a larger block costs more cycles (monotone cycle model)
+    assert cat.matmul_cycles(2 * mb, kb, nb, "fp8", "fp16", dev) > r.compute_cycles
+
+
+def test_every_vit_op_has_recipes() -> None:
+    dev = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    body = g.op("encoder").body  # type: ignore[attr-defined]
+    for graph in (g, body):
+        for op in graph.ops:
+            if op.kind == "Repeat":
+                continue
+            rs = cat.catalogue(graph, op, dev)
+            assert rs and all(r.cycles > 0 and r.mem_bytes > 0 for r in rs), op.name
+            assert all(r.mem_bytes <= dev.memory_size for r in rs)
+
+
+def test_cache_hits_on_unchanged_signature() -> None:
+    dev = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    body = g.op("encoder").body  # type: ignore[attr-defined]
+    cat.catalogue(body, body.op("mm_q"), dev, 3)
+    hits, misses = cat.CACHE_STATS["hits"], cat.CACHE_STATS["misses"]
+    a = cat.catalogue(body, body.op("mm_k"), dev, 3)  # same shapes: a hit
+    assert cat.CACHE_STATS["hits"] == hits + 1 and cat.CACHE_STATS["misses"] == misses
+    b = cat.catalogue(body, body.op("mm_q"), dev, 3)
+    assert a is b
+    cat.catalogue(body, body.op("mm_q"), dev, 4)  # another limit: a miss
+    assert cat.CACHE_STATS["misses"] == misses + 1
