@@ -40,22 +40,34 @@ def copy_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit
+def _transpose_words(words, m, n, mem, dst, ldd, eb):  # type: ignore[no-untyped-def]
+    """dst row j (m elements) = column j of the dense [m, n] element array `words`."""
+    for j in range(n):
+        d = dst + j * ldd
+        out = mem[d:d + m * eb].view(words.dtype)
+        for i in range(m):
+            out[i] = words[i * n + j]
+
+
+@kjit
 def transpose_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """TRANSPOSE numeric body; returns a kernels.status code."""
     m, n, eb = args[4], args[5], args[6]
     if m < 1 or n < 1 or not (eb == 1 or eb == 2 or eb == 4):
         return BAD_SHAPE
     src = args[0] - base
-    dst = args[2] - base
-    block = np.empty((m, n * eb), dtype=np.uint8)
+    row = n * eb
+    block = np.empty(m * row, dtype=np.uint8)  # whole source first: dst may alias src
     for i in range(m):
         s = src + i * args[1]
-        block[i, :] = mem[s:s + n * eb]
-    for j in range(n):
-        d = dst + j * args[3]
-        for i in range(m):
-            for b in range(eb):
-                mem[d + i * eb + b] = block[i, j * eb + b]
+        block[i * row:(i + 1) * row] = mem[s:s + row]
+    dst = args[2] - base
+    if eb == 1:
+        _transpose_words(block, m, n, mem, dst, args[3], eb)
+    elif eb == 2:
+        _transpose_words(block.view(np.uint16), m, n, mem, dst, args[3], eb)
+    else:
+        _transpose_words(block.view(np.uint32), m, n, mem, dst, args[3], eb)
     return OK
 
 
