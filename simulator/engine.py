@@ -70,14 +70,19 @@ C_FAULTS, C_VERTICES, C_CYCLES, C_TRANSFERS = range(4)
 
 @dataclass(frozen=True)
 class MemoryImage:
-    """Per-tile memory for numerics: `mem[row]` is tile `t`'s SRAM when
-    `tile_row[t] == row` (index 0 = memory_base); tiles with `tile_row == -1`
-    have no image (any access there is out of range).  `written` marks bytes
-    that hold a value (a read of an unmarked byte is a fault)."""
+    """Per-tile memory for numerics.  Tile t's image is `mem[tile_row[t]]`; its
+    index 0 is address `tile_base[t]` and the first `tile_size[t]` bytes are the
+    tile's window (run.py: the span of its tensor buffers — code, exchange-table
+    and support memory hold no values a vertex or transfer may touch).  An
+    access outside the window, or on a tile with `tile_row == -1`, is out of
+    range.  `written` marks bytes that hold a value (reading an unmarked byte
+    is a fault)."""
 
-    mem: np.ndarray  # uint8 [rows, memory_size]
-    written: np.ndarray  # uint8 [rows, memory_size]
+    mem: np.ndarray  # uint8 [rows, width]
+    written: np.ndarray  # uint8 [rows, width]
     tile_row: np.ndarray  # int64 [tiles]
+    tile_base: np.ndarray  # int64 [tiles], absolute address of index 0
+    tile_size: np.ndarray  # int64 [tiles], window bytes (<= width)
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,9 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
                      dev.loop_overhead_cycles], dtype=np.int64)
     numerics = image is not None
     if image is None:
-        image = MemoryImage(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint8),
-                            np.full(pkg.tiles, -1, dtype=np.int64))
+        none = np.full(pkg.tiles, -1, dtype=np.int64)
+        image = MemoryImage(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint8), none,
+                            none, none)
     stage_bytes = 1
     if numerics and pkg.n_transfers:
         csum = np.concatenate([[0], np.cumsum(a["x_bytes"])])
@@ -124,7 +130,7 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
         a["p_table"], a["table_values"],
         dev.tile_desc().as_array(), devv, numerics, image.mem, image.written, image.tile_row,
-        np.zeros(stage_bytes, dtype=np.uint8),
+        image.tile_base, image.tile_size, np.zeros(stage_bytes, dtype=np.uint8),
         out_steps, busy, b_in, b_out, faults, counters,
     )
     n_f = int(counters[C_FAULTS])
@@ -166,6 +172,8 @@ def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
     for o in range(reg[1]):
         for r in range(reg[3]):
             a = off + o * reg[2] + r * reg[4]
+            if written[row, a : a + reg[5]].min() != 0:  # vectorised fast path
+                continue
             for b in range(a, a + reg[5]):
                 if written[row, b] == 0:
                     return b
@@ -185,12 +193,11 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     v_tile, v_kernel, v_args, x_src_tile, x_src_addr, x_dst_tile, x_dst_addr,
                     x_bytes, vp_ptr, vp_list, xp_ptr, xp_list,
                     p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
-                    desc, devv, numerics, mem, written, tile_row, stage,
+                    desc, devv, numerics, mem, written, tile_row, tile_base, tile_size, stage,
                     cycles_per_step, tile_busy, bytes_in, bytes_out, faults, counters):  # type: ignore[no-untyped-def]
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
     base = devv[DV_BASE]
-    size = devv[DV_SIZE]
     acc = np.zeros(n_tiles, dtype=np.int64)
     acc2 = np.zeros(n_tiles, dtype=np.int64)
     touched = np.zeros(n_tiles, dtype=np.int64)
@@ -261,6 +268,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                 skip[v - i0] = False
                 nr = vertex_regions(v_kernel[v], args[v - i0], vr)
                 trow = tile_row[tile]
+                tb = tile_base[tile]
                 if nr < 0:
                     _fault(faults, counters, F_NO_REGIONS, s, tile, 0, loop, it, v, v_kernel[v])
                     skip[v - i0] = True
@@ -269,7 +277,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     lo, hi = region_span(vr[r])
                     if hi <= lo:
                         continue
-                    if trow < 0 or lo < base or hi > base + size:
+                    if trow < 0 or lo < tb or hi > tb + tile_size[tile]:
                         _fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
                         skip[v - i0] = True
                         continue
@@ -277,9 +285,9 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     if vr[r, 0] % g != 0:
                         _fault(faults, counters, F_MISALIGNED, s, tile, vr[r, 0], loop, it, v, g)
                     if vr[r, 6] == 0:
-                        bad = _first_unwritten(written, trow, vr[r, 0] - base, vr[r])
+                        bad = _first_unwritten(written, trow, vr[r, 0] - tb, vr[r])
                         if bad >= 0:
-                            _fault(faults, counters, F_UNINIT, s, tile, bad + base, loop, it,
+                            _fault(faults, counters, F_UNINIT, s, tile, bad + tb, loop, it,
                                    v, 0)
                     regs[nreg, :] = vr[r]
                     r_tile[nreg] = tile
@@ -301,14 +309,15 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     if skip[v - i0]:
                         continue
                     trow = tile_row[v_tile[v]]
-                    st = vertex_execute(v_kernel[v], mem[trow], base, args[v - i0])
+                    tb = tile_base[v_tile[v]]
+                    st = vertex_execute(v_kernel[v], mem[trow], tb, args[v - i0])
                     if st != 0:
                         _fault(faults, counters, F_KERNEL, s, v_tile[v], 0, loop, it, v, st)
                         continue
                     nr = vertex_regions(v_kernel[v], args[v - i0], vr)
                     for r in range(nr):
                         if vr[r, 6] != 0:
-                            _mark_written(written, trow, vr[r, 0] - base, vr[r])
+                            _mark_written(written, trow, vr[r, 0] - tb, vr[r])
         elif kind == 1:
             i0, i1 = step_xfer[s], step_xfer[s + 1]
             n = i1 - i0
@@ -366,7 +375,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
             counters[C_TRANSFERS] += n
             if numerics:
                 _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src,
-                                   x_dst, skip, base, size, mem, written, tile_row, stage, regs,
+                                   x_dst, skip, mem, written, tile_row, tile_base, tile_size,
+                                   stage, regs,
                                    r_tile, r_owner, race, faults, counters)
         else:
             step_c = np.int64(0)
@@ -378,7 +388,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
 
 @sjit
 def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src, x_dst,
-                       skip, base, size, mem, written, tile_row, stage, regs, r_tile, r_owner,
+                       skip, mem, written, tile_row, tile_base, tile_size, stage, regs, r_tile,
+                       r_owner,
                        race, faults, counters):  # type: ignore[no-untyped-def]
     """Checks and byte copies of one exchange step: gather every source into
     `stage`, race-check, then write every destination."""
@@ -390,11 +401,12 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
         st, dt = x_src_tile[x], x_dst_tile[x]
         sa, da = x_src[j], x_dst[j]
         srow, drow = tile_row[st], tile_row[dt]
+        sb, db = tile_base[st], tile_base[dt]
         skip[j] = False
-        if srow < 0 or sa < base or sa + nb > base + size:
+        if srow < 0 or sa < sb or sa + nb > sb + tile_size[st]:
             _fault(faults, counters, F_XFER_RANGE, s, st, sa, loop, it, x, nb)
             skip[j] = True
-        if drow < 0 or da < base or da + nb > base + size:
+        if drow < 0 or da < db or da + nb > db + tile_size[dt]:
             _fault(faults, counters, F_XFER_RANGE, s, dt, da, loop, it, x, nb)
             skip[j] = True
         if skip[j]:
@@ -414,11 +426,12 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
                 _fault(faults, counters, F_MISALIGNED, s, r_tile[nreg], regs[nreg, 0], loop, it,
                        x, g)
             nreg += 1
-        so = sa - base
-        for b in range(so, so + nb):
-            if written[srow, b] == 0:
-                _fault(faults, counters, F_UNINIT, s, st, b + base, loop, it, x, 0)
-                break
+        so = sa - sb
+        if written[srow, so : so + nb].min() == 0:
+            for b in range(so, so + nb):
+                if written[srow, b] == 0:
+                    _fault(faults, counters, F_UNINIT, s, st, b + sb, loop, it, x, 0)
+                    break
         stage[off : off + nb] = mem[srow, so : so + nb]
         off += nb
     if find_race(regs, r_tile, r_owner, nreg, race):
@@ -430,7 +443,7 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
         nb = x_bytes[x]
         if skip[j]:
             continue
-        do = x_dst[j] - base
+        do = x_dst[j] - tile_base[x_dst_tile[x]]
         drow = tile_row[x_dst_tile[x]]
         mem[drow, do : do + nb] = stage[off : off + nb]
         written[drow, do : do + nb] = 1

@@ -5,8 +5,10 @@
 1. checks the package's structure (`verify.check_structure`; the full static
    `verify` is separate and not repeated here);
 2. with `numerics=True`, builds one uint8 image row per tile that holds a
-   buffer (full `memory_size`, allocated zeroed and lazily by the OS) and
-   writes every input/parameter block of the I/O map: the logical float32
+   tensor buffer, covering the span of its tensor buffers (parameter,
+   activation, scratch, exchange-landing; code, exchange-table and support
+   memory hold nothing a vertex or transfer may touch, so an access there is
+   out of range), and writes every input/parameter block: the logical float32
    slice is divided by 2**scale_exp and encoded to the block's dtype
    (kernels.dtypes), rows placed at `addr + a*ld0 + b*ld1`;
 3. runs the chosen engine (only "numba" for now; an engine is a function
@@ -33,7 +35,15 @@ from simulator.engine import (
     MemoryImage,
     execute,
 )
-from simulator.package import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, IoTensor, Package
+from simulator.jit import sjit
+from simulator.package import (
+    IO_DIMS,
+    STEP_COMPUTE,
+    STEP_KIND_NAMES,
+    TENSOR_KINDS,
+    IoTensor,
+    Package,
+)
 from simulator.verify import check_structure
 
 EngineFn = Callable[[Package, MemoryImage | None], EngineOutput]
@@ -137,83 +147,145 @@ def run(
 
 def build_image(pkg: Package, params: dict[str, np.ndarray],
                 inputs: dict[str, np.ndarray]) -> MemoryImage:
-    """Zeroed image rows for every tile holding a buffer, with params/inputs written."""
+    """Zeroed image rows for every tile holding a tensor buffer, each covering the
+    span of the tile's tensor buffers, with params/inputs written."""
     given = {"parameter": params, "input": inputs}
     wanted = {role: {t.name for t in pkg.io if t.role == role} for role in given}
     for role, values in given.items():
         unknown = sorted(set(values) - wanted[role])
         if unknown:
             raise ValueError(f"unknown {role}(s) {unknown}; the package has {sorted(wanted[role])}")
-    tiles = np.unique(pkg.arrays["buf_tile"])
-    tile_row = np.full(pkg.tiles, -1, dtype=np.int64)
-    tile_row[tiles] = np.arange(tiles.size)
-    size = pkg.device.memory_size
-    image = MemoryImage(np.zeros((tiles.size, size), np.uint8),
-                        np.zeros((tiles.size, size), np.uint8), tile_row)
-    for k, t in enumerate(pkg.io):
+    for t in pkg.io:
         if t.role == "output":
             continue
         if t.name not in given[t.role]:
             raise ValueError(f"{t.role} {t.name!r} missing (numerics=True needs every "
                              f"input and parameter)")
-        x = np.asarray(given[t.role][t.name], dtype=np.float32)
-        if x.shape != t.shape:
-            raise ValueError(f"{t.role} {t.name!r}: shape {x.shape}, package expects {t.shape}")
-        codes = _encode(x.reshape(_padded(t.shape)) * np.float32(2.0 ** -t.scale_exp), t.dtype)
+        shape = np.shape(given[t.role][t.name])
+        if shape != t.shape:
+            raise ValueError(f"{t.role} {t.name!r}: shape {shape}, package expects {t.shape}")
+    image = _empty_image(pkg)
+    for k, t in enumerate(pkg.io):
+        if t.role == "output":
+            continue
+        x = np.asarray(given[t.role][t.name], dtype=np.float32).reshape(_padded(t.shape))
+        if t.scale_exp:
+            x = x * np.float32(2.0 ** -t.scale_exp)  # exact: a power of two
+        codes = _encode(x, t.dtype).reshape(-1)
         for i in np.flatnonzero(pkg.arrays["io_tensor"] == k).tolist():
-            row, idx, sl = _block_index(pkg, image, i, t)
-            image.mem[row, idx] = codes[sl].reshape(-1)
-            image.written[row, idx] = 1
+            row, geo = _block_geometry(pkg, image, i, t)
+            _scatter(image.mem, image.written, row, *geo, codes)
     return image
 
 
+def _empty_image(pkg: Package) -> MemoryImage:
+    a = pkg.arrays
+    tens = np.isin(a["buf_kind"], TENSOR_KINDS)
+    bt, lo_b = a["buf_tile"][tens], a["buf_addr"][tens]
+    hi_b = (a["buf_addr"] + a["buf_bytes"])[tens]
+    tiles = np.unique(bt)
+    lo = np.full(pkg.tiles, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.zeros(pkg.tiles, dtype=np.int64)
+    np.minimum.at(lo, bt, lo_b)
+    np.maximum.at(hi, bt, hi_b)
+    tile_row = np.full(pkg.tiles, -1, dtype=np.int64)
+    tile_row[tiles] = np.arange(tiles.size)
+    tile_base = np.where(tile_row >= 0, lo, -1)
+    tile_size = np.where(tile_row >= 0, hi - lo, 0)
+    width = int(-(-max(int(tile_size.max(initial=0)), 1) // 8) * 8)
+    return MemoryImage(np.zeros((tiles.size, width), np.uint8),
+                       np.zeros((tiles.size, width), np.uint8), tile_row, tile_base, tile_size)
+
+
 def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarray, list[Fault]]:
-    """Assemble output `t` from its blocks; unwritten bytes become F_OUTPUT faults."""
-    out = np.full(_padded(t.shape), np.nan, dtype=np.float32)
+    """Assemble output `t` from its blocks.  Bytes never written become F_OUTPUT
+    faults (one per block) and their elements read as NaN."""
+    esize = DTYPE_BYTES[dtype_code(t.dtype)]
+    shape = _padded(t.shape)
+    raw = np.zeros(int(np.prod(shape)) * esize, dtype=np.uint8)
+    ok = np.zeros_like(raw)
     faults: list[Fault] = []
     k = pkg.io_index(t.name)
     for i in np.flatnonzero(pkg.arrays["io_tensor"] == k).tolist():
-        row, idx, sl = _block_index(pkg, image, i, t)
-        unwritten = np.flatnonzero(image.written[row, idx] == 0)
-        if unwritten.size:
-            addr = int(idx[unwritten[0]]) + pkg.device.memory_base
+        row, geo = _block_geometry(pkg, image, i, t)
+        n_bad, first = _gather(image.mem, image.written, row, *geo, raw, ok)
+        if n_bad:
+            addr = int(first) + int(image.tile_base[int(pkg.arrays["io_tile"][i])])
             tile = int(pkg.arrays["io_tile"][i])
-            row_fault = np.array([F_OUTPUT, max(pkg.n_steps - 1, 0), tile, addr, -1, 0, i,
-                                  unwritten.size], dtype=np.int64)
-            faults.append(describe_fault(pkg, row_fault, output=t.name))
-        raw = image.mem[row, idx]
-        shape = tuple(int(v) for v in pkg.arrays["io_hi"][i] - pkg.arrays["io_lo"][i])
-        vals = _decode(raw, t.dtype).reshape(shape) * np.float32(2.0 ** t.scale_exp)
-        if unwritten.size:  # elements with an unwritten byte are NaN, never a stale value
-            missing = (image.written[row, idx] == 0).reshape(*shape, -1).any(axis=-1)
-            vals[missing] = np.nan
-        out[sl] = vals
-    return out.reshape(t.shape), faults
+            fault_row = np.array([F_OUTPUT, max(pkg.n_steps - 1, 0), tile, addr, -1, 0, i,
+                                  int(n_bad)], dtype=np.int64)
+            faults.append(describe_fault(pkg, fault_row, output=t.name))
+    vals = _decode(raw, t.dtype)
+    if t.scale_exp:
+        vals = vals * np.float32(2.0 ** t.scale_exp)
+    if (ok == 0).any():  # a gap between blocks, or a block with unwritten bytes
+        missing = (ok.reshape(-1, esize) == 0).any(axis=1)
+        vals[missing] = np.nan  # never a stale or zero value for an unwritten element
+    return vals.reshape(t.shape), faults
 
 
 def _padded(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (1,) * (IO_DIMS - len(shape)) + shape
 
 
-def _block_index(pkg: Package, image: MemoryImage, i: int,
-                 t: IoTensor) -> tuple[int, np.ndarray, tuple[slice, ...]]:
-    """(image row, byte offsets of block i in row order, logical slice)."""
+Geometry = tuple[int, int, int, int, int, int, int, int, int]
+
+
+def _block_geometry(pkg: Package, image: MemoryImage, i: int,
+                    t: IoTensor) -> tuple[int, Geometry]:
+    """(image row, (offset, ld0, ld1, ext0, ext1, row bytes, logical offset,
+    logical ld0, logical ld1)) of io block i; all in bytes."""
     a = pkg.arrays
     tile = int(a["io_tile"][i])
     row = int(image.tile_row[tile])
-    lo, hi = a["io_lo"][i], a["io_hi"][i]
-    ext = hi - lo
+    lo, hi = (int(v) for v in a["io_lo"][i]), (int(v) for v in a["io_hi"][i])
+    lo0, lo1, lo2 = lo
+    hi0, hi1, hi2 = hi
     esize = DTYPE_BYTES[dtype_code(t.dtype)]
-    off = int(a["io_addr"][i]) - pkg.device.memory_base
-    idx = (off + np.arange(ext[0])[:, None, None] * int(a["io_ld0"][i])
-           + np.arange(ext[1])[None, :, None] * int(a["io_ld1"][i])
-           + np.arange(ext[2] * esize)[None, None, :]).reshape(-1)
-    if row < 0 or idx.size == 0 or idx.min() < 0 or idx.max() >= pkg.device.memory_size:
+    _, s1, s2 = _padded(t.shape)
+    ld0, ld1 = int(a["io_ld0"][i]), int(a["io_ld1"][i])
+    ext0, ext1, rb = hi0 - lo0, hi1 - lo1, (hi2 - lo2) * esize
+    off = int(a["io_addr"][i]) - int(image.tile_base[tile])
+    end = off + (ext0 - 1) * ld0 + (ext1 - 1) * ld1 + rb
+    if row < 0 or off < 0 or ld0 < 0 or ld1 < 0 or end > int(image.tile_size[tile]):
         raise ValueError(f"io block {i} of {t.name!r}: tile {tile} address "
-                         f"{int(a['io_addr'][i]):#x} is outside the tile's buffers "
+                         f"{int(a['io_addr'][i]):#x} is outside the tile's tensor buffers "
                          f"(run simulator.verify)")
-    sl = tuple(slice(int(lo[d]), int(hi[d])) for d in range(IO_DIMS))
-    return row, idx, sl
+    logical = ((lo0 * s1 + lo1) * s2 + lo2) * esize
+    return row, (off, ld0, ld1, ext0, ext1, rb, logical, s1 * s2 * esize, s2 * esize)
+
+
+@sjit
+def _scatter(mem, written, row, off, ld0, ld1, ext0, ext1, rb, src_off, s_ld0, s_ld1,
+             src):  # type: ignore[no-untyped-def]
+    """Copy a block of logical bytes `src` into image row `row` and mark it written."""
+    for a in range(ext0):
+        for b in range(ext1):
+            d = off + a * ld0 + b * ld1
+            q = src_off + a * s_ld0 + b * s_ld1
+            mem[row, d : d + rb] = src[q : q + rb]
+            written[row, d : d + rb] = 1
+
+
+@sjit
+def _gather(mem, written, row, off, ld0, ld1, ext0, ext1, rb, dst_off, d_ld0, d_ld1, dst,
+            ok):  # type: ignore[no-untyped-def]
+    """Copy a block out of image row `row` into logical bytes `dst`, copying the
+    written mask into `ok`.  Returns (unwritten bytes, image offset of the first)."""
+    n_bad = 0
+    first = -1
+    for a in range(ext0):
+        for b in range(ext1):
+            d = off + a * ld0 + b * ld1
+            q = dst_off + a * d_ld0 + b * d_ld1
+            dst[q : q + rb] = mem[row, d : d + rb]
+            ok[q : q + rb] = written[row, d : d + rb]
+            for c in range(rb):
+                if written[row, d + c] == 0:
+                    n_bad += 1
+                    if first < 0:
+                        first = d + c
+    return n_bad, first
 
 
 def _encode(x: np.ndarray, dtype: str) -> np.ndarray:
