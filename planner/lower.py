@@ -117,6 +117,8 @@ class Lowered:
     homes: dict[str, str] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
+    # rotation key (parameterised op / vector parameter) -> logical base tile used
+    rotation: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line per step (the printable lowered op list)."""
@@ -354,15 +356,20 @@ class _Lowerer:
                                    segments=segs))
         return out
 
-    def rotate(self, count: int) -> int:
-        base = self.rotation
-        self.rotation = (self.rotation + count) % self.device.tiles
+    def rotate(self, count: int, key: str) -> int:
+        """Logical start tile of `count` rotating tiles for `key` (a
+        parameterised op or parameter): the plan's pinned base if it has one
+        (the optimizer pins unaffected homes), else the shared rotation."""
+        pinned = self.plan.rotation_base(key)
+        base = self.rotation if pinned is None else pinned
+        self.rotation = (base + count) % self.device.tiles
+        self.out.rotation[key] = base
         return base
 
-    def vector_home(self, n: int, elem: int) -> Layout:
+    def vector_home(self, n: int, elem: int, key: str) -> Layout:
         chunks = max(1, min(self.device.tiles, -(-n * elem // VECTOR_CHUNK_BYTES)))
         cuts = even_cuts(n, chunks)
-        tiles = grid_tiles(self.rotate(len(cuts) - 1), len(cuts) - 1, self.device.tiles,
+        tiles = grid_tiles(self.rotate(len(cuts) - 1, key), len(cuts) - 1, self.device.tiles,
                            self.plan)
         return Layout(1, n, (0, 1), cuts, tuple((t,) for t in tiles))
 
@@ -385,7 +392,7 @@ class _Lowerer:
         gm, gn, gk = r.grid
         mc, kc, nc = even_cuts(m, gm), even_cuts(k, gk), even_cuts(n, gn)
         gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
-        base = self.rotate(gm * gn * gk)
+        base = self.rotate(gm * gn * gk, self.qual(op.name))
         tl = grid_tiles(base, gm * gn * gk, self.device.tiles, self.plan)
 
         def tile(i: int, j: int, l: int) -> int:
@@ -475,8 +482,10 @@ class _Lowerer:
         homes: dict[str, Layout] = {}
         if isinstance(op, LayerNorm):
             vec = Layout(1, cols, (0, 1), (0, cols), (tuple(o[0] for o in lay.owners),))
-            homes[op.gamma] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.gamma).dtype])
-            homes[op.beta] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.beta).dtype])
+            homes[op.gamma] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.gamma).dtype],
+                                               self.qual(op.gamma))
+            homes[op.beta] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.beta).dtype],
+                                              self.qual(op.beta))
             return (lay, vec, vec), lay, homes
         if isinstance(op, Add):
             b = g.tensor(op.b)

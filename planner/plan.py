@@ -19,6 +19,12 @@ A Plan says *what* to build; lower/expand say *how*.  It holds
   reductions with neighbouring phases (read by planner.schedule).
 - `tile_offset`/`tile_stride`: logical tile t runs on physical tile
   (offset + t·stride) mod tiles; stride must be coprime with the tile count.
+- `rotation`: pinned logical start tiles of the shared parameter-home
+  rotation, by rotation key (a parameterised op's or vector parameter's
+  qualified name; `Lowered.rotation` records the bases a build used).  Keys
+  not listed continue the running rotation.  The optimizer pins the
+  incumbent's bases so that a recipe change of one op leaves every other
+  op's parameter homes where they were.
 
 Tuples are kept sorted by key, so equal decisions give equal Plans (and equal
 hashes) whatever order the `with_*` helpers were applied in.
@@ -49,6 +55,7 @@ class Plan:
     reduction_overlap: bool = False
     tile_offset: int = 0
     tile_stride: int = 1
+    rotation: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.packing not in PACKINGS:
@@ -60,7 +67,8 @@ class Plan:
             raise ValueError(
                 f"plan tile mapping offset {self.tile_offset} stride {self.tile_stride}"
             )
-        for name, items in (("recipes", self.recipes), ("cast_order", self.cast_order)):
+        for name, items in (("recipes", self.recipes), ("cast_order", self.cast_order),
+                            ("rotation", self.rotation)):
             keys = [k for k, _ in items]
             if keys != sorted(set(keys)):
                 raise ValueError(f"plan {name} must be sorted with unique keys: {keys}")
@@ -73,6 +81,13 @@ class Plan:
         """The selected recipe key of `op`, or None (use the catalogue's best)."""
         for k, v in self.recipes:
             if k == op:
+                return v
+        return None
+
+    def rotation_base(self, key: str) -> int | None:
+        """The pinned rotation base of `key`, or None (continue the rotation)."""
+        for k, v in self.rotation:
+            if k == key:
                 return v
         return None
 
@@ -126,11 +141,18 @@ class Plan:
     def with_tile_mapping(self, offset: int, stride: int = 1) -> Plan:
         return replace(self, tile_offset=offset, tile_stride=stride)
 
+    def with_rotation(self, bases: dict[str, int]) -> Plan:
+        """Pin rotation bases (merged over the plan's existing pins)."""
+        d = dict(self.rotation)
+        d.update(bases)
+        return replace(self, rotation=tuple(sorted(d.items())))
+
     def describe(self) -> str:
         """One line per decision (for reports and diffs between plans)."""
         lines = [f"recipe {op} = {key}" for op, key in self.recipes]
         lines += [f"open {t}" for t in self.open_boundaries]
         lines += [f"cast {op} {order}" for op, order in self.cast_order]
+        lines += [f"rotation {key} at {base}" for key, base in self.rotation]
         lines.append(f"packing {self.packing}; reduction_overlap {self.reduction_overlap}; "
                      f"tiles (offset {self.tile_offset}, stride {self.tile_stride})")
         return "\n".join(lines)
