@@ -70,3 +70,19 @@ def test_same_hash_across_processes_and_hash_seeds() -> None:
         hashes.append(out.stdout.strip())
     local = build_program(loop_program(3), TINY, "loop", {}).package.content_hash()
     assert hashes[0] == hashes[1] == local
+
+
+@pytest.mark.slow
+def test_siglip_27_layers_baseline_fits_and_times() -> None:
+    """The full model: the Repeat body is built once, parameter sequences are
+    patched per layer; the baseline fits every tile and simulates cleanly."""
+    import planner
+    import simulator
+
+    dev = simulator.load_device("c600")
+    g = planner.load_model("siglip-so400m")
+    res = planner.plan(g, dev, planner.PipelineConfig(optimization_steps=0))
+    assert res.stats["peak_tile_bytes"] <= dev.memory_size
+    assert res.stats["table_patches"] > 0 and res.stats["arithmetic_patches"] > 0
+    sim = simulator.run(res.package, numerics=False)
+    assert not sim.faults and sim.cycles == res.cycles
