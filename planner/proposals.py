@@ -30,9 +30,11 @@ Kinds (`KINDS`):
   tiles cannot change cycles; its estimated gain is 0 and it sorts after
   every proposal expected to help.
 
-Unaffected parameter ownership stays fixed: a proposal changes one decision
-(two for `joint`), and parameter homes move only with the recipe of the op
-that reads them.  Measured cycles come from `step_profile`, which maps the
+Unaffected parameter ownership stays fixed: every proposal pins the
+incumbent's parameter-home rotation bases (`Plan.rotation`, read from one
+lowering of the incumbent), so a recipe change moves only the homes of the op
+whose recipe changes; other decisions (packing, tile mapping) change the
+layout of every value by design.  Measured cycles come from `step_profile`, which maps the
 incumbent's simulated per-step cycles back to op names through the schedule's
 step labels.
 """
@@ -47,6 +49,7 @@ import numpy as np
 from planner import catalogue as cat
 from planner.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
 from planner.layout import canonical_rows_per_owner, view2d
+from planner.lower import lower
 from planner.plan import PACKINGS, Plan
 from planner.schedule import Schedule
 from simulator.device import Device
@@ -108,7 +111,8 @@ def base_label(label: str) -> str:
 
 def step_profile(sched: Schedule, cycles_per_step: np.ndarray) -> dict[str, int]:
     """Measured cycles per base label: each step's cycles (summed over Repeat
-    iterations) split evenly among the phases merged into it."""
+    iterations) split evenly among the phases merged into it.  K-split
+    reduction phases are also counted under `reduce:<op>`."""
     prof: dict[str, int] = {}
     for st, c in zip(sched.steps, cycles_per_step.tolist(), strict=True):
         if not st.labels:
@@ -117,6 +121,8 @@ def step_profile(sched: Schedule, cycles_per_step: np.ndarray) -> dict[str, int]
         for lab in st.labels:
             key = base_label(lab)
             prof[key] = prof.get(key, 0) + share
+            if lab.endswith(" reduce"):
+                prof[f"reduce:{key}"] = prof.get(f"reduce:{key}", 0) + share
     return prof
 
 
@@ -125,7 +131,8 @@ class _Generator:
                  limit: int) -> None:
         self.g = g
         self.device = device
-        self.plan = plan
+        # every proposal starts from the incumbent with its rotation pinned
+        self.plan = plan.with_rotation(lower(g, device, plan, limit).rotation)
         self.prof = prof
         self.limit = limit
         self.sites = op_sites(g)
@@ -250,7 +257,7 @@ class _Generator:
         return out
 
     def overlap(self) -> list[Proposal]:
-        reduce = sum(v for k, v in sorted(self.prof.items()) if k.endswith(" reduce"))
+        reduce = self.measured_prefix("reduce:")
         if self.plan.reduction_overlap:
             return [Proposal("overlap", "stop overlapping reductions", -reduce // 2,
                              self.plan.with_reduction_overlap(False))]

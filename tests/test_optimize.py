@@ -1,0 +1,223 @@
+"""planner.optimize: bounded, strictly-improving local search with in-order
+decisions; speculation never changes the result; every kind can win."""
+
+from __future__ import annotations
+
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import planner
+import simulator
+from planner import cache as cache_mod
+from planner import optimize
+from planner.baseline import baseline_plan
+from planner.graph import Add, Cast, Graph, MatMul, Tensor, make_graph
+from planner.optimize import LocalOptimizer, Record
+from planner.pipeline import Incumbent, PipelineConfig, evaluate
+from planner.pipeline import plan as pipeline_plan
+from planner.proposals import Proposal
+from planner.report import REL_FRO_TOLERANCE, compare
+from simulator.device import Device
+
+TINY = simulator.load_device("tiny")
+# 64 tiles x 256 KiB: room for canonical tensors of several 16 KiB elements
+SMALL = Device.from_dict({**TINY.to_dict(), "name": "small", "tiles": 64,
+                          "memory_size": 262144})
+PACKING_TOML = """\
+name = "vit-packing"
+hidden = 64
+heads = 2
+mlp = 256
+patch = 4
+channels = 3
+tokens = 65
+layers = 1
+batch = 4
+eps = 1e-6
+"""
+
+
+def two_matmuls(m: int = 32, k: int = 512, n: int = 32) -> Graph:
+    """out = x8 @ w1 + x8 @ w2: two independent K-split matmuls, then an Add."""
+    t = [Tensor("x", (m, k), "fp16", "input"), Tensor("x8", (m, k), "fp8", "activation", -2),
+         Tensor("w1", (k, n), "fp8", "parameter", -6),
+         Tensor("w2", (k, n), "fp8", "parameter", -6),
+         Tensor("y1", (m, n), "fp16", "activation"), Tensor("y2", (m, n), "fp16", "activation"),
+         Tensor("out", (m, n), "fp16", "output")]
+    ops = [Cast("cast", "x", "x8"), MatMul("mm1", "x8", "w1", "y1"),
+           MatMul("mm2", "x8", "w2", "y2"), Add("add", "y1", "y2", "out")]
+    return make_graph("two", t, ops, ["x"], ["out"], attrs=(("layers", 1), ("batch", 1)))
+
+
+@pytest.fixture(scope="module")
+def packing_graph() -> Graph:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "vit-packing.toml"
+        path.write_text(PACKING_TOML)
+        return planner.load_model(path)
+
+
+def _baseline(g: Graph, dev: Device) -> Incumbent:
+    return evaluate(g, dev, baseline_plan(g, dev))
+
+
+def _hash(inc: Incumbent) -> str:
+    return inc.built.package.content_hash()
+
+
+def _fixed(props: list[Proposal]):
+    """A `proposals` stand-in returning `props` around the first incumbent only."""
+    calls: list[int] = []
+
+    def gen(graph, device, plan, prof, limit, kinds):  # noqa: ANN001, ANN202
+        calls.append(1)
+        return list(props) if len(calls) == 1 else []
+
+    return gen
+
+
+# ------------------------------------------------------------ decisions
+
+
+def test_steps_zero_is_exactly_the_baseline(micro_graph: Graph) -> None:
+    res = planner.plan(micro_graph, TINY, PipelineConfig(optimization_steps=0))
+    ref = pipeline_plan(micro_graph, TINY, PipelineConfig(optimization_steps=0))
+    assert res.history == () and res.cycles == res.baseline_cycles == ref.cycles
+    assert res.package.content_hash() == ref.package.content_hash()
+
+
+def test_slower_and_failed_proposals_keep_the_incumbent(
+        micro_graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _baseline(micro_graph, TINY)
+    slower = base.plan.with_recipes({"encoder/mm_q": "mm:1x2x4", "encoder/mm_k": "mm:1x2x4"})
+    broken = base.plan.with_recipe("encoder/mm_v", "mm:bogus")
+    props = [Proposal("operator", "slower", 100, slower),
+             Proposal("operator", "broken", 50, broken)]
+    monkeypatch.setattr(optimize, "proposals", _fixed(props))
+    final, hist = LocalOptimizer()(micro_graph, TINY, PipelineConfig(optimization_steps=8),
+                                   base)
+    assert final is base and _hash(final) == _hash(base)
+    assert [(r.description, r.built, r.accepted) for r in hist] == [
+        ("slower", True, False), ("broken", False, False)]
+    assert hist[0].cycles is not None and hist[0].cycles > base.cycles
+    assert hist[1].cycles is None and "unknown recipe" in hist[1].why
+    assert "not built: " in hist[1].line()
+
+
+def test_failed_build_never_replaces_but_later_win_does(
+        packing_graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real allocation failure (double packing does not fit) is recorded and
+    skipped; the next, cheaper proposal is accepted."""
+    base = _baseline(packing_graph, SMALL)
+    props = [Proposal("packing", "double", 10, base.plan.with_packing("double")),
+             Proposal("packing", "half", 5, base.plan.with_packing("half"))]
+    monkeypatch.setattr(optimize, "proposals", _fixed(props))
+    final, hist = LocalOptimizer()(packing_graph, SMALL, PipelineConfig(optimization_steps=8),
+                                   base)
+    assert [r.built for r in hist] == [False, True]
+    assert hist[0].why.startswith("allocate")
+    assert hist[1].accepted and final.cycles == hist[1].cycles < base.cycles
+    assert final.plan.packing == "half"
+
+
+def test_budget_bounds_builds(micro_graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
+    builds: list[int] = []
+    real = cache_mod.build_program
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cache_mod, "build_program", counting)
+    base = _baseline(micro_graph, TINY)
+    for steps in (1, 3, 5):
+        builds.clear()
+        monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
+        final, hist = LocalOptimizer()(micro_graph, TINY,
+                                       PipelineConfig(optimization_steps=steps), base)
+        assert len(hist) == steps and len(builds) <= steps
+        assert final.cycles == min([base.cycles] + [r.cycles for r in hist if r.accepted])
+
+
+def test_jobs_two_same_result_as_serial(micro_graph: Graph) -> None:
+    cfg1 = PipelineConfig(optimization_steps=6, jobs=1)
+    cfg2 = PipelineConfig(optimization_steps=6, jobs=2)
+    serial = planner.plan(micro_graph, TINY, cfg1)
+    parallel = planner.plan(micro_graph, TINY, cfg2)
+    with ThreadPoolExecutor(2) as pool:
+        threaded = planner.plan(micro_graph, TINY, cfg2, executor=pool)
+    h = serial.package.content_hash()
+    assert parallel.package.content_hash() == h == threaded.package.content_hash()
+    key = [(r.kind, r.description, r.cycles, r.accepted) for r in serial.history]
+    for res in (parallel, threaded):
+        assert [(r.kind, r.description, r.cycles, r.accepted) for r in res.history] == key
+        assert len(res.history) <= 6
+        assert res.stats["speculative_builds"] >= len(res.history)
+        assert (res.stats["speculative_builds"] - res.stats["speculative_discarded"]
+                == len(res.history))
+    assert serial.stats["speculative_builds"] == 0
+    assert any(r.accepted for r in serial.history)
+
+
+def test_final_package_verifies_and_matches_reference(micro_graph: Graph) -> None:
+    res = planner.plan(micro_graph, TINY, PipelineConfig(optimization_steps=6))
+    assert res.cycles < res.baseline_cycles
+    simulator.verify(res.package)
+    params = planner.init_params(micro_graph, seed=0)
+    inputs = planner.init_inputs(micro_graph, seed=1)
+    sim = simulator.run(res.package, params=params, inputs=inputs, numerics=True)
+    assert sim.n_faults == 0 and sim.cycles == res.cycles
+    rel, _ = compare(sim.outputs, planner.reference(micro_graph, params, inputs))
+    assert rel <= REL_FRO_TOLERANCE
+
+
+def test_record_line_and_dict() -> None:
+    r = Record("cast", "cast c before redistribution", 10, True, "", 1234, True, 0.5, False)
+    assert r.line() == "[cast] cast c before redistribution: 1,234 cycles; ACCEPTED (0.50 s)"
+    assert r.as_dict()["cycles"] == 1234
+
+
+# ------------------------------------------------------------ every kind can win
+
+
+def _accepted_kinds(g: Graph, dev: Device, base: Incumbent, kinds: tuple[str, ...],
+                    steps: int = 8) -> tuple[Incumbent, list[Record]]:
+    final, hist = LocalOptimizer(kinds=kinds)(g, dev, PipelineConfig(optimization_steps=steps),
+                                              base)
+    assert all(r.kind in kinds for r in hist)
+    return final, list(hist)
+
+
+@pytest.mark.parametrize("kind", ["operator", "joint", "open", "cast"])
+def test_kind_accepted_on_micro_vit(micro_graph: Graph, kind: str) -> None:
+    base = _baseline(micro_graph, TINY)
+    final, hist = _accepted_kinds(micro_graph, TINY, base, (kind,))
+    won = [r for r in hist if r.accepted]
+    assert won and final.cycles == won[-1].cycles < base.cycles
+    simulator.verify(final.built.package)
+
+
+def test_packing_accepted(packing_graph: Graph) -> None:
+    """Canonical tensors of several 16 KiB elements: half-element packing
+    doubles the owners and shortens every canonical redistribution."""
+    base = _baseline(packing_graph, SMALL)
+    final, hist = _accepted_kinds(packing_graph, SMALL, base, ("packing",), steps=2)
+    assert hist[0].description == "canonical packing element -> half" and hist[0].accepted
+    assert final.plan.packing == "half" and final.cycles < 0.8 * base.cycles
+
+
+def test_reduction_overlap_accepted() -> None:
+    """Two independent K-split matmuls whose results go straight to the Add
+    (open boundaries): with overlap, mm1's reduction shares a superstep with
+    mm2's partial products."""
+    g = two_matmuls()
+    plan0 = baseline_plan(g, TINY)
+    assert plan0.recipe("mm1").endswith("x8")  # the baseline K-splits
+    base = evaluate(g, TINY, plan0.with_open("y1").with_open("y2"))
+    final, hist = _accepted_kinds(g, TINY, base, ("overlap",), steps=1)
+    assert hist[0].accepted and final.plan.reduction_overlap
+    assert final.built.stats["delayed_reductions"] >= 1
