@@ -89,3 +89,22 @@ def test_iterated_ref_outside_loop_fails() -> None:
     p.items.append(Phase("compute", "bad", [v]))
     with pytest.raises(BuildFailure, match="outside any Repeat"):
         schedule(p)
+
+
+def test_lookahead_hoists_independent_phase_past_other_kind() -> None:
+    """copy a→b ; exchange b→c (needs the copy) ; copy d→e (independent):
+    adjacent-only merging keeps three steps; with lookahead the second copy
+    joins the first step, jumping the exchange it does not depend on."""
+    p = Program()
+    a, b, d, e = (p.new_buf(0, 64, "activation", n, persistent=True) for n in "abde")
+    c = p.new_buf(1, 64, "activation", "c", persistent=True)
+    p.items += [Phase("compute", "a->b", [copy_vertex(0, a, b)]),
+                Phase("exchange", "b->c", transfers=[Transfer(Ref(1, b), Ref(1, c), 64)]),
+                Phase("compute", "d->e", [copy_vertex(0, d, e)])]
+    assert [st.kind for st in schedule(p).steps] == [COMPUTE, EXCHANGE, COMPUTE]
+    s = schedule(p, lookahead=2)
+    assert [st.kind for st in s.steps] == [COMPUTE, EXCHANGE]
+    assert s.steps[0].labels == ("a->b", "d->e")
+    # a phase that reads what the jumped-over exchange writes may not be hoisted
+    p.items[2] = Phase("compute", "c->e", [copy_vertex(1, c, e)])
+    assert len(schedule(p, lookahead=2).steps) == 3
