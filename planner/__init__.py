@@ -26,7 +26,8 @@ from planner.graph import (
     verify_graph,
 )
 from planner.models import ModelConfig, load_config, load_model, zoo_names
-from planner.pipeline import PipelineConfig, PlanResult, plan
+from planner.optimize import LocalOptimizer, plan
+from planner.pipeline import PipelineConfig, PlanResult
 from planner.reference import init_inputs, init_params, reference
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Gelu",
     "Graph",
     "LayerNorm",
+    "LocalOptimizer",
     "MatMul",
     "MergeHeads",
     "ModelConfig",

@@ -224,6 +224,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
     from planner.models import load_model
+    from planner.optimize import LocalOptimizer, format_optimizer
     from planner.pipeline import PipelineConfig, run_model
     from planner.report import format_summary, save_run
     from simulator.device import load_device
@@ -233,11 +234,16 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,
                          operator_candidate_limit=args.operator_candidate_limit,
                          capacity_baseline=args.capacity_baseline, jobs=args.jobs)
-    outcome = run_model(graph, device, cfg, numerics=numerics)
+    outcome = run_model(graph, device, cfg, numerics=numerics, optimizer=LocalOptimizer())
     if args.out:
         save_run(args.out, outcome.result.package, outcome.summary)
-    print(json.dumps(outcome.summary, sort_keys=True) if args.json
-          else format_summary(outcome.summary))
+    if args.json:
+        print(json.dumps(outcome.summary, sort_keys=True))
+        return outcome.status
+    for record in outcome.result.history:
+        print(record.line())
+    print(format_summary(outcome.summary))
+    print(format_optimizer(outcome.summary))
     return outcome.status
 
 

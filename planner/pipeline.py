@@ -123,6 +123,7 @@ def plan(
         history = tuple(hist)
         name = getattr(optimizer, "__name__", type(optimizer).__name__)
     total = time.perf_counter() - t0
+    opt_stats = dict(getattr(optimizer, "last_stats", {})) if name != "none" else {}
     stats: dict[str, Any] = {
         "baseline_policy": policy,
         "optimizer": name,
@@ -132,9 +133,24 @@ def plan(
         "simulate_timing_seconds": base.simulate_seconds,
         "timing_faults": final.faults,
         **final.built.stats,
+        **opt_stats,
     }
     return PlanResult(final.built.package, final.cycles, history, base.cycles, final.plan,
                       stats, final.built)
+
+
+def optimizer_summary(res: PlanResult) -> dict[str, Any]:
+    """Summary keys of the optimizer: improvement over the baseline (fraction
+    of baseline cycles saved), speculative builds, cache counters and the
+    evaluated proposals (records with `as_dict`)."""
+    base = res.baseline_cycles
+    return {
+        "improvement": (base - res.cycles) / base if base else 0.0,
+        "speculative_builds": int(res.stats.get("speculative_builds", 0)),
+        "speculative_discarded": int(res.stats.get("speculative_discarded", 0)),
+        "cache": res.stats.get("cache", {}),
+        "proposals": [h.as_dict() if hasattr(h, "as_dict") else repr(h) for h in res.history],
+    }
 
 
 @dataclass(frozen=True)
@@ -172,5 +188,6 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
             errors = compare(sim.outputs, reference(graph, params, inputs))
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
                         res.history, res.stats, plan_seconds, sim_seconds, errors, faults)
+    summary.update(optimizer_summary(res))
     bad = faults > 0 or (errors is not None and errors[0] > REL_FRO_TOLERANCE)
     return RunOutcome(res, summary, 1 if bad else 0)

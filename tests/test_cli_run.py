@@ -35,7 +35,7 @@ def test_run_micro_json_and_saved_run(micro_toml: Path, tmp_path: Path,
     assert s["faults"] == 0 and s["rel_fro_error"] <= 1e-2
     assert s["time_ms"] == pytest.approx(s["cycles"] / 1.5e6)
     assert 0 < s["roofline_fraction"] < 1
-    assert s["proposals_evaluated"] == 0
+    assert 0 < s["proposals_evaluated"] <= 8 and s["cycles"] <= s["baseline_cycles"]
     pkg = load_package(out / "package")
     assert pkg.content_hash() == s["package_hash"]
     assert json.loads((out / "summary.json").read_text()) == s
