@@ -70,7 +70,10 @@ class Allocation:
     """Addresses and live ranges of every Program buffer (int64[B] arrays),
     and per tile (int64[tiles]): the tensor range [tensor_lo, tensor_hi), the
     highest tensor address used (`tensor_top`, = tensor_lo when empty) and the
-    peak live tensor bytes over all steps."""
+    peak live tensor bytes over all steps.  `fallback_tiles` counts tiles
+    where element-aware placement did not fit and a plain best-fit order
+    was used; `element_conflicts` the partner buffer pairs that still share
+    an element (-1 when placement was not element-aware)."""
 
     addr: np.ndarray
     first: np.ndarray
@@ -79,6 +82,8 @@ class Allocation:
     tensor_hi: np.ndarray
     tensor_top: np.ndarray
     peak_live: np.ndarray
+    fallback_tiles: int = 0
+    element_conflicts: int = -1
 
 
 def _align_up(x: np.ndarray | int, a: int) -> np.ndarray | int:
@@ -349,6 +354,7 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
     placed = np.zeros(nb, dtype=np.int8)
     p_ptr, p_list = _partners(sched, nb) if avoid_conflicts else (
         np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    fallback = 0
     order_by_tile = np.argsort(tile_of, kind="stable")
     bounds = np.searchsorted(tile_of[order_by_tile], np.arange(tiles + 1))
     for t in range(tiles):
@@ -357,15 +363,18 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
             continue
         failure: tuple[int, int] | None = None
         orders = _orders(ids, size, first, last)
-        attempts = [(orders[0], avoid_conflicts)] + [(o, False) for o in orders]
-        for order, avoid in attempts:
+        attempts = [(o, False) for o in orders]
+        if avoid_conflicts:
+            attempts.insert(0, (orders[0], True))
+        for n_try, (order, avoid) in enumerate(attempts):
             k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr, p_ptr,
                                 p_list, placed, device.memory_base, device.element_bytes,
                                 avoid)
             if k < 0:
                 failure = None
+                fallback += n_try > 0
                 break
-            if failure is None:
+            if failure is None and not avoid:  # report the plain best-fit failure
                 failure = (int(order[k]), int(largest))
         if failure is not None:
             b, largest = failure
@@ -380,4 +389,19 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
     ends = np.where(addr >= 0, addr + size, 0)
     top = lo.copy()
     np.maximum.at(top, tile_of, ends)
-    return Allocation(addr, first, last, lo, hi, top, peak.astype(np.int64))
+    conflicts = _count_conflicts(p_ptr, p_list, addr, size, device) if avoid_conflicts else -1
+    return Allocation(addr, first, last, lo, hi, top, peak.astype(np.int64), fallback,
+                      conflicts)
+
+
+def _count_conflicts(p_ptr: np.ndarray, p_list: np.ndarray, addr: np.ndarray,
+                     size: np.ndarray, device: Device) -> int:
+    """Partner pairs (counted once) whose element spans meet."""
+    owner = np.repeat(np.arange(p_ptr.size - 1, dtype=np.int64), np.diff(p_ptr))
+    keep = owner < p_list
+    a, b = owner[keep], p_list[keep]
+    el = device.element_bytes
+    base = device.memory_base
+    a0, a1 = (addr[a] - base) // el, (addr[a] + size[a] - 1 - base) // el
+    b0, b1 = (addr[b] - base) // el, (addr[b] + size[b] - 1 - base) // el
+    return int(np.count_nonzero((a0 <= b1) & (b0 <= a1)))

@@ -125,6 +125,8 @@ def build_program(
         "table_entries": lstats.table_entries,
         "peak_tile_bytes": peak_tile_bytes(pkg),
         "peak_live_tensor_bytes": int(np.max(alloc.peak_live)) if alloc.peak_live.size else 0,
+        "allocate_fallback_tiles": alloc.fallback_tiles,
+        "element_conflicts": alloc.element_conflicts,
     }
     return Built(pkg, sched, alloc, stats, tuple(clock))
 

@@ -169,3 +169,18 @@ def test_element_aware_placement_separates_operands() -> None:
     aware = allocate(p, s, TINY, _ovh())
     _assert_valid(p, aware, aware.tensor_lo, aware.tensor_hi)
     assert shared(plain) > 0 and shared(aware) == 0
+    assert aware.element_conflicts == 0 and aware.fallback_tiles == 0
+    assert plain.element_conflicts == -1  # not measured without element awareness
+
+
+def test_element_awareness_falls_back_when_memory_is_tight() -> None:
+    """Three 20 KiB buffers of one vertex chain in a 62 KiB range: spreading
+    them over element boundaries does not fit, plain best fit does."""
+    p = Program()
+    bufs = [p.new_buf(0, 20480, "activation", f"b{i}", persistent=True) for i in range(3)]
+    p.items.append(Phase("compute", "c", [copy_vertex(0, bufs[0], bufs[1])]))
+    p.items.append(Phase("compute", "d", [copy_vertex(0, bufs[1], bufs[2])]))
+    ovh = _ovh(support=TINY.memory_size - 3 * 20480 - 1024)
+    alloc = allocate(p, schedule(p), TINY, ovh)
+    _assert_valid(p, alloc, alloc.tensor_lo, alloc.tensor_hi)
+    assert alloc.fallback_tiles == 1
