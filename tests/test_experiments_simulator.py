@@ -1,0 +1,34 @@
+"""The simulator benchmark runs end to end at a tiny size and writes its table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import bench_simulator  # noqa: E402
+
+
+def test_bench_simulator_tiny(tmp_path: Path) -> None:
+    table = bench_simulator.main(device="tiny", min_invocations=500, trips_numerics=2,
+                                 shape=bench_simulator.SMALL_SHAPE, out_dir=tmp_path,
+                                 repeats=1)
+    text = (tmp_path / "bench_simulator.txt").read_text()
+    assert text.strip() == table.strip()
+    rows = dict(line.split("  ", 1) for line in table.splitlines()[:-1])
+    rows = {k.strip(): v.strip() for k, v in rows.items()}
+    assert rows["device tiles"] == "16"
+    # 16 tiles x 2 vertices x 16 trips >= 500
+    assert rows["timing-only: Repeat trips"] == "16"
+    assert rows["timing-only: vertex invocations"] == "512"
+    assert rows["numerics: vertex invocations"] == "64"
+    # the simulator reproduces numpy's fp32 sums rounded to fp16 exactly
+    assert rows["numerics: max |sim - numpy| / max|C|"] == "0.00e+00"
+
+
+def test_trips_for_reaches_the_minimum() -> None:
+    dev = bench_simulator.load_device("c600")
+    trips = bench_simulator.trips_for(dev, 1_000_000)
+    assert 2 * dev.tiles * trips >= 1_000_000 > 2 * dev.tiles * (trips - 1)
