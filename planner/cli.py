@@ -270,3 +270,49 @@ def cmd_report(args: argparse.Namespace) -> int:
     summary = load_summary(args.run)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
+
+
+@command("simulate", "run a saved package in the simulator (random params/inputs from --seed)",
+         arg("package", help="package directory (package.json + arrays.npz)"),
+         arg("--no-numerics", action="store_true", help="timing only (no values)"),
+         arg("--seed", type=int, default=0, help="seed of the random params and inputs"))
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from simulator import load_package, run
+
+    pkg = load_package(args.package)
+    values: dict[str, dict[str, np.ndarray]] = {"parameter": {}, "input": {}}
+    if not args.no_numerics:
+        rng = np.random.default_rng(args.seed)
+        for t in pkg.io:  # manifest order: deterministic for a seed
+            if t.role in values:
+                scale = np.float32(2.0 ** t.scale_exp)
+                values[t.role][t.name] = rng.standard_normal(t.shape).astype(np.float32) * scale
+    t0 = time.perf_counter()
+    res = run(pkg, params=values["parameter"], inputs=values["input"],
+              numerics=not args.no_numerics)
+    seconds = time.perf_counter() - t0
+    dev = pkg.device
+    print(f"package {pkg.name} ({pkg.content_hash()[:12]}) on {dev.name}: "
+          f"{pkg.n_steps} steps, {res.vertex_invocations} vertex invocations")
+    print(f"cycles {res.cycles}  time {res.cycles / dev.clock_hz * 1e3:.4f} ms at "
+          f"{dev.clock_hz / 1e9:g} GHz  (simulated in {seconds:.2f} s)")
+    for name in sorted(res.outputs):
+        out = res.outputs[name]
+        print(f"output {name} {list(out.shape)}: max |value| {float(np.nanmax(np.abs(out))):.4g}")
+    print(f"faults {res.n_faults}")
+    for f in res.faults[:10]:
+        print(f"  {f}")
+    return 1 if res.n_faults else 0
+
+
+@command("verify", "statically verify a saved package (exit 1 and one line if invalid)",
+         arg("package", help="package directory (package.json + arrays.npz)"))
+def cmd_verify(args: argparse.Namespace) -> int:
+    from simulator import load_package, verify
+
+    pkg = load_package(args.package)
+    verify(pkg)
+    print(f"ok: package {pkg.name} ({pkg.content_hash()[:12]}): {pkg.n_steps} steps, "
+          f"{pkg.n_vertices} vertices, {pkg.n_transfers} transfers, {pkg.n_buffers} buffers, "
+          f"{pkg.n_patches} patches")
+    return 0

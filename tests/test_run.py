@@ -130,3 +130,48 @@ def test_fault_message_names_step_tile_address_iteration() -> None:
         2, 0, a_addr, 1, 0)
     assert "step 2 (COMPUTE), tile 0, address" in first.message
     assert "iteration 0 of loop at step 1" in first.message
+
+
+# ---- CLI: tileplan verify / simulate ---------------------------------------------------
+
+
+def test_cli_verify_and_simulate(ksplit, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from planner.cli import main
+    from simulator import save_package
+
+    path = save_package(ksplit[0], tmp_path / "pkg")
+    assert main(["verify", str(path)]) == 0
+    assert "ok: package ksplit" in capsys.readouterr().out
+    assert main(["simulate", str(path), "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    cycles = run(ksplit[0], numerics=False).cycles
+    assert f"cycles {cycles}" in out and "faults 0" in out and "output out [8, 16]" in out
+    assert main(["simulate", str(path), "--no-numerics"]) == 0
+    assert "output" not in capsys.readouterr().out
+
+
+def test_cli_verify_reports_invalid_package_in_one_line(ksplit, tmp_path,
+                                                        capsys) -> None:  # type: ignore[no-untyped-def]
+    from planner.cli import main
+    from simulator import save_package
+
+    pkg = ksplit[0]
+    addr = pkg["buf_addr"].copy()
+    addr[0] = pkg.device.memory_end
+    path = save_package(pkg.with_arrays(buf_addr=addr), tmp_path / "bad")
+    assert main(["verify", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tileplan: error: buffer 'a0'") and err.count("\n") == 1
+
+
+def test_cli_simulate_exits_1_on_faults(ksplit, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from planner.cli import main
+    from simulator import save_package
+
+    pkg = ksplit[0]
+    nb = pkg["x_bytes"].copy()
+    nb[0] -= 8
+    path = save_package(pkg.with_arrays(x_bytes=nb), tmp_path / "short")
+    assert main(["simulate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "faults 1" in out and "read of never-written memory at step 2" in out
