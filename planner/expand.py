@@ -98,6 +98,9 @@ class Expander:
 
     def bind_carries(self) -> None:
         for c in self.lw.carries:
+            keep = c.final in self.persistent  # the last yield is a graph output
+            if keep:
+                self.persistent.add(c.init)
             iv = self.value(c.init)
             self.materialise(iv)
             x0 = self.placed[c.init]
@@ -109,7 +112,7 @@ class Expander:
                 r0, r1, c0, c1 = lay.rect(ri, ci)
                 tile = lay.owners[cell][0]
                 buf = self.new_cell_buf(av, tile, (r1 - r0) * (c1 - c0) * av.elem,
-                                        "activation", f"{c.arg}[{ri},{ci}]pong", False)
+                                        "activation", f"{c.arg}[{ri},{ci}]pong", keep)
                 x1.append([(buf, 0, 0, ())])
             sets = (x0, x1)
             self.placed[c.arg] = self._seq(sets, c.trips, 0)
