@@ -13,7 +13,8 @@
   charged to the END step.  Cycles per step are summed over iterations.
 - Numerics (when `image` is given): before a step runs, every region of every
   vertex/transfer (with its patched values) is checked: inside the tile's
-  memory, on its natural alignment, reads only of bytes written before; then
+  image window (the span of its tensor buffers, see `MemoryImage`), on its
+  natural alignment, reads only of bytes written before; then
   the step is race-checked (two writers, or a writer and a reader from
   different vertices/transfers).  Vertices whose regions are out of range are
   skipped (memory safety); everything else executes, so one run reports all
