@@ -106,9 +106,17 @@ def _touches(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         for v in st.vertices:
             rb.extend(v.reads)
             wb.extend(v.writes)
-        for t in st.transfers:
-            rb.extend(t.src.buffers() if t.src.seq else (t.src.buf,))
-            wb.extend(t.dst.buffers() if t.dst.seq else (t.dst.buf,))
+        if st.transfers:
+            srcs = [t.src for t in st.transfers]
+            dsts = [t.dst for t in st.transfers]
+            rb.extend([r.buf for r in srcs if not r.seq])
+            wb.extend([r.buf for r in dsts if not r.seq])
+            for r in srcs:
+                if r.seq:
+                    rb.extend(r.buffers())
+            for r in dsts:
+                if r.seq:
+                    wb.extend(r.buffers())
         rs.extend([s] * (len(rb) - n_r))
         ws.extend([s] * (len(wb) - n_w))
         if sched.loop_of[s] < 0:
@@ -273,9 +281,10 @@ def _partners(sched: Schedule, nb: int) -> tuple[np.ndarray, np.ndarray]:
                     pairs.append((bs[y], bs[x]))
     if not pairs:
         return np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pa = np.unique(np.asarray(pairs, dtype=np.int64), axis=0)
-    ptr = np.searchsorted(pa[:, 0], np.arange(nb + 1)).astype(np.int64)
-    return ptr, np.ascontiguousarray(pa[:, 1])
+    raw = np.asarray(pairs, dtype=np.int64)
+    key = np.unique(raw[:, 0] * nb + raw[:, 1])  # sorted by (owner, partner)
+    ptr = np.searchsorted(key // nb, np.arange(nb + 1)).astype(np.int64)
+    return ptr, key % nb
 
 
 def _orders(ids: np.ndarray, size: np.ndarray, first: np.ndarray,

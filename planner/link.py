@@ -163,15 +163,20 @@ class _Patches:
         self.arith = 0
         self.table = 0
 
+    def arith_row(self, target: int, index: int, arg: int, loop: int, base: int,
+                  stride: int) -> None:
+        self.rows.append((target, index, arg, loop, PATCH_ARITH, base, stride, -1, -1))
+        self.lens.append(0)
+        self.arith += 1
+
     def add(self, target: int, index: int, arg: int, loop: int, addrs: list[int],
-            table_at: tuple[int, int] | None) -> None:
+            table_at: tuple[int, int]) -> None:
+        """Arithmetic if `addrs` is exactly base + i·stride, else the table at
+        `table_at` = (tile, address)."""
         base = addrs[0]
         stride = addrs[1] - addrs[0] if len(addrs) > 1 else 0
-        exact = all(a == base + i * stride for i, a in enumerate(addrs))
-        if exact or table_at is None:
-            self.rows.append((target, index, arg, loop, PATCH_ARITH, base, stride, -1, -1))
-            self.lens.append(0)
-            self.arith += 1
+        if all(a == base + i * stride for i, a in enumerate(addrs)):
+            self.arith_row(target, index, arg, loop, base, stride)
             return
         tile, addr = table_at
         self.rows.append((target, index, arg, loop, PATCH_TABLE, 0, 0, tile, addr))
@@ -231,7 +236,7 @@ def link(
             at = (tile, int(support_addr[tile]) + device.support_bytes + off)
             patches.add(target, index, arg, loop, addrs, at)
             return addrs[0]
-        patches.add(target, index, arg, loop, [a0 + i * r.iter_stride for i in range(trips)], None)
+        patches.arith_row(target, index, arg, loop, a0, r.iter_stride)
         return a0
 
     kinds: list[int] = []
