@@ -57,8 +57,9 @@ def test_custom_device_toml(micro_toml: Path, tmp_path: Path,
         "sync_cycles = 600", "sync_cycles = 6000")
     dev = tmp_path / "slow.toml"
     dev.write_text(text)
-    _, fast = _json(capsys, ["plan", str(micro_toml), "--device", "tiny", "--json"])
-    status, slow = _json(capsys, ["plan", str(micro_toml), "--device", str(dev), "--json"])
+    base = ["--json", "--optimization-steps", "0"]
+    _, fast = _json(capsys, ["plan", str(micro_toml), "--device", "tiny", *base])
+    status, slow = _json(capsys, ["plan", str(micro_toml), "--device", str(dev), *base])
     assert status == 0 and slow["device"] == "tiny-slow"
     assert slow["cycles"] > fast["cycles"]
 
@@ -118,7 +119,8 @@ def test_same_package_hash_under_different_hash_seeds(micro_toml: Path) -> None:
         env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache")
         out = subprocess.run(
             [sys.executable, "-m", "planner", "plan", str(micro_toml), "--device", "tiny",
-             "--json"], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+             "--json", "--optimization-steps", "0"],
+            env=env, capture_output=True, text=True, check=True, cwd=ROOT)
         hashes.append(json.loads(out.stdout)["package_hash"])
     assert hashes[0] == hashes[1]
 
