@@ -9,9 +9,10 @@ element bytes) at a `Loc`.  Moving a rectangle between two cells is
 - otherwise (column slicing: SplitHeads, MergeHeads, a K-sliced matmul
   operand, a column-blocked matmul result going back to row blocks) the
   piece is made contiguous with local COPY vertices: packed on the source
-  tile into a scratch buffer (one COPY per distinct piece, shared by all
-  replicas it goes to) and/or landed packed on the destination tile and
-  unpacked into the cell.  One transfer per piece instead of one per row
+  tile into column panels of a scratch buffer (one COPY per run of
+  consecutive rows of one column range, shared by every replica the piece
+  goes to) and/or landed in column panels on the destination tile and
+  unpacked into the cell the same way.  One transfer per piece instead of one per row
   keeps the exchange tables small (per-row transfers cost 2 table entries
   per row); single-row pieces move directly.
 
@@ -108,73 +109,119 @@ def pieces(src: Layout, dst: Layout, segments: tuple,
     return out
 
 
+def _runs(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive rows covered by `spans` (row intervals)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(set(spans)):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _panels(groups: dict[tuple, list[tuple[int, int]]], width: dict[tuple, int], elem: int
+            ) -> tuple[dict[tuple, list[tuple[int, int, int]]], dict[tuple, int]]:
+    """Lay out column panels: per group key (cell, replica, c0, c1) its row runs
+    (lo, hi, byte offset) in the owner's buffer, and that buffer's size per
+    (cell, replica).  Keys are visited sorted: deterministic offsets."""
+    runs: dict[tuple, list[tuple[int, int, int]]] = {}
+    size: dict[tuple, int] = {}
+    for key in sorted(groups):
+        owner = key[:2]
+        off = size.get(owner, 0)
+        placed = []
+        for lo, hi in _runs(groups[key]):
+            placed.append((lo, hi, off))
+            off = _up4(off + (hi - lo) * width[key] * elem)
+        runs[key] = placed
+        size[owner] = off
+    return runs, size
+
+
+def _at(runs: list[tuple[int, int, int]], row: int, row_bytes: int) -> int:
+    for lo, hi, off in runs:
+        if lo <= row < hi:
+            return off + (row - lo) * row_bytes
+    raise AssertionError(f"row {row} not in a panel run")
+
+
 def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst: Layout,
           dst_locs: list[list[Loc]], elem: int, segments: tuple,
           skip: set[tuple[int, int]]) -> Moves:
     """Pack/transfer/unpack work filling every destination replica except the
-    `(cell, replica)` pairs in `skip` (which share storage)."""
+    `(cell, replica)` pairs in `skip` (which share storage).
+
+    A multi-row piece narrower than its source cell is packed into a column
+    panel of the source replica's pack buffer (one COPY per run of
+    consecutive rows of one column range); one narrower than its destination
+    cell lands in a column panel of a landing buffer and is unpacked the same
+    way.  Each piece is then one contiguous transfer."""
     from planner.expand_ops import vertex
 
     ps = pieces(src, dst, segments, skip)
     res = Moves()
-    # a piece narrower than its cell and taller than one row is packed
-    pack_off: dict[tuple[int, int, int, int, int, int], int] = {}
-    pack_size: dict[tuple[int, int], int] = {}
-    land_off: dict[tuple[int, int, int, int], int] = {}
-    land_size: dict[tuple[int, int], int] = {}
+    pgroups: dict[tuple, list[tuple[int, int]]] = {}
+    lgroups: dict[tuple, list[tuple[int, int]]] = {}
+    width: dict[tuple, int] = {}
     for scell, rep, a0, a1, b0, b1, cell, k, rr0, cc0 in ps:
         w, rows = b1 - b0, a1 - a0
-        ri, ci = divmod(scell, src.nc)
-        if rows > 1 and w != src.col_cuts[ci + 1] - src.col_cuts[ci]:
-            key = (scell, rep, a0, a1, b0, b1)
-            if key not in pack_off:
-                pack_off[key] = pack_size.get((scell, rep), 0)
-                pack_size[scell, rep] = _up4(pack_off[key] + rows * w * elem)
-        dri, dci = divmod(cell, dst.nc)
-        if rows > 1 and w != dst.col_cuts[dci + 1] - dst.col_cuts[dci]:
-            land_off[cell, k, rr0, cc0] = land_size.get((cell, k), 0)
-            land_size[cell, k] = _up4(land_off[cell, k, rr0, cc0] + rows * w * elem)
+        if rows == 1:
+            continue
+        ci = scell % src.nc
+        if w != src.col_cuts[ci + 1] - src.col_cuts[ci]:
+            key = (scell, rep, b0, b1)
+            pgroups.setdefault(key, []).append((a0, a1))
+            width[key] = w
+        dci = cell % dst.nc
+        if w != dst.col_cuts[dci + 1] - dst.col_cuts[dci]:
+            key = (cell, k, cc0, cc0 + w)
+            lgroups.setdefault(key, []).append((rr0, rr0 + rows))
+            width[key] = w
+    pruns, psize = _panels(pgroups, width, elem)
+    lruns, lsize = _panels(lgroups, width, elem)
     pack_buf = {key: prog.new_buf(src.owners[key[0]][key[1]], size, "scratch",
                                   f"{label}:pack{key[0]}.{key[1]}")
-                for key, size in sorted(pack_size.items())}
+                for key, size in sorted(psize.items())}
     land_buf = {key: prog.new_buf(dst.owners[key[0]][key[1]], size, "exchange-landing",
                                   f"{label}:land{key[0]}.{key[1]}")
-                for key, size in sorted(land_size.items())}
-    for (scell, rep, a0, a1, b0, b1), off in sorted(pack_off.items()):
-        ri, ci = divmod(scell, src.nc)
-        s_r0, _, s_c0, s_c1 = src.rect(ri, ci)
+                for key, size in sorted(lsize.items())}
+    for key, runs in sorted(pruns.items()):
+        scell, rep, b0, b1 = key
+        s_r0, _, s_c0, s_c1 = src.rect(scell // src.nc, scell % src.nc)
         s_ld, w = (s_c1 - s_c0) * elem, (b1 - b0) * elem
-        s_off = (a0 - s_r0) * s_ld + (b0 - s_c0) * elem
         ploc: Loc = (pack_buf[scell, rep], 0, 0, ())
-        res.pack.append(vertex(src.owners[scell][rep], ids.COPY,
-                               {1: s_ld, 3: w, 4: a1 - a0, 5: w},
-                               {0: src_locs[scell][rep]}, {2: ploc}, {0: s_off, 2: off}))
+        for lo, hi, off in runs:
+            res.pack.append(vertex(src.owners[scell][rep], ids.COPY,
+                                   {1: s_ld, 3: w, 4: hi - lo, 5: w},
+                                   {0: src_locs[scell][rep]}, {2: ploc},
+                                   {0: (lo - s_r0) * s_ld + (b0 - s_c0) * elem, 2: off}))
+    for key, runs in sorted(lruns.items()):
+        cell, k, c0, c1 = key
+        d_r0, _, d_c0, d_c1 = dst.rect(cell // dst.nc, cell % dst.nc)
+        d_ld, w = (d_c1 - d_c0) * elem, (c1 - c0) * elem
+        lloc: Loc = (land_buf[cell, k], 0, 0, ())
+        for lo, hi, off in runs:
+            res.unpack.append(vertex(dst.owners[cell][k], ids.COPY,
+                                     {1: w, 3: d_ld, 4: hi - lo, 5: w},
+                                     {0: lloc}, {2: dst_locs[cell][k]},
+                                     {0: off, 2: (lo - d_r0) * d_ld + (c0 - d_c0) * elem}))
     for scell, rep, a0, a1, b0, b1, cell, k, rr0, cc0 in ps:
-        ri, ci = divmod(scell, src.nc)
-        s_r0, _, s_c0, s_c1 = src.rect(ri, ci)
-        dri, dci = divmod(cell, dst.nc)
-        d_r0, _, d_c0, d_c1 = dst.rect(dri, dci)
+        s_r0, _, s_c0, s_c1 = src.rect(scell // src.nc, scell % src.nc)
+        d_r0, _, d_c0, d_c1 = dst.rect(cell // dst.nc, cell % dst.nc)
         s_ld, d_ld = (s_c1 - s_c0) * elem, (d_c1 - d_c0) * elem
         w, rows = (b1 - b0) * elem, a1 - a0
-        s_off = (a0 - s_r0) * s_ld + (b0 - s_c0) * elem
-        d_off = (rr0 - d_r0) * d_ld + (cc0 - d_c0) * elem
-        pkey = (scell, rep, a0, a1, b0, b1)
-        if pkey in pack_off:
-            sref = ref(0, (pack_buf[scell, rep], 0, 0, ()), pack_off[pkey])
-        elif rows == 1 or w == s_ld:
-            sref = ref(0, src_locs[scell][rep], s_off)
-        else:  # pragma: no cover - every multi-row narrow piece is packed
-            raise AssertionError("unpacked narrow source piece")
-        lkey = (cell, k, rr0, cc0)
-        if lkey in land_off:
-            lloc: Loc = (land_buf[cell, k], 0, 0, ())
-            res.transfers.extend(_aligned(sref, ref(1, lloc, land_off[lkey]), rows * w))
-            res.unpack.append(vertex(dst.owners[cell][k], ids.COPY,
-                                     {1: w, 3: d_ld, 4: rows, 5: w},
-                                     {0: lloc}, {2: dst_locs[cell][k]},
-                                     {0: land_off[lkey], 2: d_off}))
+        pkey = (scell, rep, b0, b1)
+        if rows > 1 and pkey in pruns:
+            sref = ref(0, (pack_buf[scell, rep], 0, 0, ()), _at(pruns[pkey], a0, w))
         else:
-            res.transfers.extend(_aligned(sref, ref(1, dst_locs[cell][k], d_off), rows * w))
+            sref = ref(0, src_locs[scell][rep], (a0 - s_r0) * s_ld + (b0 - s_c0) * elem)
+        lkey = (cell, k, cc0, cc0 + b1 - b0)
+        if rows > 1 and lkey in lruns:
+            dref = ref(1, (land_buf[cell, k], 0, 0, ()), _at(lruns[lkey], rr0, w))
+        else:
+            dref = ref(1, dst_locs[cell][k], (rr0 - d_r0) * d_ld + (cc0 - d_c0) * elem)
+        res.transfers.extend(_aligned(sref, dref, rows * w))
     return res
 
 
