@@ -206,16 +206,25 @@ def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst
                                      {1: w, 3: d_ld, 4: hi - lo, 5: w},
                                      {0: lloc}, {2: dst_locs[cell][k]},
                                      {0: off, 2: (lo - d_r0) * d_ld + (c0 - d_c0) * elem}))
+    srefs: dict[tuple[int, int, int, int, int, int], Ref] = {}  # multicast: one src ref
+    snc, dnc = src.nc, dst.nc
+    scr, scc, dcr, dcc = src.row_cuts, src.col_cuts, dst.row_cuts, dst.col_cuts
     for scell, rep, a0, a1, b0, b1, cell, k, rr0, cc0 in ps:
-        s_r0, _, s_c0, s_c1 = src.rect(scell // src.nc, scell % src.nc)
-        d_r0, _, d_c0, d_c1 = dst.rect(cell // dst.nc, cell % dst.nc)
+        sri, sci = divmod(scell, snc)
+        dri, dci = divmod(cell, dnc)
+        s_r0, s_c0, s_c1 = scr[sri], scc[sci], scc[sci + 1]
+        d_r0, d_c0, d_c1 = dcr[dri], dcc[dci], dcc[dci + 1]
         s_ld, d_ld = (s_c1 - s_c0) * elem, (d_c1 - d_c0) * elem
         w, rows = (b1 - b0) * elem, a1 - a0
-        pkey = (scell, rep, b0, b1)
-        if rows > 1 and pkey in pruns:
-            sref = ref(0, (pack_buf[scell, rep], 0, 0, ()), _at(pruns[pkey], a0, w))
-        else:
-            sref = ref(0, src_locs[scell][rep], (a0 - s_r0) * s_ld + (b0 - s_c0) * elem)
+        skey = (scell, rep, a0, a1, b0, b1)
+        sref = srefs.get(skey)
+        if sref is None:
+            pkey = (scell, rep, b0, b1)
+            if rows > 1 and pkey in pruns:
+                sref = ref(0, (pack_buf[scell, rep], 0, 0, ()), _at(pruns[pkey], a0, w))
+            else:
+                sref = ref(0, src_locs[scell][rep], (a0 - s_r0) * s_ld + (b0 - s_c0) * elem)
+            srefs[skey] = sref
         lkey = (cell, k, cc0, cc0 + b1 - b0)
         if rows > 1 and lkey in lruns:
             dref = ref(1, (land_buf[cell, k], 0, 0, ()), _at(lruns[lkey], rr0, w))
