@@ -21,7 +21,7 @@ import numpy as np
 from kernels.blocks import read_row, write_row
 from kernels.cost import put_region, vector_cycles
 from kernels.dtypes import DT_FP32, dtype_bytes
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP16, D_VEC_FP32
 
@@ -45,13 +45,13 @@ def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def cast_stream(args, desc):  # type: ignore[no-untyped-def]
     rate = desc[D_VEC_FP32] if args[6] == DT_FP32 or args[7] == DT_FP32 else desc[D_VEC_FP16]
     return vector_cycles(max(args[4], 1), max(args[5], 1), 1, rate, desc)
 
 
-@kjit
+@kjit_inline
 def cast_regions(args, out):  # type: ignore[no-untyped-def]
     """CAST regions: x read; y written."""
     m, n = args[4], args[5]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.cost import LDST_BYTES_PER_CYCLE, put_region, round_up, worker_cycles, worker_rows
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
 
 TRANSPOSE_ELEMS_PER_CYCLE = 1
@@ -71,26 +71,26 @@ def transpose_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def copy_stream(args, desc):  # type: ignore[no-untyped-def]
     rw = worker_rows(max(args[4], 1), desc)
     return worker_cycles(rw * round_up(max(args[5], 1), 8), LDST_BYTES_PER_CYCLE, desc)
 
 
-@kjit
+@kjit_inline
 def transpose_stream(args, desc):  # type: ignore[no-untyped-def]
     rw = worker_rows(max(args[5], 1), desc)
     return worker_cycles(rw * max(args[4], 1), TRANSPOSE_ELEMS_PER_CYCLE, desc)
 
 
-@kjit
+@kjit_inline
 def copy_regions(args, out):  # type: ignore[no-untyped-def]
     """COPY regions: src read; dst written."""
     i = put_region(out, 0, args[0], 1, 0, args[4], args[1], args[5], 0)
     return put_region(out, i, args[2], 1, 0, args[4], args[3], args[5], 1)
 
 
-@kjit
+@kjit_inline
 def transpose_regions(args, out):  # type: ignore[no-untyped-def]
     """TRANSPOSE regions: src [M, N] read; dst [N, M] written."""
     eb = args[6]

@@ -11,6 +11,8 @@ All three take the kernel id first and branch to the family module:
 - `vertex_regions(kid, args, out) -> int64`: fills out[:n] (int64
   [MAX_REGIONS, REGION_COLS]) with the regions the vertex reads and writes;
   -1 for an unknown kernel id.
+- `vertex_cost(kid, args, desc, out) -> (cycles, n)`: both of the above in one
+  call on the caller's scratch `out` (no allocation: the engine's hot path).
 
 Expected argument types, one compiled signature each: kid int64, args int64[::1]
 (a row of the package's v_args), desc int64[::1] (TileDesc.as_array()), mem
@@ -43,7 +45,7 @@ from kernels.elementwise import (
     gelu_regions,
     gelu_stream,
 )
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.layernorm import layernorm_execute, layernorm_regions, layernorm_stream
 from kernels.matmul import (
     batch_matmul_execute,
@@ -59,7 +61,7 @@ from kernels.status import BAD_KERNEL
 from kernels.tile import D_OVERHEAD
 
 
-@kjit
+@kjit_inline
 def vertex_stream(kid, args, desc):  # type: ignore[no-untyped-def]
     """Busiest-worker streaming cycles, before overhead and conflict; -1 if unknown."""
     if kid == ids.MATMUL:
@@ -87,7 +89,7 @@ def vertex_stream(kid, args, desc):  # type: ignore[no-untyped-def]
     return -1
 
 
-@kjit
+@kjit_inline
 def vertex_regions(kid, args, out):  # type: ignore[no-untyped-def]
     """Fill out[:n] with the vertex's regions; returns n, or -1 for an unknown id."""
     if kid == ids.MATMUL:
@@ -118,7 +120,7 @@ def vertex_regions(kid, args, out):  # type: ignore[no-untyped-def]
 @kjit
 def vertex_conflict(kid, args, desc):  # type: ignore[no-untyped-def]
     """True if two operand streams of the vertex share a memory element."""
-    regions = np.zeros((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
+    regions = np.empty((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
     n = vertex_regions(kid, args, regions)
     if n < 0:
         return False
@@ -126,14 +128,24 @@ def vertex_conflict(kid, args, desc):  # type: ignore[no-untyped-def]
 
 
 @kjit
+def vertex_cost(kid, args, desc, out):  # type: ignore[no-untyped-def]
+    """(cycles, n): vertex_cycles and vertex_regions in one call, the regions left
+    in out[:n] (caller's scratch, so nothing is allocated); (-1, -1) if unknown."""
+    stream = vertex_stream(kid, args, desc)
+    n = vertex_regions(kid, args, out)
+    if stream < 0 or n < 0:
+        return np.int64(-1), np.int64(-1)
+    if has_conflict(out, n, desc):
+        stream = stream * CONFLICT_FACTOR
+    return np.int64(desc[D_OVERHEAD] + stream), np.int64(n)
+
+
+@kjit
 def vertex_cycles(kid, args, desc):  # type: ignore[no-untyped-def]
     """Cycles of one vertex on one tile, conflict penalty included; -1 if unknown."""
-    stream = vertex_stream(kid, args, desc)
-    if stream < 0:
-        return np.int64(-1)
-    if vertex_conflict(kid, args, desc):
-        stream = stream * CONFLICT_FACTOR
-    return np.int64(desc[D_OVERHEAD] + stream)
+    regions = np.empty((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
+    cycles, _ = vertex_cost(kid, args, desc, regions)
+    return cycles
 
 
 @kjit

@@ -27,7 +27,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 
 DT_FP8 = 0
 DT_FP16 = 1
@@ -43,7 +43,7 @@ def dtype_code(name: str) -> int:
     return DTYPE_NAMES.index(name)
 
 
-@kjit
+@kjit_inline
 def dtype_bytes(dtype):  # type: ignore[no-untyped-def]
     """Bytes per element of a dtype code (0 for an unknown code)."""
     if dtype == DT_FP8:

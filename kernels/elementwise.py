@@ -24,7 +24,7 @@ from kernels.blocks import read_row, write_row
 from kernels.cost import put_region, vector_cycles
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
 from kernels.formulas import GELU_C0, GELU_C1
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP16, D_VEC_FP32
 
@@ -96,31 +96,31 @@ def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def _rate(dt0, dt1, dt2, desc):  # type: ignore[no-untyped-def]
     if dt0 == DT_FP16 and dt1 == DT_FP16 and dt2 == DT_FP16:
         return desc[D_VEC_FP16]
     return desc[D_VEC_FP32]
 
 
-@kjit
+@kjit_inline
 def add_stream(args, desc):  # type: ignore[no-untyped-def]
     return vector_cycles(max(args[6], 1), max(args[7], 1), 1,
                          _rate(args[8], args[9], args[10], desc), desc)
 
 
-@kjit
+@kjit_inline
 def bias_add_stream(args, desc):  # type: ignore[no-untyped-def]
     return vector_cycles(max(args[5], 1), max(args[6], 1), 1,
                          _rate(args[7], args[8], DT_FP16, desc), desc)
 
 
-@kjit
+@kjit_inline
 def gelu_stream(args, desc):  # type: ignore[no-untyped-def]
     return vector_cycles(max(args[4], 1), max(args[5], 1), GELU_PASSES, desc[D_VEC_FP32], desc)
 
 
-@kjit
+@kjit_inline
 def add_regions(args, out):  # type: ignore[no-untyped-def]
     """ADD regions: a, b read; c written."""
     m, n = args[6], args[7]
@@ -129,7 +129,7 @@ def add_regions(args, out):  # type: ignore[no-untyped-def]
     return put_region(out, i, args[4], 1, 0, m, args[5], n * dtype_bytes(args[10]), 1)
 
 
-@kjit
+@kjit_inline
 def bias_add_regions(args, out):  # type: ignore[no-untyped-def]
     """BIAS_ADD regions: x, bias read; y written."""
     m, n = args[5], args[6]
@@ -138,7 +138,7 @@ def bias_add_regions(args, out):  # type: ignore[no-untyped-def]
     return put_region(out, i, args[3], 1, 0, m, args[4], n * dtype_bytes(args[8]), 1)
 
 
-@kjit
+@kjit_inline
 def gelu_regions(args, out):  # type: ignore[no-untyped-def]
     """GELU regions: x read; y written (fp16)."""
     m, n = args[4], args[5]

@@ -28,3 +28,12 @@ JIT_OPTIONS: dict[str, Any] = {
 def kjit(fn: F) -> F:
     """Compile `fn` lazily with the package's jit options."""
     return numba.njit(**JIT_OPTIONS)(fn)  # type: ignore[no-any-return]
+
+
+def kjit_inline(fn: F) -> F:
+    """`kjit` plus inline="always": Numba inlines `fn` into its jitted callers.
+
+    For the small leaf functions of the cycle models and region tables, which
+    run once per simulated vertex: a real call passing arrays costs reference-
+    count updates that dominate their few integer operations."""
+    return numba.njit(inline="always", **JIT_OPTIONS)(fn)  # type: ignore[no-any-return]

@@ -21,7 +21,7 @@ import numpy as np
 from kernels.blocks import read_row, write_row
 from kernels.cost import put_region, vector_cycles, worker_rows
 from kernels.dtypes import DT_FP16, u32_as_f32
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP32, D_WORKERS
 
@@ -61,14 +61,14 @@ def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def layernorm_stream(args, desc):  # type: ignore[no-untyped-def]
     m = max(args[6], 1)
     vec = vector_cycles(m, max(args[7], 1), LN_PASSES, desc[D_VEC_FP32], desc)
     return vec + worker_rows(m, desc) * LN_ROW_INSTRS * desc[D_WORKERS]
 
 
-@kjit
+@kjit_inline
 def layernorm_regions(args, out):  # type: ignore[no-untyped-def]
     """LAYERNORM regions: x, gamma, beta read; y written (all fp16)."""
     m, n = args[6], args[7]

@@ -34,7 +34,7 @@ from kernels.cost import LDST_BYTES_PER_CYCLE as LDST
 from kernels.cost import put_region, round_up, worker_cycles, worker_rows
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, dtype_bytes
 from kernels.ids import FLAG_ACCUMULATE, FLAG_TRANS_B
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, BAD_STRIDE, OK
 from kernels.tile import D_AMP_FP8, D_AMP_FP16
 
@@ -129,7 +129,7 @@ def batch_matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def _stream(rows, k, n, in_dt, out_dt, accumulate, desc):  # type: ignore[no-untyped-def]
     if in_dt == DT_FP8:
         rate = desc[D_AMP_FP8]
@@ -144,21 +144,21 @@ def _stream(rows, k, n, in_dt, out_dt, accumulate, desc):  # type: ignore[no-unt
     return max(mac, worker_cycles(io_bytes, LDST, desc))
 
 
-@kjit
+@kjit_inline
 def matmul_stream(args, desc):  # type: ignore[no-untyped-def]
     """Busiest-worker streaming cycles of a MATMUL vertex (no overhead/conflict)."""
     return _stream(max(args[6], 1), max(args[7], 1), max(args[8], 1), args[9], args[10],
                    (args[11] & FLAG_ACCUMULATE) != 0, desc)
 
 
-@kjit
+@kjit_inline
 def batch_matmul_stream(args, desc):  # type: ignore[no-untyped-def]
     """Busiest-worker streaming cycles of a BATCH_MATMUL vertex (rows = batch * M)."""
     return _stream(max(args[6], 1) * max(args[12], 1), max(args[7], 1), max(args[8], 1),
                    args[9], args[10], False, desc)
 
 
-@kjit
+@kjit_inline
 def _b_region(args, out, i, outer, outer_stride):  # type: ignore[no-untyped-def]
     ib = dtype_bytes(args[9])
     if (args[11] & FLAG_TRANS_B) != 0:
@@ -166,7 +166,7 @@ def _b_region(args, out, i, outer, outer_stride):  # type: ignore[no-untyped-def
     return put_region(out, i, args[2], outer, outer_stride, args[7], args[3], args[8] * ib, 0)
 
 
-@kjit
+@kjit_inline
 def matmul_regions(args, out):  # type: ignore[no-untyped-def]
     """Regions of a MATMUL vertex: A, B, (bias), (C read if accumulate), C write."""
     ib = dtype_bytes(args[9])
@@ -180,7 +180,7 @@ def matmul_regions(args, out):  # type: ignore[no-untyped-def]
     return put_region(out, i, args[4], 1, 0, args[6], args[5], args[8] * ob, 1)
 
 
-@kjit
+@kjit_inline
 def batch_matmul_regions(args, out):  # type: ignore[no-untyped-def]
     """Regions of a BATCH_MATMUL vertex: A, B, C, each `batch` blocks apart."""
     ib = dtype_bytes(args[9])

@@ -16,7 +16,7 @@ import numpy as np
 from kernels.blocks import read_row, write_row
 from kernels.cost import put_region, vector_cycles
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP32
 
@@ -48,13 +48,13 @@ def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def reduce_stream(args, desc):  # type: ignore[no-untyped-def]
     passes = max(args[3], 1) + (1 if args[9] != 0 else 0)
     return vector_cycles(max(args[6], 1), max(args[7], 1), passes, desc[D_VEC_FP32], desc)
 
 
-@kjit
+@kjit_inline
 def reduce_regions(args, out):  # type: ignore[no-untyped-def]
     """REDUCE regions: k partial blocks read, (bias read), out written."""
     m, n = args[6], args[7]

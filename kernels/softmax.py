@@ -20,7 +20,7 @@ import numpy as np
 from kernels.blocks import read_row, write_row
 from kernels.cost import put_region, vector_cycles, worker_rows
 from kernels.dtypes import DT_FP32, dtype_bytes, u32_as_f32
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP32, D_WORKERS
 
@@ -57,14 +57,14 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
     return OK
 
 
-@kjit
+@kjit_inline
 def softmax_stream(args, desc):  # type: ignore[no-untyped-def]
     m = max(args[4], 1)
     vec = vector_cycles(m, max(args[5], 1), SOFTMAX_PASSES, desc[D_VEC_FP32], desc)
     return vec + worker_rows(m, desc) * SOFTMAX_ROW_INSTRS * desc[D_WORKERS]
 
 
-@kjit
+@kjit_inline
 def softmax_regions(args, out):  # type: ignore[no-untyped-def]
     """SOFTMAX regions: x read; y written."""
     m, n = args[4], args[5]

@@ -8,7 +8,7 @@ import pytest
 from kernels import dispatch, ids, status
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, f32_as_u32
 from kernels.registry import KERNELS, by_name
-from kernels.testing import TileImage
+from kernels.testing import TileImage, random_vertex
 from kernels.tile import TileDesc
 
 DESC = TileDesc().as_array()
@@ -69,3 +69,18 @@ def test_spec_cycles_equals_dispatch() -> None:
     args = spec.make_args(x=0x4C000, ldx=64, y=0x4C000 + 65536, ldy=64, M=12, N=32)
     assert spec.cycles(args, DESC) == dispatch.vertex_cycles(ids.GELU, args, DESC)
     assert spec.cycles(args, DESC) > DESC[7]
+
+
+def test_vertex_cost_equals_cycles_and_regions() -> None:
+    rng = np.random.default_rng(5)
+    for kid in sorted(KERNELS):
+        for _ in range(4):
+            img = TileImage(1 << 15)
+            args = random_vertex(kid, rng, img)
+            scratch = np.full((ids.MAX_REGIONS, ids.REGION_COLS), -1, dtype=np.int64)
+            cycles, n = dispatch.vertex_cost(kid, args, DESC, scratch)
+            ref = np.zeros((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
+            assert n == dispatch.vertex_regions(kid, args, ref) > 0
+            np.testing.assert_array_equal(scratch[:n], ref[:n])
+            assert cycles == dispatch.vertex_cycles(kid, args, DESC) > DESC[7]
+    assert tuple(dispatch.vertex_cost(42, np.zeros(16, np.int64), DESC, scratch)) == (-1, -1)
