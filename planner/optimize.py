@@ -38,7 +38,6 @@ proposal.  `last_stats` holds counts and the cache counters of the last call.
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -229,11 +228,20 @@ def plan(graph: Graph, device: Device, cfg: PipelineConfig | None = None,
          executor: Executor | None = None) -> PlanResult:
     """`planner.pipeline.plan` with the local optimizer (the public
     `planner.plan`).  Raises BuildFailure when the baseline does not build."""
-    opt = LocalOptimizer(executor)
-    t0 = time.perf_counter()
-    res = pipeline_plan(graph, device, cfg, optimizer=opt)
-    stats = dict(res.stats)
-    stats.update(opt.last_stats)
-    stats["optimizer_wall_seconds"] = time.perf_counter() - t0
-    return PlanResult(res.package, res.cycles, res.history, res.baseline_cycles, res.plan,
-                      stats, res.built)
+    return pipeline_plan(graph, device, cfg, optimizer=LocalOptimizer(executor))
+
+
+def format_optimizer(summary: dict[str, Any]) -> str:
+    """The optimizer lines of a run summary: baseline → final cycles, the
+    improvement, proposal counts and cache counters."""
+    base, final = summary["baseline_cycles"], summary["cycles"]
+    lines = [f"optimizer        baseline {base:,} -> final {final:,} cycles "
+             f"({100 * summary.get('improvement', 0.0):.1f}% fewer); "
+             f"{summary['proposals_evaluated']} evaluated, {summary['proposals_accepted']} "
+             f"accepted, {summary.get('speculative_builds', 0)} speculative builds "
+             f"({summary.get('speculative_discarded', 0)} discarded)"]
+    cache = summary.get("cache") or {}
+    if cache:
+        parts = [f"{k} {v['hits']} hit / {v['misses']} miss" for k, v in cache.items()]
+        lines.append(f"caches           {', '.join(parts)}")
+    return "\n".join(lines)
