@@ -472,8 +472,12 @@ class _Lowerer:
         return tuple(self.plan.physical(q * tiles // count, tiles) for q in range(count))
 
     def heads_layouts(self, g: Graph, op: SplitHeads | MergeHeads):
-        # the redistribution itself is the op: input canonical, output canonical
-        return (self.canonical(self.qual(op.x)),), self.canonical(self.qual(op.out)), {}
+        # the redistribution itself is the op: it reads its input where the
+        # source value is (canonical, or the producer's layout when that
+        # boundary is open) and writes the canonical layout of its output
+        src = self.source.get(self.qual(op.x))
+        lay = self.out.values[src].layout if src else self.canonical(self.qual(op.x))
+        return (lay,), self.canonical(self.qual(op.out)), {}
 
     def row_layouts(self, g: Graph, op: Op, r: cat.Recipe):
         x_name = op.inputs[0]

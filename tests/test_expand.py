@@ -208,3 +208,45 @@ def test_siglip_one_layer_end_to_end() -> None:
     2e-2 here; see the front-end report."""
     _end_to_end(planner.load_model("siglip-so400m", layers=1), simulator.load_device("c600"),
                 tolerance=2e-2)
+
+
+@pytest.mark.parametrize("change", [
+    ("open", "encoder/ln1"), ("open", "encoder/q"), ("open", "encoder/probs"),
+    ("open", "encoder/ctx_heads"), ("cast", "encoder/cast_ln1"), ("cast", "cast_patches"),
+    ("packing", "half"), ("tiles", "3,5"), ("recipe", "encoder/mm_fc1=mm:1x4x4"),
+    ("recipe", "encoder/softmax=rows:4"),
+])
+def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, str]) -> None:
+    """Every kind of Plan decision the optimizer changes yields a program that
+    builds, verifies and matches the reference; opening a boundary removes
+    its canonical move."""
+    g = planner.load_model(micro_toml, layers=3)
+    dev = simulator.load_device("tiny")
+    base = baseline_plan(g, dev)
+    kind, arg = change
+    if kind == "open":
+        plan = base.with_open(arg)
+    elif kind == "cast":
+        plan = base.with_cast_order(arg, "before")
+    elif kind == "packing":
+        plan = base.with_packing(arg)
+    elif kind == "tiles":
+        plan = base.with_tile_mapping(*(int(x) for x in arg.split(",")))
+    else:
+        op, key = arg.split("=")
+        plan = base.with_recipe(op, key)
+    assert plan != base
+    from planner.lower import lower
+
+    text = lower(g, dev, plan).describe()
+    if kind == "open":
+        assert f"canon {arg}:" not in text and f"canon {arg}:" in lower(g, dev, base).describe()
+    if kind == "cast":
+        assert f"compute {arg} [rows:" in text
+    built = build(g, dev, plan)
+    params, inputs = planner.init_params(g, seed=0), planner.init_inputs(g, seed=1)
+    ref = planner.reference(g, params, inputs)
+    sim = simulator.run(built.package, params=params, inputs=inputs, numerics=True)
+    assert not sim.faults
+    got, want = sim.outputs["out"], ref["out"]
+    assert np.linalg.norm(got - want) <= 1e-2 * np.linalg.norm(want)
