@@ -9,13 +9,21 @@ For each block shape M x K x N the script places fp8 operands in a tile image,
 times `kernels.dispatch.vertex_execute` (fp8 x fp8 -> fp16, the planner's
 common case) and numpy float32 `a @ b` on the same decoded values in the same
 run (best of REPEATS), and reports GMAC/s for both, their ratio, and the cycle
-model's fraction of the fp8 peak (M*K*N / (amp_macs_fp8 * cycles)).
+model's fraction of the fp8 peak (M*K*N / (amp_macs_fp8 * cycles)).  Both BLAS
+libraries run one thread (OPENBLAS_NUM_THREADS=1 unless already set), as the
+kernels' BLAS always does (kernels/jit.py).
 
 Reproduce:  .venv/bin/python experiments/bench_kernels.py
 Writes artifacts/bench_kernels.txt (the table) and artifacts/bench_kernels.png.
 """
 
 from __future__ import annotations
+
+import os
+
+# numpy's BLAS (the comparison) runs one thread, like the kernels' (kernels.jit):
+# on a shared machine OpenBLAS threads spinning make timings meaningless.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import time
 from collections.abc import Callable, Sequence
@@ -94,7 +102,8 @@ def format_table(rows: Sequence[tuple[tuple[int, int, int], dict[str, float]]]) 
             f"{f'{m}x{k}x{n}':>15} {r['kernel_gmacs']:>14.2f} {r['numpy_gmacs']:>13.2f} "
             f"{r['ratio']:>6.2f} {int(r['cycles']):>13d} {r['peak_fraction']:>12.1%}"
         )
-    lines.append(f"fp8 -> fp16 MATMUL vertex vs numpy float32 @ (best of runs); "
+    lines.append(f"fp8 -> fp16 MATMUL vertex vs numpy float32 @ (best of runs, "
+                 f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}); "
                  f"reproduce: {COMMAND}")
     return "\n".join(lines)
 

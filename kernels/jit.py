@@ -11,12 +11,36 @@ round exactly where the numpy reference rounds.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numba
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Threads of the BLAS that jitted np.dot calls (scipy's OpenBLAS, a library
+# separate from numpy's).  Kernels run many small gemms, one per vertex, often
+# from several simulations at once; OpenBLAS worker threads spinning on a busy
+# machine made a 128x256x128 gemm 7-10x slower than one thread (measured on the
+# shared 2-core machine).  An OPENBLAS_NUM_THREADS already set by the user wins.
+BLAS_THREADS = 1
+_CYTHON_BLAS = "scipy.linalg.cython_blas"
+
+
+def _load_blas_pinned() -> None:
+    """Load scipy's BLAS with BLAS_THREADS threads, unless it is loaded already."""
+    if _CYTHON_BLAS in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = str(BLAS_THREADS)
+    try:
+        __import__(_CYTHON_BLAS)
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+_load_blas_pinned()
 
 JIT_OPTIONS: dict[str, Any] = {
     "cache": True,
