@@ -170,11 +170,17 @@ def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # 
 def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
     """Offset of the first never-written byte of region `reg` (offsets relative
     to the image row), or -1."""
+    every = np.uint8(1)
+    for o in range(reg[1]):  # branch-free and-reduction first: the common case
+        for r in range(reg[3]):
+            a = off + o * reg[2] + r * reg[4]
+            for b in range(a, a + reg[5]):
+                every &= written[row, b]
+    if every:
+        return -1
     for o in range(reg[1]):
         for r in range(reg[3]):
             a = off + o * reg[2] + r * reg[4]
-            if written[row, a : a + reg[5]].min() != 0:  # vectorised fast path
-                continue
             for b in range(a, a + reg[5]):
                 if written[row, b] == 0:
                     return b
@@ -186,7 +192,8 @@ def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
     for o in range(reg[1]):
         for r in range(reg[3]):
             a = off + o * reg[2] + r * reg[4]
-            written[row, a : a + reg[5]] = 1
+            for b in range(a, a + reg[5]):
+                written[row, b] = 1
 
 
 @sjit
@@ -460,12 +467,16 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
                        x, g)
             nreg += 1
         so = sa - sb
-        if written[srow, so : so + nb].min() == 0:
+        every = np.uint8(1)
+        for b in range(so, so + nb):
+            every &= written[srow, b]
+        if not every:
             for b in range(so, so + nb):
                 if written[srow, b] == 0:
                     _fault(faults, counters, F_UNINIT, s, st, b + sb, loop, it, x, 0)
                     break
-        stage[off : off + nb] = mem[srow, so : so + nb]
+        for b in range(nb):
+            stage[off + b] = mem[srow, so + b]
         off += nb
     if find_race(regs, r_tile, r_owner, nreg, race):
         _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
@@ -478,6 +489,7 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
             continue
         do = x_dst[j] - tile_base[x_dst_tile[x]]
         drow = tile_row[x_dst_tile[x]]
-        mem[drow, do : do + nb] = stage[off : off + nb]
-        written[drow, do : do + nb] = 1
+        for b in range(nb):
+            mem[drow, do + b] = stage[off + b]
+            written[drow, do + b] = 1
         off += nb

@@ -263,8 +263,9 @@ def _scatter(mem, written, row, off, ld0, ld1, ext0, ext1, rb, src_off, s_ld0, s
         for b in range(ext1):
             d = off + a * ld0 + b * ld1
             q = src_off + a * s_ld0 + b * s_ld1
-            mem[row, d : d + rb] = src[q : q + rb]
-            written[row, d : d + rb] = 1
+            for c in range(rb):  # byte loops: blocks are often many short rows
+                mem[row, d + c] = src[q + c]
+                written[row, d + c] = 1
 
 
 @sjit
@@ -278,9 +279,9 @@ def _gather(mem, written, row, off, ld0, ld1, ext0, ext1, rb, dst_off, d_ld0, d_
         for b in range(ext1):
             d = off + a * ld0 + b * ld1
             q = dst_off + a * d_ld0 + b * d_ld1
-            dst[q : q + rb] = mem[row, d : d + rb]
-            ok[q : q + rb] = written[row, d : d + rb]
             for c in range(rb):
+                dst[q + c] = mem[row, d + c]
+                ok[q + c] = written[row, d + c]
                 if written[row, d + c] == 0:
                     n_bad += 1
                     if first < 0:
