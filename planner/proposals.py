@@ -15,8 +15,11 @@ Kinds (`KINDS`):
 - `joint`: a producer/store + consumer change: the consumer of an activation
   takes another recipe and the producer stores its result straight into the
   consumer's layout (the boundary opens).  Gain = operator gain + open gain.
-- `open`: open one canonical boundary.  Gain = measured cycles of the
-  boundary's canonical redistribution (`canon <tensor>` steps).
+- `open`: open one canonical boundary.  Opening saves one hop only when the
+  value moves twice (producer → canonical → consumer layout): gain = the
+  smaller of the measured canonical redistribution (`canon <tensor>`) and
+  the consumer's conversion from canonical (`to <tensor>@…`); 0 when the
+  consumer reads the canonical layout as is.
 - `cast`: cast before redistribution (early casting) for one absorbed Cast.
   Gain = measured cast cycles − a catalogue estimate of the cast on the
   canonical owners + half the exchange payload of the moves that carried the
@@ -137,11 +140,12 @@ class _Generator:
         self.limit = limit
         self.sites = op_sites(g)
 
-    def measured(self, prefix: str) -> int:
-        """Measured cycles of labels equal to `prefix` (sorted keys: stable sums)."""
-        return self.prof.get(prefix, 0)
+    def measured(self, label: str) -> int:
+        """Measured cycles of one base label."""
+        return self.prof.get(label, 0)
 
     def measured_prefix(self, prefix: str) -> int:
+        """Measured cycles of every base label starting with `prefix`."""
         return sum(v for k, v in sorted(self.prof.items()) if k.startswith(prefix))
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
@@ -200,7 +204,7 @@ class _Generator:
     def open(self) -> list[Proposal]:
         out = []
         for _prod, cons, q in self.boundaries():
-            gain = self.measured(f"canon {q}")
+            gain = min(self.measured(f"canon {q}"), self.measured_prefix(f"to {q}@"))
             out.append(Proposal("open", f"open boundary {q} (into {cons.name})", gain,
                                 self.plan.with_open(q)))
         return out
