@@ -106,34 +106,45 @@ def _touches(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         for v in st.vertices:
             rb.extend(v.reads)
             wb.extend(v.writes)
-        if st.transfers:
-            srcs = [t.src for t in st.transfers]
-            dsts = [t.dst for t in st.transfers]
-            rb.extend([r.buf for r in srcs if not r.seq])
-            wb.extend([r.buf for r in dsts if not r.seq])
-            for r in srcs:
-                if r.seq:
-                    rb.extend(r.buffers())
-            for r in dsts:
-                if r.seq:
-                    wb.extend(r.buffers())
         rs.extend([s] * (len(rb) - n_r))
         ws.extend([s] * (len(wb) - n_w))
         if sched.loop_of[s] < 0:
             continue
-        refs = [r for v in st.vertices for r in v.refs]
-        refs += [r for t in st.transfers for r in (t.src, t.dst)]
-        for r in refs:
+        for r in (r for v in st.vertices for r in v.refs):
             if r.iter_stride or r.seq:
                 bs = r.buffers()
                 ib.extend(bs)
                 is_.extend([s] * len(bs))
-    pb = np.asarray(rb + wb + ib, dtype=np.int64)
-    ps = np.asarray(rs + ws + is_, dtype=np.int64)
+    # transfers from the flat arrays; seq endpoints touch every buffer of the seq
+    x = sched.transfers()
+    keep = np.ones(x.step.size, dtype=bool)
+    keep[x.seq] = False
+    for i in x.seq.tolist():
+        t, s = x.items[i], int(x.step[i])
+        for r, into_b, into_s in ((t.src, rb, rs), (t.dst, wb, ws)):
+            bs = r.buffers()
+            into_b.extend(bs)
+            into_s.extend([s] * len(bs))
+            if r.iter_stride or r.seq:
+                ib.extend(bs)
+                is_.extend([s] * len(bs))
+    xsrc, xdst, xs_r, xs_w = x.src_buf[keep], x.dst_buf[keep], x.step[keep], x.step[keep]
+    s_it = keep & (x.src_stride != 0)
+    d_it = keep & (x.dst_stride != 0)
+    ib_x = np.concatenate([x.src_buf[s_it], x.dst_buf[d_it]])
+    is_x = np.concatenate([x.step[s_it], x.step[d_it]])
+    pb = np.concatenate([np.asarray(rb, dtype=np.int64), xsrc,
+                         np.asarray(wb, dtype=np.int64), xdst, np.asarray(ib, dtype=np.int64),
+                         ib_x])
+    ps = np.concatenate([np.asarray(rs, dtype=np.int64), xs_r,
+                         np.asarray(ws, dtype=np.int64), xs_w, np.asarray(is_, dtype=np.int64),
+                         is_x])
+    n_read = len(rb) + xsrc.size
+    n_write = len(wb) + xdst.size
     pr = np.zeros(pb.size, dtype=bool)
-    pr[:len(rb)] = True
+    pr[:n_read] = True
     pi = np.zeros(pb.size, dtype=bool)
-    pi[len(rb) + len(wb):] = True
+    pi[n_read + n_write:] = True
     return pb, ps, pr, pi
 
 

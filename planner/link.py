@@ -113,27 +113,34 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     kernel_pairs: set[tuple[int, int]] = set()
     table_bytes = np.zeros(tiles, dtype=np.int64)
     tables: dict[TableKey, int] = {}
-    tile_of = [b.tile for b in program.bufs]
-    for b in program.bufs:
-        used[b.tile] = True
+    tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64,
+                          count=len(program.bufs))
+    used[tile_of] = True
+
+    def trips_at(step: int) -> int:
+        loop = sched.loop_of[step]
+        return sched.steps[loop].trips if loop >= 0 else 0
+
     for s, st in enumerate(sched.steps):
-        trips = sched.steps[sched.loop_of[s]].trips if sched.loop_of[s] >= 0 else 0
         for v in st.vertices:
             nvtx[v.tile] += 1
             used[v.tile] = True
             kernel_pairs.add((v.tile, v.kernel))
             for r in v.refs:
                 if r.seq:
-                    _reserve_table(tables, table_bytes, v.tile, r, trips)
-        for t in st.transfers:
-            ts, td = tile_of[t.src.buf], tile_of[t.dst.buf]
-            xends[ts] += 1
-            xends[td] += 1
-            used[ts] = used[td] = True
-            if t.src.seq:
-                _reserve_table(tables, table_bytes, ts, t.src, trips)
-            if t.dst.seq:
-                _reserve_table(tables, table_bytes, td, t.dst, trips)
+                    _reserve_table(tables, table_bytes, v.tile, r, trips_at(s))
+    x = sched.transfers()
+    ts, td = tile_of[x.src_buf], tile_of[x.dst_buf]
+    np.add.at(xends, ts, 1)
+    np.add.at(xends, td, 1)
+    used[ts] = True
+    used[td] = True
+    for i in x.seq.tolist():
+        t = x.items[i]
+        if t.src.seq:
+            _reserve_table(tables, table_bytes, int(ts[i]), t.src, trips_at(int(x.step[i])))
+        if t.dst.seq:
+            _reserve_table(tables, table_bytes, int(td[i]), t.dst, trips_at(int(x.step[i])))
     kcode = np.zeros(tiles, dtype=np.int64)
     for tile, kid in sorted(kernel_pairs):
         kcode[tile] += _kernel_code_bytes(kid)
@@ -160,8 +167,34 @@ class _Patches:
         self.rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
         self.values: list[int] = []
         self.lens: list[int] = []
+        self.chunks: list[np.ndarray] = []  # row blocks [n, 9]; `rows` is flushed first
         self.arith = 0
         self.table = 0
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.chunks.append(np.asarray(self.rows, dtype=np.int64).reshape(-1, 9))
+            self.rows = []
+
+    def arith_rows(self, target: int, index: np.ndarray, loop: np.ndarray, base: np.ndarray,
+                   stride: np.ndarray) -> None:
+        """Arithmetic patches of many transfer endpoints at once."""
+        n = index.size
+        if n == 0:
+            return
+        self._flush()
+        block = np.empty((n, 9), dtype=np.int64)
+        block[:, 0] = target
+        block[:, 1] = index
+        block[:, 2] = 0
+        block[:, 3] = loop
+        block[:, 4] = PATCH_ARITH
+        block[:, 5] = base
+        block[:, 6] = stride
+        block[:, 7:] = -1
+        self.chunks.append(block)
+        self.lens.extend([0] * n)
+        self.arith += n
 
     def arith_row(self, target: int, index: int, arg: int, loop: int, base: int,
                   stride: int) -> None:
@@ -185,7 +218,8 @@ class _Patches:
         self.table += 1
 
     def arrays(self) -> dict[str, np.ndarray]:
-        r = np.asarray(self.rows, dtype=np.int64).reshape(-1, 9)
+        self._flush()
+        r = np.concatenate(self.chunks) if self.chunks else np.zeros((0, 9), dtype=np.int64)
         names = ["p_target", "p_index", "p_arg", "p_loop", "p_mode", "p_base", "p_stride",
                  "p_table_tile", "p_table_addr"]
         out = {n: np.ascontiguousarray(r[:, j]) for j, n in enumerate(names)}
@@ -248,8 +282,6 @@ def link(
     v_kernel: list[int] = []
     v_args: list[list[int]] = []
     addr_l = [int(x) for x in addr.tolist()]
-    tile_l = [int(x) for x in tile_of.tolist()]
-    xrows: list[tuple[int, int, int, int, int]] = []
     for s, st in enumerate(sched.steps):
         kinds.append(_STEP_CODES[st.kind])
         trips_col.append(st.trips if st.kind == REPEAT_BEGIN else 0)
@@ -267,19 +299,25 @@ def link(
             v_tile.append(v.tile)
             v_kernel.append(v.kernel)
             v_args.append(args)
-        for t in st.transfers:
-            xi = len(xrows)
-            src, dst = t.src, t.dst
-            ts, td = tile_l[src.buf], tile_l[dst.buf]
-            if src.iter_stride or src.seq:
-                sa = resolve(src, s, ts, PATCH_XFER_SRC, xi, 0)
-            else:
-                sa = addr_l[src.buf] + src.offset
-            if dst.iter_stride or dst.seq:
-                da = resolve(dst, s, td, PATCH_XFER_DST, xi, 0)
-            else:
-                da = addr_l[dst.buf] + dst.offset
-            xrows.append((ts, sa, td, da, t.nbytes))
+    x = sched.transfers()
+    x_src_tile, x_dst_tile = tile_of[x.src_buf], tile_of[x.dst_buf]
+    x_src_addr = addr[x.src_buf] + x.src_off
+    x_dst_addr = addr[x.dst_buf] + x.dst_off
+    loop_of = np.asarray(sched.loop_of, dtype=np.int64)
+    for target, stride in ((PATCH_XFER_SRC, x.src_stride), (PATCH_XFER_DST, x.dst_stride)):
+        idx = np.flatnonzero(stride != 0)
+        if idx.size and (loop_of[x.step[idx]] < 0).any():
+            bad = int(idx[np.argmax(loop_of[x.step[idx]] < 0)])
+            raise BuildFailure("link", -1, 0, 0,
+                               f"step {int(x.step[bad])}: iterated ref outside a Repeat")
+        base = x_src_addr[idx] if target == PATCH_XFER_SRC else x_dst_addr[idx]
+        patches.arith_rows(target, idx, loop_of[x.step[idx]], base, stride[idx])
+    for i in x.seq.tolist():
+        t, s = x.items[i], int(x.step[i])
+        if t.src.seq:
+            x_src_addr[i] = resolve(t.src, s, int(x_src_tile[i]), PATCH_XFER_SRC, i, 0)
+        if t.dst.seq:
+            x_dst_addr[i] = resolve(t.dst, s, int(x_dst_tile[i]), PATCH_XFER_DST, i, 0)
 
     i64 = np.int64
     a: dict[str, np.ndarray] = {
@@ -292,9 +330,9 @@ def link(
         "v_kernel": np.asarray(v_kernel, dtype=i64),
         "v_args": np.asarray(v_args, dtype=i64).reshape(-1, NARGS),
     }
-    x = np.asarray(xrows, dtype=i64).reshape(-1, 5)
-    for j, col in enumerate(["x_src_tile", "x_src_addr", "x_dst_tile", "x_dst_addr", "x_bytes"]):
-        a[col] = np.ascontiguousarray(x[:, j])
+    a.update(x_src_tile=x_src_tile.astype(i64), x_src_addr=x_src_addr.astype(i64),
+             x_dst_tile=x_dst_tile.astype(i64), x_dst_addr=x_dst_addr.astype(i64),
+             x_bytes=x.nbytes.astype(i64))
     a.update(patches.arrays())
     names, bufs = _memory_map(program, sched, alloc, res, device, tile_of)
     a.update(bufs)

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from kernels.exceptions import BuildFailure
 from planner.program import LoopMark, Phase, Program, Transfer, Vertex
 
@@ -62,17 +64,69 @@ class Step:
     match: int = -1
 
 
+@dataclass(frozen=True, eq=False)
+class XferArrays:
+    """All transfers of a schedule in step order, as int64 arrays [X]: the
+    owning step, source and destination buffer, byte offset and `iter_stride`
+    (`Ref.buf`/`offset`/`iter_stride`) and bytes.  `seq` lists the indices
+    whose source or destination has a per-iteration `seq` (found only in
+    `items`, the Transfer objects; their `*_buf`/`*_off` are not iteration 0)."""
+
+    step: np.ndarray
+    src_buf: np.ndarray
+    src_off: np.ndarray
+    dst_buf: np.ndarray
+    dst_off: np.ndarray
+    nbytes: np.ndarray
+    src_stride: np.ndarray
+    dst_stride: np.ndarray
+    seq: np.ndarray
+    items: tuple[Transfer, ...]
+
+
+def transfer_arrays(steps: tuple[Step, ...]) -> XferArrays:
+    """Flatten the transfers of `steps` (one pass; the back end's hot lists)."""
+    items = tuple(t for st in steps for t in st.transfers)
+    n = len(items)
+    counts = np.fromiter((len(st.transfers) for st in steps), dtype=np.int64, count=len(steps))
+    src = [t.src for t in items]
+    dst = [t.dst for t in items]
+
+    def col(values: list[int]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64).reshape(n)
+
+    seq = [i for i, (a, b) in enumerate(zip(src, dst, strict=True)) if a.seq or b.seq]
+    return XferArrays(
+        step=np.repeat(np.arange(len(steps), dtype=np.int64), counts),
+        src_buf=col([r.buf for r in src]),
+        src_off=col([r.offset for r in src]),
+        dst_buf=col([r.buf for r in dst]),
+        dst_off=col([r.offset for r in dst]),
+        nbytes=col([t.nbytes for t in items]),
+        src_stride=col([r.iter_stride for r in src]),
+        dst_stride=col([r.iter_stride for r in dst]),
+        seq=np.asarray(seq, dtype=np.int64),
+        items=items,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """Ordered steps.  `loop_of[s]` is the index of the innermost REPEAT_BEGIN
     enclosing step s (-1 outside every loop; a BEGIN/END step belongs to the
     enclosing loop, not its own).  `merged` counts phases that joined an
-    earlier phase's step; `delayed` counts reductions moved past exchanges."""
+    earlier phase's step; `delayed` counts reductions moved past exchanges;
+    `xfers` the flat transfer arrays."""
 
     steps: tuple[Step, ...]
     loop_of: tuple[int, ...]
     merged: int = 0
     delayed: int = 0
+    xfers: XferArrays | None = None
+
+    def transfers(self) -> XferArrays:
+        """The flat transfer arrays (computed by `schedule`; else on demand)."""
+        return self.xfers if self.xfers is not None else transfer_arrays(self.steps)
 
     def loops(self) -> list[tuple[int, int, int]]:
         """(begin, end, trips) of every Repeat, ordered by begin index."""
@@ -115,7 +169,21 @@ def _is_reduction(phase: Phase) -> bool:
 
 
 def _effects(phase: Phase) -> Effects:
-    return frozenset(phase.reads()), frozenset(phase.writes())
+    """(reads, writes) buffer sets of a phase, as `Phase.reads/writes` define
+    them (inlined: exchange phases hold up to 10^5 transfers)."""
+    if phase.kind == COMPUTE:
+        return frozenset(phase.reads()), frozenset(phase.writes())
+    src = [t.src for t in phase.transfers]
+    dst = [t.dst for t in phase.transfers]
+    reads = {r.buf for r in src if not r.seq}
+    writes = {r.buf for r in dst if not r.seq}
+    for r in src:
+        if r.seq:
+            reads.update(r.buffers())
+    for r in dst:
+        if r.seq:
+            writes.update(r.buffers())
+    return frozenset(reads), frozenset(writes)
 
 
 def _independent(a: Effects, b: Effects) -> bool:
@@ -249,7 +317,9 @@ def schedule(program: Program, reduction_overlap: bool = False,
     if open_loops:
         label = steps[open_loops[-1]].labels[0]
         raise BuildFailure("schedule", -1, 0, 0, f"loop {label} never ends")
-    return Schedule(tuple(steps), tuple(loop_of), merged_total, delayed_total)
+    frozen = tuple(steps)
+    return Schedule(frozen, tuple(loop_of), merged_total, delayed_total,
+                    transfer_arrays(frozen))
 
 
 def _has_iterated(st: Step) -> bool:

@@ -117,3 +117,52 @@ def test_seq_length_mismatch_fails() -> None:
     alloc = allocate(p, s, TINY, res.overheads)
     with pytest.raises(BuildFailure, match="seq of 3 addresses in a 2-trip Repeat"):
         link(p, s, alloc, res, TINY, "bad", {})
+
+
+def _transfer_loop_program(trips: int):
+    """Each iteration moves layer i of w (tile 0, `iter_stride`) into a
+    ping-pong landing pair on tile 1 (`seq` destination) and copies it to y:
+    after the loop y = w[trips - 1]."""
+    from handprog import LD, ROWS, copy_vertex
+
+    from planner.program import IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
+
+    p = Program()
+    w = p.new_buf(0, trips * NBYTES, "parameter", "w", persistent=True)
+    y = p.new_buf(1, NBYTES, "activation", "y", persistent=True)
+    pair = (p.new_buf(1, NBYTES, "exchange-landing", "land0"),
+            p.new_buf(1, NBYTES, "exchange-landing", "land1"))
+    seq = tuple((pair[i % 2], 0) for i in range(trips))
+    p.items.append(LoopMark(True, trips, "loop"))
+    p.items.append(Phase("exchange", "fetch w[i]", transfers=[
+        Transfer(Ref(0, w, iter_stride=NBYTES), Ref(1, pair[0], seq=seq), NBYTES)]))
+    cp = copy_vertex(1, pair[0], y)
+    cp = Vertex(1, cp.kernel, cp.args, (Ref(0, pair[0], seq=seq), Ref(2, y)), pair, (y,))
+    p.items.append(Phase("compute", "copy", [cp]))
+    p.items.append(LoopMark(False, trips, "loop"))
+    p.io_tensors = [
+        {"name": "w", "role": "parameter", "shape": [trips, ROWS, 8], "dtype": "fp16",
+         "scale_exp": 0},
+        {"name": "y", "role": "output", "shape": [ROWS, 8], "dtype": "fp16", "scale_exp": 0},
+    ]
+    p.io = [IOBlock("w", "parameter", w, 0, (0, 0, 0), (trips, ROWS, 8), NBYTES, LD),
+            IOBlock("y", "output", y, 0, (0, 0, 0), (1, ROWS, 8), NBYTES, LD)]
+    return p
+
+
+@pytest.mark.parametrize("trips", [2, 3])
+def test_iterated_transfer_endpoints(trips: int) -> None:
+    from planner.build import build_program
+    from simulator.run import run
+
+    built = build_program(_transfer_loop_program(trips), TINY, "xloop", {})
+    a = built.package.arrays
+    src = np.flatnonzero(a["p_target"] == 1)
+    assert src.size == 1 and a["p_mode"][src[0]] == PATCH_ARITH
+    assert a["p_stride"][src[0]] == NBYTES
+    dst = np.flatnonzero(a["p_target"] == 2)
+    assert dst.size == 1 and a["p_mode"][dst[0]] == (PATCH_TABLE if trips == 3 else PATCH_ARITH)
+    w = np.random.default_rng(3).standard_normal((trips, 4, 8)).astype(np.float16)
+    sim = run(built.package, params={"w": w.astype(np.float32)}, numerics=True)
+    assert not sim.faults
+    assert np.array_equal(sim.outputs["y"], w[-1].astype(np.float32))
