@@ -131,6 +131,8 @@ def format_summary(s: Mapping[str, Any]) -> str:
 def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any]) -> Path:
     """Write package/ and summary.json under `out` (module docstring)."""
     root = Path(out)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(str(root), "--out", "exists and is not a directory")
     root.mkdir(parents=True, exist_ok=True)
     save_package(package, root / PACKAGE_DIR)
     fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=root)

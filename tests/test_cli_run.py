@@ -155,3 +155,14 @@ def test_siglip_one_layer_builds_verifies_simulates() -> None:
         assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 2e-2
         fp8_noise = np.linalg.norm(want - ref32[name])
         assert np.linalg.norm(got - ref32[name]) <= 1.05 * fp8_noise
+
+
+def test_out_that_is_a_file_exits_2(micro_toml: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "file"
+    target.write_text("not a directory")
+    status = main(["plan", str(micro_toml), "--device", "tiny", "--optimization-steps", "0",
+                   "--out", str(target)])
+    assert status == 2
+    assert "not a directory" in _stderr_line(capsys)
+    assert target.read_text() == "not a directory"
