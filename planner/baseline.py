@@ -12,20 +12,21 @@ back (catalogue module docstring), so conversion cost is priced in.  When no
 shortlisted recipe fits, the smallest-buffer one is taken and the build will
 say where it does not fit.
 
-`parameter_tile_bytes(graph, device, plan)` gives the per-tile parameter home
+`capacity` (opt-in, `--capacity-baseline`): see `_capacity_plan`.
+
+`parameter_tile_bytes(lowered, tiles)` gives the per-tile parameter home
 bytes of a plan from lowering alone (no expansion), for balance checks.
 """
 
 from __future__ import annotations
 
-from kernels.exceptions import Unsupported
 from planner import catalogue as cat
 from planner.graph import DTYPE_BYTES, Cast, Graph, Op, Repeat
-from planner.lower import Lowered
+from planner.lower import Lowered, lower
 from planner.plan import Plan
 from simulator.device import Device
 
-POLICIES = ("default",)
+POLICIES = ("default", "capacity")
 # a recipe's parameter homes may hold this multiple of the device mean per tile
 PARAM_HEADROOM = 1.25
 
@@ -59,9 +60,9 @@ def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
     Raises ValueError for an unknown policy name, Unsupported for ops the
     catalogue cannot run."""
     if policy not in POLICIES:
-        if policy == "capacity":
-            raise Unsupported("capacity baseline", "not implemented; use the default policy")
         raise ValueError(f"unknown baseline policy {policy!r}; choices: {POLICIES}")
+    if policy == "capacity":
+        return _capacity_plan(g, device, limit)
     ops = [(name, sub, op, trips) for name, sub, op, trips in _ops(g) if not isinstance(op, Cast)]
     # parameter bytes per tile if spread evenly (the shared rotation's aim)
     mean_params = sum(g.tensor(p).nbytes for p in g.parameters) / device.tiles
@@ -77,3 +78,47 @@ def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
     casts = {name: "after" for name, _, op, _ in _ops(g) if isinstance(op, Cast)}
     plan = Plan(recipes=tuple(sorted(chosen.items())), cast_order=tuple(sorted(casts.items())))
     return plan
+
+
+def _capacity_plan(g: Graph, device: Device, limit: int) -> Plan:
+    """The `capacity` policy: canonical layout = whole rows over as many
+    owners as the device has (packing "rows"; no replication, no tail
+    padding); each op takes the shortlisted recipe with the least memory
+    (its parameter homes for all layers + working memory), then the least
+    exchange-landing storage, then the fewest cycles; each Cast takes the
+    cast order whose conversions create fewer tensor bytes, measured by
+    lowering the graph both ways with the ordinary conversion inserter
+    (ties: after).  The memory score is per op, a local estimate: it does not
+    prove that the whole program fits."""
+    chosen: dict[str, str] = {}
+    for name, sub, op, trips in _ops(g):
+        if isinstance(op, Cast):
+            continue
+        shortlist = cat.catalogue(sub, op, device, limit)
+        pick = min(shortlist, key=lambda r: (trips * r.home_bytes + r.mem_bytes, r.xbytes,
+                                             r.cycles, r.key))
+        chosen[name] = pick.key
+    casts = [(name, sub, op) for name, sub, op, _ in _ops(g) if isinstance(op, Cast)]
+    base = Plan(recipes=tuple(sorted(chosen.items())), packing="rows")
+    after = base.with_cast_orders({name: "after" for name, _, _ in casts})
+    before = base.with_cast_orders({name: "before" for name, _, _ in casts})
+    mem_after = _conversion_bytes(lower(g, device, after, limit), casts)
+    mem_before = _conversion_bytes(lower(g, device, before, limit), casts)
+    orders = {name: "before" if mem_before[name] < mem_after[name] else "after"
+              for name, _, _ in casts}
+    return base.with_cast_orders(orders)
+
+
+def _conversion_bytes(lw: Lowered, casts: list[tuple[str, Graph, Cast]]) -> dict[str, int]:
+    """Per Cast op: bytes of every value of its input or output tensor (all
+    cells and replicas) in a lowering — what that cast's conversions store."""
+    out: dict[str, int] = {}
+    for name, _, op in casts:
+        scope = name[: len(name) - len(op.name)]
+        tensors = {scope + op.x, scope + op.out}
+        total = 0
+        for v in lw.values.values():
+            if v.tensor in tensors:
+                total += sum(v.layout.tile_bytes(v.elem).values())
+        out[name] = total
+    return out

@@ -136,7 +136,11 @@ class Layout:
 
 def canonical_rows_per_owner(rows: int, cols: int, elem_bytes: int, element_bytes: int,
                              tiles: int, packing: str = "element") -> int:
-    """Rows per owner of the canonical layout (module docstring)."""
+    """Rows per owner of the canonical layout (module docstring); packing
+    "rows" (the capacity policy) spreads whole rows over as many owners as
+    the device has: ceil(rows / tiles)."""
+    if packing == "rows":
+        return math.ceil(rows / tiles)
     num, den = PACKING_FACTOR[packing]
     target = element_bytes * num // den
     rpo = max(1, target // (cols * elem_bytes))

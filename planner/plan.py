@@ -14,7 +14,8 @@ A Plan says *what* to build; lower/expand say *how*.  It holds
 - `packing`: the target bytes per owner of the canonical layout: "element"
   (one 16 KiB SRAM element per owner, the default), "half" (half an element:
   twice the owners, shorter row phases) or "double" (two elements: half the
-  owners, fewer transfers).
+  owners, fewer transfers) or "rows" (whole rows over as many owners as the
+  device has: the capacity policy's canonical layout).
 - `reduction_overlap`: the scheduler may overlap independent K-split
   reductions with neighbouring phases (read by planner.schedule).
 - `tile_offset`/`tile_stride`: logical tile t runs on physical tile
@@ -36,7 +37,7 @@ import math
 from dataclasses import dataclass, replace
 
 CAST_ORDERS = ("after", "before")
-PACKINGS = ("element", "half", "double")
+PACKINGS = ("element", "half", "double", "rows")
 PACKING_FACTOR = {"element": (1, 1), "half": (1, 2), "double": (2, 1)}
 
 
@@ -131,6 +132,14 @@ class Plan:
         if order not in CAST_ORDERS:
             raise ValueError(f"cast order {order!r} not in {CAST_ORDERS}")
         return replace(self, cast_order=_set_item(self.cast_order, cast_op, order))
+
+    def with_cast_orders(self, orders: dict[str, str]) -> Plan:
+        for op, order in orders.items():
+            if order not in CAST_ORDERS:
+                raise ValueError(f"cast order of {op}: {order!r} not in {CAST_ORDERS}")
+        d = dict(self.cast_order)
+        d.update(orders)
+        return replace(self, cast_order=tuple(sorted(d.items())))
 
     def with_packing(self, packing: str) -> Plan:
         return replace(self, packing=packing)

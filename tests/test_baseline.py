@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import planner
 import simulator
-from kernels.exceptions import BuildFailure, Unsupported
+from kernels.exceptions import BuildFailure
 from planner.baseline import baseline_plan, parameter_tile_bytes
 from planner.graph import DTYPE_BYTES
 from planner.layout import view2d
@@ -89,8 +91,30 @@ def test_policies(c600: simulator.Device) -> None:
     g = planner.load_model("vit-tiny", layers=1)
     with pytest.raises(ValueError, match="policy"):
         baseline_plan(g, c600, policy="greedy")
-    with pytest.raises(Unsupported):
-        baseline_plan(g, c600, policy="capacity")
+
+
+def test_capacity_policy_spreads_whole_rows_and_builds(micro_toml: Path) -> None:
+    from planner.build import build
+
+    g = planner.load_model(micro_toml, layers=2)
+    dev = simulator.load_device("tiny")
+    plan = baseline_plan(g, dev, policy="capacity")
+    assert plan.packing == "rows" and plan == baseline_plan(g, dev, policy="capacity")
+    assert {order for _, order in plan.cast_order} <= {"before", "after"}
+    lw = lower(g, dev, plan)
+    for v in lw.values.values():
+        if v.role in ("canonical", "input", "output"):
+            rows = view2d(v.shape)[0]
+            assert v.layout.nr == min(rows, -(-rows // -(-rows // dev.tiles)))
+            assert max(np.diff(v.layout.row_cuts)) == -(-rows // dev.tiles)
+    default = build(g, dev, baseline_plan(g, dev))
+    built = build(g, dev, plan)
+    params, inputs = planner.init_params(g, seed=0), planner.init_inputs(g, seed=1)
+    want = planner.reference(g, params, inputs)["out"]
+    sim = simulator.run(built.package, params=params, inputs=inputs, numerics=True)
+    assert not sim.faults
+    assert np.linalg.norm(sim.outputs["out"] - want) <= 1e-2 * np.linalg.norm(want)
+    assert built.stats["peak_live_tensor_bytes"] <= default.stats["peak_live_tensor_bytes"]
 
 
 def test_model_too_large_for_tiny_fails_naming_stage_tile_bytes() -> None:
