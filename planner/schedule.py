@@ -20,8 +20,10 @@ Reductions (phases whose vertices are all REDUCE) merge only when the plan's
 `reduction_overlap` flag is set.  With the flag a reduction may also be
 delayed past the exchange phases that follow it, when none of them touches
 what the reduction reads or writes, to run in the same superstep as the next
-independent compute phase.  That overlap lengthens the live ranges of the
-reduction's inputs, which is why it is a plan decision and not a default.
+independent compute phase, and every step looks OVERLAP_LOOKAHEAD phases
+ahead for independent work of its kind (so a K-split reduction overlaps the
+next matmul's partial products).  That overlap lengthens live ranges, which
+is why it is a plan decision and not a default.
 
 Nothing crosses a loop mark: the body of a Repeat is scheduled on its own.
 Empty phases are dropped (an empty exchange would still pay a sync).
@@ -45,6 +47,9 @@ Effects = tuple[frozenset[int], frozenset[int]]  # (reads, writes)
 
 # phases a step may look past for more work of its kind (1 = adjacent only)
 LOOKAHEAD = 1
+# the window under `reduction_overlap`: reductions then overlap independent
+# work found up to this many phases later (not only adjacent phases)
+OVERLAP_LOOKAHEAD = 8
 
 # kernel id of REDUCE in the kernel ABI (docs/contracts.md §2)
 REDUCE_KERNEL = 3
@@ -276,7 +281,8 @@ def schedule(program: Program, reduction_overlap: bool = False,
         if reduction_overlap:
             phases, moved = _delay_reductions(phases)
             delayed_total += moved
-        new, merged = _merge(phases, reduction_overlap, lookahead)
+        window = max(lookahead, OVERLAP_LOOKAHEAD) if reduction_overlap else lookahead
+        new, merged = _merge(phases, reduction_overlap, window)
         merged_total += merged
         enclosing = open_loops[-1] if open_loops else -1
         for st in new:

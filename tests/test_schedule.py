@@ -67,6 +67,12 @@ def test_reduction_not_delayed_past_dependent_exchange() -> None:
     assert isinstance(ex, Phase)
     ex.transfers[0] = Transfer(Ref(1, r), ex.transfers[0].dst, 64)
     s = schedule(p, reduction_overlap=True)
+    # the exchange stays after the reduction; the independent copy overlaps it instead
+    assert [st.kind for st in s.steps] == [COMPUTE, EXCHANGE]
+    assert s.steps[0].labels == ("reduce", "copy") and s.delayed == 0
+    # a copy of what the exchange delivers must wait for it
+    p.items[2] = Phase("compute", "copy q2", [copy_vertex(1, 3, 5)])  # reads q2 (id 3)
+    s = schedule(p, reduction_overlap=True)
     assert [st.kind for st in s.steps] == [COMPUTE, EXCHANGE, COMPUTE]
 
 
