@@ -87,3 +87,23 @@ def test_baseline_that_does_not_fit_raises(micro_toml) -> None:
     e = ei.value
     assert e.stage == "allocate" and e.tile >= 0 and e.need > e.have > 0
     assert e.profile["peak_live_tensor"] == e.need
+
+
+def test_reduction_overlap_schedule_keeps_outputs(micro_graph: Graph) -> None:
+    """The wider merge window reorders phases; values must not change."""
+    import numpy as np
+
+    from planner.baseline import baseline_plan
+
+    base_plan = baseline_plan(micro_graph, TINY)
+    params = planner.init_params(micro_graph, seed=0)
+    inputs = planner.init_inputs(micro_graph, seed=1)
+    outs = []
+    for flag in (False, True):
+        inc = evaluate(micro_graph, TINY, base_plan.with_reduction_overlap(flag))
+        sim = simulator.run(inc.built.package, params=params, inputs=inputs)
+        assert not sim.faults
+        outs.append((inc.built.stats["steps"], sim.outputs))
+    assert outs[1][0] < outs[0][0]  # fewer supersteps
+    for name, y in outs[0][1].items():
+        assert np.array_equal(y, outs[1][1][name])
