@@ -239,3 +239,84 @@ def test_support_buffer_of_table_must_cover_loop(looped: Package) -> None:
     bad = _set(_set(looped, "buf_last", b, 3), "buf_first", b, 2)
     with pytest.raises(PackageInvalid, match="support buffer live over loop steps 1..4"):
         verify(bad)
+
+
+# ---- the jitted region helpers against slow, obvious twins ---------------------------------
+
+
+def _naive_race(regs: np.ndarray, tiles: np.ndarray, owner: np.ndarray) -> bool:
+    """Byte map per tile: a race iff some byte has writers from two owners, or a
+    writer and a reader from different owners."""
+    touched: dict[tuple[int, int], list[tuple[int, bool]]] = {}
+    for k in range(regs.shape[0]):
+        addr, outer, ostride, rows, ld, nb, w = (int(v) for v in regs[k])
+        for o in range(outer):
+            for r in range(rows):
+                start = addr + o * ostride + r * ld
+                for byte in range(start, start + nb):
+                    touched.setdefault((int(tiles[k]), byte), []).append((int(owner[k]), w != 0))
+    for users in touched.values():
+        for i, (oi, wi) in enumerate(users):
+            for oj, wj in users[i + 1:]:
+                if oi != oj and (wi or wj):
+                    return True
+    return False
+
+
+def test_find_race_agrees_with_a_byte_map() -> None:
+    from simulator.access import find_race
+
+    rng = np.random.default_rng(11)
+    out = np.zeros(3, dtype=np.int64)
+    races = 0
+    for _ in range(300):
+        n = int(rng.integers(2, 7))
+        regs = np.zeros((n, 7), dtype=np.int64)
+        regs[:, 0] = rng.integers(0, 96, n)  # addr
+        regs[:, 1] = rng.integers(1, 3, n)  # outer
+        regs[:, 2] = rng.integers(0, 3, n) * 40  # outer stride
+        regs[:, 3] = rng.integers(1, 4, n)  # rows
+        regs[:, 4] = rng.integers(1, 3, n) * 12  # ld
+        regs[:, 5] = rng.integers(1, 9, n)  # row bytes
+        regs[:, 6] = rng.integers(0, 2, n)  # write?
+        tiles = rng.integers(0, 2, n).astype(np.int64)
+        owner = rng.integers(0, 3, n).astype(np.int64)
+        want = _naive_race(regs, tiles, owner)
+        got = bool(find_race(regs, tiles, owner, n, out))
+        assert got == want, (regs, tiles, owner)
+        if got:
+            a, b = int(out[0]), int(out[1])
+            assert owner[a] != owner[b] and tiles[a] == tiles[b]
+            assert regs[a, 6] or regs[b, 6]
+        races += got
+    assert 50 < races < 250  # both outcomes are exercised
+
+
+def test_find_buffer_agrees_with_a_scan(dev: Device) -> None:
+    from simulator.access import find_buffer
+    from simulator.verify import BufferIndex
+
+    rng = np.random.default_rng(5)
+    b = PackageBuilder(dev)
+    for k in range(40):
+        tile = int(rng.integers(0, 3))
+        addr = dev.memory_base + 8 * int(rng.integers(0, 64))
+        first = int(rng.integers(0, 4))
+        b.buffer(f"b{k}", tile, addr, 8 * int(rng.integers(1, 16)), "activation", first,
+                 first + int(rng.integers(0, 3)))
+    for _ in range(6):
+        b.compute()
+    pkg = b.build(support=False)
+    a = pkg.arrays
+    idx = BufferIndex(pkg, a["buf_first"], a["buf_last"])
+    for _ in range(500):
+        tile, step = int(rng.integers(0, 3)), int(rng.integers(0, 6))
+        lo = dev.memory_base + int(rng.integers(0, 600))
+        hi = lo + int(rng.integers(1, 64))
+        got = int(find_buffer(tile, lo, hi, step, *idx.args()))
+        end = a["buf_addr"] + a["buf_bytes"]
+        ok = ((a["buf_tile"] == tile) & (a["buf_addr"] <= lo) & (end >= hi)
+              & (a["buf_first"] <= step) & (a["buf_last"] >= step))
+        assert (got >= 0) == bool(ok.any())
+        if got >= 0:
+            assert ok[got]
