@@ -28,6 +28,8 @@ their own and send their counter increments back with each result
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -53,27 +55,32 @@ V = TypeVar("V")
 
 
 class LRU(Generic[K, V]):
-    """A small least-recently-used map counting hits and misses."""
+    """A small least-recently-used map counting hits and misses (thread-safe:
+    a thread-pool optimizer shares one cache between its workers)."""
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self.data: OrderedDict[K, V] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
-        if key in self.data:
+        with self.lock:
+            value = self.data.get(key)
+            if value is None:
+                self.misses += 1
+                return None
             self.hits += 1
             self.data.move_to_end(key)
-            return self.data[key]
-        self.misses += 1
-        return None
+            return value
 
     def put(self, key: K, value: V) -> None:
-        self.data[key] = value
-        self.data.move_to_end(key)
-        while len(self.data) > self.max_entries:
-            self.data.popitem(last=False)
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.max_entries:
+                self.data.popitem(last=False)
 
 
 @dataclass
@@ -173,12 +180,15 @@ def counters() -> Counters:
     return SHARED.counters()
 
 
-def evaluate_in_worker(graph: Graph, device: Device, plan: Plan, limit: int
-                       ) -> tuple[Trial, Counters]:
-    """`SHARED.evaluate` plus the counter increments it caused (for a worker
-    process, whose counters the parent cannot see)."""
+def evaluate_in_worker(graph: Graph, device: Device, plan: Plan, limit: int,
+                       parent_pid: int) -> tuple[Trial, Counters | None]:
+    """`SHARED.evaluate` plus the counter increments it caused when run in
+    another process than `parent_pid` (whose counters the parent cannot see);
+    None in the parent's own process (a thread pool: it reads them itself)."""
     before = SHARED.counters()
     trial = SHARED.evaluate(graph, device, plan, limit)
+    if os.getpid() == parent_pid:
+        return trial, None
     return trial, SHARED.counters().minus(before)
 
 

@@ -38,6 +38,7 @@ proposal.  `last_stats` holds counts and the cache counters of the last call.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -179,7 +180,7 @@ class _Run:
 
     def round(self, inc: Incumbent, window: list[Proposal]) -> Incumbent | None:
         """Evaluate `window` in order; the first strictly cheaper one, or None."""
-        futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters]]] = {}
+        futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]] = {}
         try:
             for i, prop in enumerate(window):
                 self.speculate(window, i, futures)
@@ -202,7 +203,7 @@ class _Run:
                 fut.cancel()
 
     def speculate(self, window: list[Proposal], i: int,
-                  futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters]]]
+                  futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]]
                   ) -> None:
         """Keep up to `in_flight` builds of window[i:] running in the executor."""
         if self.executor is None:
@@ -210,17 +211,19 @@ class _Run:
         for j in range(i, min(len(window), i + self.in_flight)):
             if j not in futures:
                 futures[j] = self.executor.submit(cache_mod.evaluate_in_worker, self.graph,
-                                                  self.device, window[j].plan, self.limit)
+                                                  self.device, window[j].plan, self.limit,
+                                                  os.getpid())
                 self.submitted += 1
 
     def trial(self, prop: Proposal,
-              fut: Future[tuple[cache_mod.Trial, cache_mod.Counters]] | None
+              fut: Future[tuple[cache_mod.Trial, cache_mod.Counters | None]] | None
               ) -> tuple[cache_mod.Trial, bool]:
         if fut is None:
             return cache_mod.SHARED.evaluate(self.graph, self.device, prop.plan, self.limit), False
         self.consumed += 1
         trial, counts = fut.result()
-        self.worker_counters.add(counts)
+        if counts is not None:
+            self.worker_counters.add(counts)
         return trial, True
 
 

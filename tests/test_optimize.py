@@ -143,11 +143,17 @@ def test_budget_bounds_builds(micro_graph: Graph, monkeypatch: pytest.MonkeyPatc
         assert final.cycles == min([base.cycles] + [r.cycles for r in hist if r.accepted])
 
 
-def test_jobs_two_same_result_as_serial(micro_graph: Graph) -> None:
+def test_jobs_two_same_result_as_serial(micro_graph: Graph,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run starts with empty caches, so the parallel runs really build
+    (a forked worker would otherwise inherit the serial run's trials)."""
     cfg1 = PipelineConfig(optimization_steps=6, jobs=1)
     cfg2 = PipelineConfig(optimization_steps=6, jobs=2)
+    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     serial = planner.plan(micro_graph, TINY, cfg1)
+    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     parallel = planner.plan(micro_graph, TINY, cfg2)
+    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     with ThreadPoolExecutor(2) as pool:
         threaded = planner.plan(micro_graph, TINY, cfg2, executor=pool)
     h = serial.package.content_hash()
@@ -161,6 +167,11 @@ def test_jobs_two_same_result_as_serial(micro_graph: Graph) -> None:
                 == len(res.history))
     assert serial.stats["speculative_builds"] == 0
     assert any(r.accepted for r in serial.history)
+    assert all(r.speculative for r in parallel.history)
+    for res in (serial, parallel, threaded):  # every trial built once, counted once
+        assert res.stats["cache"]["trial"]["misses"] >= len(res.history)
+        assert res.stats["cache"]["expansion"]["misses"] + res.stats["cache"]["expansion"][
+            "hits"] == res.stats["cache"]["trial"]["misses"]
 
 
 def test_final_package_verifies_and_matches_reference(micro_graph: Graph) -> None:
