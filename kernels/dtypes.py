@@ -69,6 +69,32 @@ def u32_as_f32(u: int) -> np.float32:
     return np.float32(word.view(np.float32)[0])
 
 
+def u64_as_f64(u: int) -> np.float64:
+    """The float64 whose IEEE bits are the low 64 bits of u."""
+    word = np.array([int(u) & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+    return np.float64(word.view(np.float64)[0])
+
+
+@intrinsic
+def _bitcast_i64_f64(typingctx, u):  # type: ignore[no-untyped-def]
+    if u != types.int64:
+        return None
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+@overload(u64_as_f64)
+def _u64_as_f64_jit(u):  # type: ignore[no-untyped-def]
+    def impl(u):  # type: ignore[no-untyped-def]
+        return _bitcast_i64_f64(np.int64(u))
+
+    return impl
+
+
 @intrinsic
 def _bitcast_f32_u32(typingctx, x):  # type: ignore[no-untyped-def]
     if x != types.float32:

@@ -16,8 +16,6 @@ the IPU's hardware transcendental unit), +1, 0.5*x, final multiply.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kernels.blocks import read_row, write_row
@@ -27,6 +25,7 @@ from kernels.formulas import GELU_C0, GELU_C1
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP16, D_VEC_FP32
+from kernels.transcend import tanh64
 
 GELU_PASSES = 8
 
@@ -90,7 +89,7 @@ def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
         for j in range(n):
             v = x[j]
             u = c0 * (v + ((c1 * v) * v) * v)
-            t = np.float32(math.tanh(np.float64(u)))
+            t = np.float32(tanh64(np.float64(u)))
             x[j] = (half * v) * (one + t)
         write_row(mem, args[2] - base + i * args[3], n, DT_FP16, x)
     return OK

@@ -1,8 +1,9 @@
 """SOFTMAX (id 8): row softmax of x*scale, fp32 inside, max-subtracted.
 
 Numerics = kernels.formulas.softmax: z = x*scale (fp32; scale arrives as the
-bits of a float32 in arg 6), e = f32(exp(f64(z - max z))), y = e / sum(e)
-with a sequential fp32 row sum, rounded once to dtype_y.
+bits of a float32 in arg 6), e = f32(exp(f64(z - max z))) with the exp of
+kernels.transcend, y = e / sum(e) with a sequential fp32 row sum, rounded once
+to dtype_y.
 
 Cycle model (kernels.cost): rows split over the workers at 1/workers of the
 fp32 vector rate, SOFTMAX_PASSES vector ops per element (scale, max, subtract,
@@ -13,8 +14,6 @@ slot = `workers` cycles.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kernels.blocks import read_row, write_row
@@ -23,6 +22,7 @@ from kernels.dtypes import DT_FP32, dtype_bytes, u32_as_f32
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_VEC_FP32, D_WORKERS
+from kernels.transcend import exp_nonpos
 
 SOFTMAX_PASSES = 6
 SOFTMAX_ROW_INSTRS = 6
@@ -46,11 +46,11 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
         for j in range(1, n):
             if x[j] > mx:
                 mx = x[j]
+        for j in range(n):  # independent per element: vectorizes
+            x[j] = np.float32(exp_nonpos(np.float64(x[j] - mx)))
         acc = np.float32(0.0)
         for j in range(n):
-            e = np.float32(math.exp(np.float64(x[j] - mx)))
-            x[j] = e
-            acc = acc + e
+            acc = acc + x[j]
         for j in range(n):
             x[j] = x[j] / acc
         write_row(mem, args[2] - base + i * args[3], n, args[8], x)
