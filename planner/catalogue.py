@@ -265,7 +265,7 @@ def _matmul_recipes(g: Graph, op: MatMul, device: Device) -> list[Recipe]:
             if gm * gk > tiles:
                 continue
             gn_max = min(n, tiles // (gm * gk))
-            for gn in sorted({gn_max, max(1, gn_max // 2), min(n, 1)}):
+            for gn in sorted({gn_max, max(1, gn_max // 2), max(1, gn_max // 4), 1}):
                 recipes.append(_matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                               e_in, e_out, op.bias is not None, device))
     return recipes

@@ -21,10 +21,11 @@ Policy (baseline `default`, Plan-controlled):
   yield/final); then it is a row-parallel compute op;
 - parameters live in compact homes (each element once) on tiles given by one
   shared rotation that advances over the tiles of each parameterised op in
-  program order.  A matmul weight block (K slice l, columns j) is split by
-  rows into gm shards, shard i on tile (i, j, l) — the gm tiles that read
-  the block all-gather it before the matmul — so every grid tile holds an
-  equal share; biases live on the i = 0 tiles; LayerNorm vectors are chunked
+  program order.  A matmul weight block (K slice l, columns j; all layers)
+  is split by rows into min(gm, ceil(bytes / HOME_SHARD_BYTES)) shards,
+  shard i on tile (i, j, l) — the gm tiles that read the block all-gather it
+  before the matmul — so large weights spread evenly over the grid; biases
+  live on the i = 0 tiles; LayerNorm vectors are chunked
   (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter (the
   position embedding) lives in the op's own row blocks.  The first consumer
   fixes the home; later consumers convert from it;
@@ -62,6 +63,10 @@ from simulator.device import Device
 
 # LayerNorm gamma/beta homes: chunks of at most this many bytes, on rotating tiles.
 VECTOR_CHUNK_BYTES = 256
+# a weight block (all layers) is sharded over up to gm readers, one shard per
+# this many bytes: balance where it matters, few all-gather transfers (gm² per
+# block when fully sharded) where blocks are small
+HOME_SHARD_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -418,7 +423,11 @@ class _Lowerer:
                                                    for j in range(gn)))
             bias_owners = [tuple(tile(i, j, s) for i, s in slices) for j in range(gn)]
         ins = [a, b]
-        homes = {op.b: self.sharded_home(b, gm)}
+        w = g.tensor(op.b)
+        layers = max(1, self.params.get(self.qual(op.b), ("", 0))[1])
+        block = b.max_cell_bytes(DTYPE_BYTES[w.dtype]) * layers
+        shards = min(gm, max(1, -(-block // HOME_SHARD_BYTES)))
+        homes = {op.b: self.sharded_home(b, shards)}
         if op.bias is not None:
             bias = Layout(1, n, (0, 1), nc, tuple(bias_owners))
             ins.append(bias)
@@ -428,8 +437,8 @@ class _Lowerer:
     @staticmethod
     def sharded_home(b: Layout, gm: int) -> Layout:
         """The compact home of a matmul weight: each kernel block (K slice l,
-        columns j) split by rows into gm shards, shard i on the tile (i, j, l)
-        that reads the block — every element once, spread over the whole grid."""
+        columns j) split by rows into `gm` shards, shard i on the tile (i, j, l)
+        that reads the block — every element once, spread over the grid."""
         rc = [0]
         owners: list[tuple[int, ...]] = []
         for l in range(b.nr):
