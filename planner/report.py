@@ -36,6 +36,7 @@ SUMMARY_KEYS = (
 )
 REL_FRO_TOLERANCE = 1e-2
 SUMMARY_FILE = "summary.json"
+STAGE_ORDER = ("expand", "schedule", "allocate", "link", "verify")  # planner.build.STAGES
 PACKAGE_DIR = "package"
 
 
@@ -108,7 +109,9 @@ def format_summary(s: Mapping[str, Any]) -> str:
         verdict = "ok" if s["numerics_ok"] else f"OUTSIDE tolerance {REL_FRO_TOLERANCE:g}"
         errs = (f"rel. Frobenius {s['rel_fro_error']:.3e}, max abs {s['max_abs_error']:.4g} "
                 f"({verdict})")
-    stages = ", ".join(f"{k} {v:.2f}" for k, v in s.get("stage_seconds", {}).items())
+    secs = dict(s.get("stage_seconds", {}))
+    names = sorted(secs, key=lambda k: (STAGE_ORDER.index(k) if k in STAGE_ORDER else 99, k))
+    stages = ", ".join(f"{k} {secs[k]:.2f}" for k in names)
     lines = [
         f"model {s['model']} ({s['layers']} layers, batch {s['batch']}) on {s['device']}",
         f"cycles           {s['cycles']:,} ({s['time_ms']:.4f} ms); baseline "
