@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -193,8 +194,18 @@ def _empty_image(pkg: Package) -> MemoryImage:
     tile_base = np.where(tile_row >= 0, lo, -1)
     tile_size = np.where(tile_row >= 0, hi - lo, 0)
     width = int(-(-max(int(tile_size.max(initial=0)), 1) // 8) * 8)
-    return MemoryImage(np.zeros((tiles.size, width), np.uint8),
-                       np.zeros((tiles.size, width), np.uint8), tile_row, tile_base, tile_size)
+    return MemoryImage(_zeroed((tiles.size, width)), _zeroed((tiles.size, width)), tile_row,
+                       tile_base, tile_size)
+
+
+def _zeroed(shape: tuple[int, int]) -> np.ndarray:
+    """A zero-filled uint8 array on its own anonymous mapping, faulted in lazily
+    with small pages.  (np.zeros asks for transparent huge pages; on a busy
+    machine each first touch of a huge page can stall for milliseconds in
+    memory compaction, and an image is touched sparsely, tile by tile.)"""
+    nbytes = max(shape[0] * shape[1], 1)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(buf, dtype=np.uint8, count=shape[0] * shape[1]).reshape(shape)
 
 
 def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarray, list[Fault]]:
