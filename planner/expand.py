@@ -26,6 +26,10 @@ Raises BuildFailure(stage="expand") when a value cell does not fit a tile.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from kernels.exceptions import BuildFailure, Unsupported
 from planner import expand_ops
 from planner.catalogue import DEFAULT_LIMIT
@@ -245,8 +249,23 @@ def heads_segments(lw: Lowered, s: Step) -> tuple[tuple[int, int, int, int, int,
     return tuple(segs)
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: expansion allocates ~10⁶ small
+    acyclic objects, and the collections they trigger cost as much as the
+    expansion itself (measured: siglip-so400m 1 layer 12.0 s → 4.9 s)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def expand_lowered(lw: Lowered, device: Device) -> Program:
-    return Expander(lw, device).run()
+    with gc_paused():
+        return Expander(lw, device).run()
 
 
 def expand_program(g: Graph, device: Device, plan: Plan,
