@@ -150,9 +150,9 @@ def _check_patch_structure(pkg: Package) -> None:
     _fail_at("p_index: no such vertex/transfer, patch", (idx < 0) | (idx >= limit), idx)
     _fail_at("p_arg: vertex arg outside [0, 16), patch", is_v & ((arg < 0) | (arg >= N_ARGS)), arg)
     _fail_at("p_arg: must be 0 for a transfer patch, patch", ~is_v & (arg != 0), arg)
-    steps = np.where(is_v, item_steps(a["step_vtx"], pkg.n_vertices)[np.where(is_v, idx, 0)],
-                     item_steps(a["step_xfer"], pkg.n_transfers)[np.where(is_v, 0, idx)]
-                     if pkg.n_transfers else -1)
+    steps = np.full(pkg.n_patches, -1, dtype=np.int64)
+    steps[is_v] = item_steps(a["step_vtx"], pkg.n_vertices)[idx[is_v]]
+    steps[~is_v] = item_steps(a["step_xfer"], pkg.n_transfers)[idx[~is_v]]
     ok_loop = (loop >= 0) & (loop < pkg.n_steps)
     safe = np.where(ok_loop, loop, 0)
     enclosing = ok_loop & (a["step_kind"][safe] == STEP_REPEAT_BEGIN)
