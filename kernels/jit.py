@@ -11,9 +11,11 @@ round exactly where the numpy reference rounds.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numba
@@ -41,6 +43,32 @@ def _load_blas_pinned() -> None:
 
 
 _load_blas_pinned()
+
+CACHE_TAG_PREFIX = "kernels-"
+
+
+def _source_keyed_cache_dir() -> None:
+    """Put Numba's cache under a subdirectory named by a hash of kernels/*.py.
+
+    Numba keys a cached function on its own source file only, so a jitted
+    caller in another file — the simulator engine, which compiles
+    kernels.dispatch into its loop — would keep running the old kernel code
+    after a kernels edit.  With the hash in the directory, any kernels change
+    starts a fresh cache for every function decorated after this import (the
+    simulator and planner import kernels before decorating theirs).  Only when
+    NUMBA_CACHE_DIR is set (make and CI set it); idempotent on re-import."""
+    base = numba.config.CACHE_DIR  # type: ignore[attr-defined]
+    if not base or Path(base).name.startswith(CACHE_TAG_PREFIX):
+        return
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    tagged = os.path.join(base, CACHE_TAG_PREFIX + digest.hexdigest()[:16])
+    numba.config.CACHE_DIR = tagged  # type: ignore[attr-defined]
+
+
+_source_keyed_cache_dir()
 
 JIT_OPTIONS: dict[str, Any] = {
     "cache": True,

@@ -1,0 +1,34 @@
+"""kernels.jit: the Numba cache directory is keyed by the kernels' sources, and
+scipy's BLAS is pinned to one thread (checked in a fresh interpreter)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE = """
+import ctypes, glob, importlib, os, numba, kernels.jit as j, scipy
+first = numba.config.CACHE_DIR
+importlib.reload(j)
+print(first)
+print(numba.config.CACHE_DIR)
+print(os.environ.get("OPENBLAS_NUM_THREADS"))
+libs = glob.glob(os.path.join(os.path.dirname(scipy.__file__) + ".libs", "*openblas*.so*"))
+threads = [ctypes.CDLL(p).scipy_openblas_get_num_threads() for p in libs]
+print(",".join(str(t) for t in threads) or "no-scipy-openblas")
+"""
+
+
+def test_cache_dir_keyed_by_kernel_sources(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert re.fullmatch(re.escape(str(tmp_path)) + r"/kernels-[0-9a-f]{16}", out[0])
+    assert out[1] == out[0]  # re-import does not nest
+    assert out[2] == "None"  # the pin is temporary: the environment is restored
+    if out[3] != "no-scipy-openblas":  # a scipy built on another BLAS has nothing to pin
+        assert set(out[3].split(",")) == {"1"}
