@@ -10,8 +10,9 @@ that callers (the optimizer) treat it like any failed build.
 
 `Built.timings` holds wall seconds per stage, in stage order; they are for
 reports only and never enter the package (whose hash depends on the inputs
-alone).  `Built.stats` holds integer counts (steps, vertices, transfers,
-buffers, patches by mode, merged phases, peak tile bytes).
+alone).  `Built.stats` holds counts (steps, vertices, transfers, buffers,
+patches by mode, merged phases, peak tile bytes and the fullest tile's
+footprint by region).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Built:
     package: Package
     schedule: Schedule
     allocation: Allocation
-    stats: dict[str, int]
+    stats: dict[str, Any]
     timings: tuple[tuple[str, float], ...]
 
     @property
@@ -60,6 +61,15 @@ def peak_tile_bytes(pkg: Package) -> int:
     a = pkg.arrays
     total = a["fp_code"] + a["fp_xtable"] + a["fp_support"] + a["fp_tensor"]
     return int(total.max()) if total.size else 0
+
+
+def peak_tile_profile(pkg: Package) -> dict[str, int]:
+    """The fullest tile and its footprint by region (bytes)."""
+    a = pkg.arrays
+    total = a["fp_code"] + a["fp_xtable"] + a["fp_support"] + a["fp_tensor"]
+    t = int(np.argmax(total)) if total.size else 0
+    return {"tile": t, "code": int(a["fp_code"][t]), "exchange-table": int(a["fp_xtable"][t]),
+            "support": int(a["fp_support"][t]), "tensor": int(a["fp_tensor"][t])}
 
 
 def plan_digest(plan: Plan) -> str:
@@ -124,6 +134,7 @@ def build_program(
         "table_patches": lstats.table_patches,
         "table_entries": lstats.table_entries,
         "peak_tile_bytes": peak_tile_bytes(pkg),
+        "peak_tile": peak_tile_profile(pkg),
         "peak_live_tensor_bytes": int(np.max(alloc.peak_live)) if alloc.peak_live.size else 0,
         "allocate_fallback_tiles": alloc.fallback_tiles,
         "element_conflicts": alloc.element_conflicts,

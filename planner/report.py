@@ -87,6 +87,7 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "numerics_ok": None if rel is None else bool(rel <= REL_FRO_TOLERANCE),
         "faults": int(faults),
         "peak_tile_bytes": int(stats.get("peak_tile_bytes", 0)),
+        "peak_tile": dict(stats.get("peak_tile", {})),
         "plan_seconds": plan_seconds,
         "simulate_seconds": simulate_seconds,
         "package_hash": package.content_hash(),
@@ -100,6 +101,13 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "table_patches": int(stats.get("table_patches", 0)),
         "stage_seconds": dict(stats.get("stage_seconds", {})),
     }
+
+
+def _peak_detail(p: Mapping[str, int]) -> str:
+    if not p:
+        return ""
+    return (f" (tile {p['tile']}: code {p['code']:,}, exchange tables {p['exchange-table']:,}, "
+            f"support {p['support']:,}, tensors {p['tensor']:,})")
 
 
 def format_summary(s: Mapping[str, Any]) -> str:
@@ -119,7 +127,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
         f"fp8 roofline     {100 * s['roofline_fraction']:.2f}%",
         f"numerics         {errs}",
         f"faults           {s['faults']}",
-        f"peak tile bytes  {s['peak_tile_bytes']:,}",
+        f"peak tile bytes  {s['peak_tile_bytes']:,}{_peak_detail(s.get('peak_tile', {}))}",
         f"program          {s['steps']} steps, {s['vertices']} vertices, {s['transfers']} "
         f"transfers, patches {s['arithmetic_patches']} arithmetic / {s['table_patches']} table",
         f"proposals        {s['proposals_evaluated']} evaluated, {s['proposals_accepted']} "
