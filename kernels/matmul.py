@@ -73,7 +73,7 @@ def _gemm(mem, a_off, lda, b_off, ldb, m, k, n, in_dt, trans_b):  # type: ignore
     if trans_b:
         bt = np.empty((n, k), dtype=np.float32)
         read_block(mem, b_off, n, k, ldb, in_dt, bt)
-        return np.dot(a, np.ascontiguousarray(bt.T))
+        return np.dot(a, bt.T)  # F-ordered view: BLAS transposes, no copy
     b = np.empty((k, n), dtype=np.float32)
     read_block(mem, b_off, k, n, ldb, in_dt, b)
     return np.dot(a, b)
