@@ -250,3 +250,25 @@ def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, 
     assert not sim.faults
     got, want = sim.outputs["out"], ref["out"]
     assert np.linalg.norm(got - want) <= 1e-2 * np.linalg.norm(want)
+
+
+def test_k_split_partials_land_as_k_contiguous_blocks(micro_toml: Path) -> None:
+    from kernels import ids
+
+    g = planner.load_model(micro_toml, layers=2)
+    dev = simulator.load_device("tiny")
+    plan = baseline_plan(g, dev).with_recipe("encoder/mm_fc2", "mm:2x2x4")
+    prog = expand_program(g, dev, plan)
+    phases = {p.label: p for p in prog.items if isinstance(p, Phase)}
+    xch = phases["encoder/mm_fc2 partial sums"]
+    red = phases["encoder/mm_fc2 reduce"]
+    assert len(phases["encoder/mm_fc2 partials"].vertices) == 2 * 2 * 4
+    assert red.vertices and all(v.kernel == ids.REDUCE for v in red.vertices)
+    for v in red.vertices:
+        land = v.refs[0].buf
+        k, stride = v.args[3], v.args[2]
+        assert k == 4 and prog.bufs[land].nbytes == k * stride
+        assert prog.bufs[land].kind == "exchange-landing"
+        offsets = sorted(t.dst.offset for t in xch.transfers if t.dst.buf == land)
+        assert offsets == [j * stride for j in range(k)]
+        assert all(t.nbytes == stride for t in xch.transfers if t.dst.buf == land)
