@@ -365,9 +365,14 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
     if short.size:
         t = int(short[np.argmax(peak[short] - room[short])])
         s = int(np.argmax(live[t]))
+        at = np.flatnonzero((tile_of == t) & (first <= s) & (last >= s))
+        big = at[np.lexsort((at, -size[at]))][:3]
+        names = ", ".join(f"{program.bufs[b].name} ({program.bufs[b].kind}, {int(size[b])})"
+                          for b in big.tolist())
         raise BuildFailure("allocate", t, int(peak[t]), int(room[t]),
                            f"{int(peak[t])} live tensor bytes at step {s} but the "
-                           f"tensor range {int(lo[t]):#x}..{int(hi[t]):#x} holds {int(room[t])}",
+                           f"tensor range {int(lo[t]):#x}..{int(hi[t]):#x} holds {int(room[t])}; "
+                           f"largest live: {names}",
                            _profile(t, program, kinds, size, tile_of, ovh, int(peak[t])))
 
     addr = np.full(nb, -1, dtype=np.int64)

@@ -132,6 +132,7 @@ def test_too_large_fails_with_tile_bytes_and_profile() -> None:
     assert e.stage == "allocate" and e.tile == 5
     assert e.need == 70000 and e.have == TINY.memory_size - 2152  # 100 + 2048 rounded to 8
     assert "tile 5" in str(e) and "tensor range" in str(e)
+    assert "largest live: big_w (parameter, 40000), big_act (activation, 30000)" in str(e)
     assert e.profile["parameter"] == 40000 and e.profile["activation"] == 30000
     assert e.profile["code"] == 100 and e.profile["support"] == 2048
 
