@@ -431,10 +431,13 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
                        skip, mem, written, tile_row, tile_base, tile_size, stage, regs, r_tile,
                        r_owner,
                        race, faults, counters):  # type: ignore[no-untyped-def]
-    """Checks and byte copies of one exchange step: gather every source into
-    `stage`, race-check, then write every destination."""
+    """Checks and byte copies of one exchange step.  Semantics: every copy reads
+    the pre-step state.  When the step has no race (no byte written by one
+    transfer and touched by another), copying each transfer directly gives
+    exactly that; otherwise (a fault is recorded) every source is gathered into
+    `stage` first and then written.  A transfer whose own source and
+    destination overlap always goes through `stage`."""
     nreg = 0
-    off = 0
     for x in range(i0, i1):
         j = x - i0
         nb = x_bytes[x]
@@ -475,21 +478,42 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
                 if written[srow, b] == 0:
                     _fault(faults, counters, F_UNINIT, s, st, b + sb, loop, it, x, 0)
                     break
-        for b in range(nb):
-            stage[off + b] = mem[srow, so + b]
-        off += nb
-    if find_race(regs, r_tile, r_owner, nreg, race):
+    staged = find_race(regs, r_tile, r_owner, nreg, race)
+    if staged:
         _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
                r_owner[race[1]], r_owner[race[0]])
+        off = 0
+        for x in range(i0, i1):
+            j = x - i0
+            if skip[j]:
+                continue
+            srow = tile_row[x_src_tile[x]]
+            so = x_src[j] - tile_base[x_src_tile[x]]
+            for b in range(x_bytes[x]):
+                stage[off + b] = mem[srow, so + b]
+            off += x_bytes[x]
     off = 0
     for x in range(i0, i1):
         j = x - i0
         nb = x_bytes[x]
         if skip[j]:
             continue
-        do = x_dst[j] - tile_base[x_dst_tile[x]]
+        srow = tile_row[x_src_tile[x]]
+        so = x_src[j] - tile_base[x_src_tile[x]]
         drow = tile_row[x_dst_tile[x]]
-        for b in range(nb):
-            mem[drow, do + b] = stage[off + b]
-            written[drow, do + b] = 1
-        off += nb
+        do = x_dst[j] - tile_base[x_dst_tile[x]]
+        if not staged and srow == drow and so < do + nb and do < so + nb:
+            for b in range(nb):  # self-overlapping transfer: copy through stage
+                stage[b] = mem[srow, so + b]
+            for b in range(nb):
+                mem[drow, do + b] = stage[b]
+                written[drow, do + b] = 1
+        elif staged:
+            for b in range(nb):
+                mem[drow, do + b] = stage[off + b]
+                written[drow, do + b] = 1
+            off += nb
+        else:
+            for b in range(nb):
+                mem[drow, do + b] = mem[srow, so + b]
+                written[drow, do + b] = 1

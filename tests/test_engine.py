@@ -226,3 +226,28 @@ def test_add_reads_its_operands(dev: Device) -> None:
                         8: 1, 9: 1, 10: 1}))
     res = run(b.build(), inputs={"a": np.ones((4, 8), np.float32)})
     assert [(f.code, f.address) for f in res.faults] == [(F_UNINIT, base + 64)]
+
+
+def test_exchange_copies_read_the_pre_step_state(dev: Device) -> None:
+    # tile 0 swaps two fp32 blocks with two transfers (a race, reported) and tile 1
+    # shifts a block onto itself with one overlapping transfer (no race); both
+    # see the state before the step
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("pair", 0, base, 64, "activation")
+    b.buffer("line", 1, base, 64, "activation")
+    pair = b.io("pair", "input", (16,), "fp32")
+    line = b.io("line", "input", (16,), "fp32")
+    out0 = b.io("pair_out", "output", (16,), "fp32")
+    out1 = b.io("line_out", "output", (16,), "fp32")
+    for k, tile in ((pair, 0), (out0, 0), (line, 1), (out1, 1)):
+        b.io_block(k, tile, base, (0,), (16,), 0, 0)
+    b.exchange((0, base, 0, base + 32, 32), (0, base + 32, 0, base, 32),
+               (1, base, 1, base + 16, 32))
+    x = np.arange(16, dtype=np.float32)
+    res = run(b.build(), inputs={"pair": x, "line": x + 100})
+    assert [f.code for f in res.faults] == [F_RACE]
+    np.testing.assert_array_equal(res.outputs["pair_out"], np.concatenate([x[8:], x[:8]]))
+    want = x + 100
+    want[4:12] = (x + 100)[:8]
+    np.testing.assert_array_equal(res.outputs["line_out"], want)
