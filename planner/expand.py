@@ -68,8 +68,35 @@ class Expander:
         limit = self.device.memory_size - self.device.support_bytes
         if nbytes > limit:
             raise BuildFailure("expand", tile, nbytes, limit,
-                               f"cell {name} of {v.tensor} does not fit one tile")
+                               f"cell {name} of {v.tensor} does not fit one tile",
+                               self.profile(tile))
         return self.prog.new_buf(tile, nbytes, kind, name, persistent)
+
+    def profile(self, tile: int) -> dict[str, int]:
+        """Bytes by buffer kind of the buffers expand has put on `tile`."""
+        out: dict[str, int] = {}
+        for b in self.prog.bufs:
+            if b.tile == tile:
+                key = f"persistent {b.kind}" if b.persistent else b.kind
+                out[key] = out.get(key, 0) + b.nbytes
+        return dict(sorted(out.items()))
+
+    def check_persistent(self) -> None:
+        """Persistent buffers (parameter homes, graph inputs/outputs) are live
+        all program long: if they alone overflow a tile, no schedule or
+        allocation can help — fail here, naming the worst tile."""
+        per: dict[int, int] = {}
+        for b in self.prog.bufs:
+            if b.persistent:
+                per[b.tile] = per.get(b.tile, 0) + b.nbytes
+        if not per:
+            return
+        tile = max(sorted(per), key=lambda t: per[t])
+        limit = self.device.memory_size - self.device.support_bytes
+        if per[tile] > limit:
+            raise BuildFailure("expand", tile, per[tile], limit,
+                               "persistent buffers (parameter homes, inputs, outputs) "
+                               "exceed the tile", self.profile(tile))
 
     def materialise(self, v: Value, kind: str | None = None,
                     skip: dict[tuple[int, int], Loc] | None = None) -> None:
@@ -144,6 +171,7 @@ class Expander:
         for step in self.lw.steps:
             self.step(step)
         self.io()
+        self.check_persistent()
         return self.prog
 
     def step(self, s: Step) -> None:

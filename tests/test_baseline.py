@@ -126,3 +126,18 @@ def test_model_too_large_for_tiny_fails_naming_stage_tile_bytes() -> None:
         expand_program(g, dev, baseline_plan(g, dev))
     assert e.value.stage == "expand" and e.value.tile >= 0
     assert e.value.need > e.value.have > 0
+    assert e.value.profile and all(v > 0 for v in e.value.profile.values())
+    assert f"tile {e.value.tile}" in str(e.value)
+
+
+def test_persistent_overflow_fails_in_expand(micro_toml: Path) -> None:
+    """27 layers of micro weights on one small tile: the homes alone overflow."""
+    from planner.expand import expand_program
+
+    dev = simulator.Device.from_dict({**simulator.load_device("tiny").to_dict(),
+                                      "tiles": 2, "memory_size": 32768})
+    g = planner.load_model(micro_toml, layers=40)
+    with pytest.raises(BuildFailure) as e:
+        expand_program(g, dev, baseline_plan(g, dev))
+    assert e.value.stage == "expand" and e.value.need > e.value.have
+    assert e.value.profile.get("persistent parameter", 0) > 0
