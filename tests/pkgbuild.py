@@ -79,6 +79,7 @@ class PackageBuilder:
         self.io_tensors: list[IoTensor] = []
         self.io_rows: list[tuple[int, int, int, list[int], list[int], int, int]] = []
         self._open: list[int] = []
+        self._auto: dict[int, int] = {}  # tile -> bytes of auto-placed tables
 
     # ---- memory ----------------------------------------------------------------
     def buffer(self, name: str, tile: int, addr: int, nbytes: int, kind: str = "activation",
@@ -233,7 +234,7 @@ class PackageBuilder:
     def _table_rows(self, a: dict[str, np.ndarray]) -> list[tuple[int, int]]:
         """(tile, addr) per patch; auto-placed tables get addresses in the support
         buffer (placed at the top of memory by `_support_buffers`)."""
-        self._auto: dict[int, int] = {}
+        self._auto = {}
         rows: list[tuple[int, int]] = []
         for p in self.patches:
             if p.mode == PATCH_ARITH:
@@ -334,8 +335,7 @@ def ksplit_matmul(device: Device) -> tuple[Package, dict[str, np.ndarray],
         b.buffer(f"b{t}", t, b_at, ks * n, "parameter", 0, 0)
         b.io_block(a_io, t, a_at, (0, t * ks), (m, (t + 1) * ks), 0, ks)
         b.io_block(b_io, t, b_at, (t * ks, 0), ((t + 1) * ks, n), 0, n)
-        c = c_at if t == 0 else c_at
-        verts.append((t, MATMUL, {0: a_at, 1: ks, 2: b_at, 3: n, 4: c, 5: n * 4, 6: m, 7: ks,
+        verts.append((t, MATMUL, {0: a_at, 1: ks, 2: b_at, 3: n, 4: c_at, 5: n * 4, 6: m, 7: ks,
                                   8: n, 9: 0, 10: 2}))
         if t > 0:
             b.buffer(f"c{t}", t, c_at, part, "activation", 0, 1)
