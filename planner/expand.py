@@ -239,10 +239,13 @@ class Expander:
             self.io_blocks(name, role, v)
 
     def io_blocks(self, name: str, role: str, v: Value) -> None:
-        if len(v.shape) > 2:
+        if len(v.shape) > 3 or (len(v.shape) == 3 and v.trips):
             raise Unsupported(name, f"I/O tensor of rank {len(v.shape)}")
         lay = v.layout
         locs = self.placed[v.name]
+        if len(v.shape) == 3:
+            self.io_blocks_3d(name, role, v)
+            return
         for ri, ci in lay.cells():
             r0, r1, c0, c1 = lay.rect(ri, ci)
             cell = ri * lay.nc + ci
@@ -258,6 +261,24 @@ class Expander:
             else:
                 lo, hi, ld0 = (0, 0, c0), (1, 1, c1), nbytes
             self.prog.io.append(IOBlock(name, role, buf, off, lo, hi, ld0, ld1))
+
+    def io_blocks_3d(self, name: str, role: str, v: Value) -> None:
+        """A [Bt, T, d] tensor's cell covers rows of its Bt·T view: one block
+        per batch index the cell's rows touch."""
+        t = v.shape[1]
+        lay = v.layout
+        locs = self.placed[v.name]
+        for ri, ci in lay.cells():
+            r0, r1, c0, c1 = lay.rect(ri, ci)
+            buf, off, _, _ = locs[ri * lay.nc + ci][0]
+            ld1 = (c1 - c0) * v.elem
+            row = r0
+            while row < r1:
+                b, t0 = divmod(row, t)
+                t1 = min(t, t0 + r1 - row)
+                self.prog.io.append(IOBlock(name, role, buf, off + (row - r0) * ld1,
+                                            (b, t0, c0), (b + 1, t1, c1), (t1 - t0) * ld1, ld1))
+                row += t1 - t0
 
 
 def heads_segments(lw: Lowered, s: Step) -> tuple[tuple[int, int, int, int, int, int], ...]:

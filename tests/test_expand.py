@@ -272,3 +272,21 @@ def test_k_split_partials_land_as_k_contiguous_blocks(micro_toml: Path) -> None:
         offsets = sorted(t.dst.offset for t in xch.transfers if t.dst.buf == land)
         assert offsets == [j * stride for j in range(k)]
         assert all(t.nbytes == stride for t in xch.transfers if t.dst.buf == land)
+
+
+def test_rank3_output_blocks_split_at_batch_boundaries(micro_graph: Graph) -> None:
+    """A [Bt, T, d] graph output: canonical cells span several batch indices,
+    each gets one I/O block per batch; the read-back matches the reference."""
+    import dataclasses
+
+    body = micro_graph.op("encoder").body  # type: ignore[attr-defined]
+    ops = body.ops[: [op.name for op in body.ops].index("split_q") + 1]
+    used = {t for op in ops for t in op.inputs + op.outputs} | set(body.inputs)
+    tensors = [dataclasses.replace(t, kind="output") if t.name == "q_heads" else t
+               for t in body.tensors if t.name in used]
+    g = make_graph("upto_split", tensors, ops, body.inputs, ["q_heads"], micro_graph.attrs)
+    prog = expand_program(g, simulator.load_device("tiny"),
+                          baseline_plan(g, simulator.load_device("tiny")))
+    shape = g.tensor("q_heads").shape
+    assert (_io_coverage(prog, "q_heads", shape) == 1).all()
+    _end_to_end(g, simulator.load_device("tiny"))
