@@ -108,11 +108,17 @@ class Counters:
 
 @dataclass(frozen=True)
 class Trial:
-    """A built and costed plan (`incumbent`) or why it did not build."""
+    """The outcome of building and costing one plan: its `cycles` (None when
+    it did not build; `failure` says why) and, when it was built in this
+    process, the complete build as an `incumbent`.  A trial built in another
+    process comes back without the package (`incumbent` None, `cycles` set):
+    a complete build pickles slowly (tens of MB of schedule objects), so the
+    parent rebuilds the few it accepts."""
 
     incumbent: Incumbent | None
     failure: str = ""
     seconds: float = 0.0
+    cycles: int | None = None
 
 
 class BuildCache:
@@ -167,7 +173,8 @@ class BuildCache:
             inc = Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t1,
                             int(sim.n_faults))
             failure = f"simulation faults: {sim.n_faults}" if sim.n_faults else ""
-            trial = Trial(None if failure else inc, failure, time.perf_counter() - t0)
+            trial = Trial(None if failure else inc, failure, time.perf_counter() - t0,
+                          None if failure else inc.cycles)
         self.trial.put(key, trial)
         return trial
 
@@ -182,14 +189,15 @@ def counters() -> Counters:
 
 def evaluate_in_worker(graph: Graph, device: Device, plan: Plan, limit: int,
                        parent_pid: int) -> tuple[Trial, Counters | None]:
-    """`SHARED.evaluate` plus the counter increments it caused when run in
-    another process than `parent_pid` (whose counters the parent cannot see);
-    None in the parent's own process (a thread pool: it reads them itself)."""
+    """`SHARED.evaluate` for a speculative build.  In the parent's own process
+    (a thread pool) the complete trial and None; in another process the
+    trial without its package plus the counter increments it caused (which
+    the parent cannot see)."""
     before = SHARED.counters()
     trial = SHARED.evaluate(graph, device, plan, limit)
     if os.getpid() == parent_pid:
         return trial, None
-    return trial, SHARED.counters().minus(before)
+    return replace(trial, incumbent=None), SHARED.counters().minus(before)
 
 
 def summary(c: Counters) -> dict[str, Any]:

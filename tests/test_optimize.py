@@ -162,16 +162,16 @@ def test_jobs_two_same_result_as_serial(micro_graph: Graph,
     for res in (parallel, threaded):
         assert [(r.kind, r.description, r.cycles, r.accepted) for r in res.history] == key
         assert len(res.history) <= 6
-        assert res.stats["speculative_builds"] >= len(res.history)
+        consumed = sum(1 for r in res.history if r.speculative)
+        assert consumed > 0
         assert (res.stats["speculative_builds"] - res.stats["speculative_discarded"]
-                == len(res.history))
+                == consumed)
     assert serial.stats["speculative_builds"] == 0
     assert any(r.accepted for r in serial.history)
-    assert all(r.speculative for r in parallel.history)
+    assert parallel.stats["speculative_rebuilt"] == sum(
+        1 for r in parallel.history if r.speculative and r.accepted)
     for res in (serial, parallel, threaded):  # every trial built once, counted once
         assert res.stats["cache"]["trial"]["misses"] >= len(res.history)
-        assert res.stats["cache"]["expansion"]["misses"] + res.stats["cache"]["expansion"][
-            "hits"] == res.stats["cache"]["trial"]["misses"]
 
 
 def test_final_package_verifies_and_matches_reference(micro_graph: Graph) -> None:
