@@ -5,6 +5,8 @@ Public API (DESIGN §10).  To extend: import the new names here and add them to
 `__all__` (one line each).
 """
 
+from planner.baseline import baseline_plan
+from planner.expand import expand_program
 from planner.graph import (
     Add,
     BatchMatMul,
@@ -25,13 +27,19 @@ from planner.graph import (
     parameter_count,
     verify_graph,
 )
+from planner.lower import lower
 from planner.models import ModelConfig, load_config, load_model, zoo_names
 from planner.optimize import LocalOptimizer, plan
 from planner.pipeline import PipelineConfig, PlanResult
+from planner.plan import Plan
 from planner.reference import init_inputs, init_params, reference
 
 __all__ = [
     "Add",
+    "Plan",
+    "baseline_plan",
+    "expand_program",
+    "lower",
     "BatchMatMul",
     "Cast",
     "Gelu",
