@@ -6,7 +6,9 @@
   BEGIN step and a stack of open loops; patches read the counter of their
   loop (`base + i*stride` or `table[i]`).  Nothing is unrolled.
 - Timing (DESIGN §5): a COMPUTE step costs the max over tiles of the summed
-  `vertex_cycles`; an EXCHANGE step costs `sync_cycles` + the max over tiles of
+  vertex cycles (`kernels.dispatch.vertex_cost`, = `vertex_cycles` without its
+  scratch allocation; computed once for vertices without patches); an
+  EXCHANGE step costs `sync_cycles` + the max over tiles of
   max(ceil(bytes in / in_bw), ceil(bytes out / out_bw)), where a tile's bytes
   out count each distinct (src tile, src addr, bytes) once (multicast); each
   REPEAT_END execution (one per iteration) costs `loop_overhead_cycles`,
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.dispatch import vertex_cycles, vertex_execute, vertex_regions
+from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
 from simulator.access import R_LEN, find_race, region_granule, region_span
 from simulator.jit import sjit
 from simulator.package import Package
@@ -270,13 +272,15 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                         p = vp_list[q]
                         row[p_arg[p]] = _patch(p, ctr, p_loop, p_mode, p_base, p_stride,
                                                p_table, table_values)
-                if patched:
-                    c = vertex_cycles(v_kernel[v], row, desc)
-                elif vcyc[v] >= 0:
-                    c = vcyc[v]  # cycles are a pure function of (kernel, args, tile)
+                nr = np.int64(-2)  # regions in vr not computed yet
+                if patched or vcyc[v] < 0:
+                    # cycles and regions in one call, into preallocated scratch
+                    c, nr = vertex_cost(v_kernel[v], row, desc, vr)
+                    c = max(c, 0)  # unknown kernels are rejected by check_structure
+                    if not patched:
+                        vcyc[v] = c
                 else:
-                    c = vertex_cycles(v_kernel[v], row, desc)
-                    vcyc[v] = c
+                    c = vcyc[v]  # cycles are a pure function of (kernel, args, tile)
                 if not mark[tile]:
                     mark[tile] = True
                     touched[n_touched] = tile
@@ -285,7 +289,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                 if not numerics:
                     continue
                 skip[v - i0] = False
-                nr = vertex_regions(v_kernel[v], args[v - i0], vr)
+                if nr == -2:
+                    nr = vertex_regions(v_kernel[v], row, vr)
                 trow = tile_row[tile]
                 tb = tile_base[tile]
                 if nr < 0:
