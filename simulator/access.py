@@ -38,6 +38,7 @@ E_RACE = 4  # two writers / writer + reader within a step
 E_KERNEL = 5  # kernel without a region description
 E_ALIGN_V = 6  # vertex operand misaligned
 E_ALIGN_X = 7  # transfer endpoint misaligned
+E_ROWS = 8  # a region with more rows than bytes up to the tile's last buffer end
 
 
 @sjit
@@ -312,10 +313,14 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
                         if vr[r, 0] % g != 0:
                             err[3], err[8] = vr[r, 0], g
                             return 6
-                        if find_buffer(tile, lo, hi, s, t_ptr, b_order, b_addr, b_end,
-                                       b_first, b_last, b_maxend) < 0:
+                        bf = find_buffer(tile, lo, hi, s, t_ptr, b_order, b_addr, b_end,
+                                         b_first, b_last, b_maxend)
+                        if bf < 0:
                             err[3], err[8] = lo, hi - lo
                             return 1
+                        if vr[r, 1] * vr[r, 3] > b_end[bf] - b_addr[bf]:
+                            err[3], err[8] = lo, vr[r, 1] * vr[r, 3]
+                            return E_ROWS  # more rows than its buffer has bytes: garbage
                         for j in range(R_LEN):
                             regs[n, j] = vr[r, j]
                         tiles[n] = tile

@@ -301,7 +301,10 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     lo, hi = region_span(vr[r])
                     if hi <= lo:
                         continue
-                    if trow < 0 or lo < tb or hi > tb + tile_size[tile]:
+                    # a descriptor with more rows than the tile has bytes is garbage,
+                    # not a workload: refuse it rather than loop over it
+                    if (trow < 0 or lo < tb or hi > tb + tile_size[tile]
+                            or vr[r, 1] * vr[r, 3] > tile_size[tile]):
                         _fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
                         skip[v - i0] = True
                         continue

@@ -42,6 +42,7 @@ from simulator.access import (
     E_KERNEL,
     E_RACE,
     E_REGION,
+    E_ROWS,
     E_SRC,
     find_buffer,
     region_span,
@@ -499,5 +500,6 @@ def _check_accesses(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
         E_KERNEL: f"{who(item)}: kernel has no region description",
         E_ALIGN_V: f"{who(item)} operand misaligned (natural alignment {nb})",
         E_ALIGN_X: f"{who(item + V)} endpoint misaligned (natural alignment {nb})",
+        E_ROWS: f"{who(item)} operand region has {nb} rows, more than its buffer has bytes",
     }
     raise PackageInvalid(f"{where}: {msgs[code]}")

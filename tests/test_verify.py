@@ -320,3 +320,20 @@ def test_find_buffer_agrees_with_a_scan(dev: Device) -> None:
         assert (got >= 0) == bool(ok.any())
         if got >= 0:
             assert ok[got]
+
+
+def test_garbage_row_count_is_rejected_not_looped_over(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("a", 0, base, 64, "activation")
+    b.buffer("c", 0, base + 64, 64, "activation")
+    # 10**9 rows of 8 bytes with stride 0: inside the buffers' spans, absurd as data
+    (v,) = b.compute((0, COPY, {0: base, 1: 0, 2: base + 64, 3: 0, 4: 10**9, 5: 8}))
+    pkg = b.build()
+    with pytest.raises(PackageInvalid, match=rf"vertex {v} \(kernel 10\) operand region has "
+                                             r"1000000000 rows"):
+        verify(pkg)
+    x = b.io("a", "input", (16,), "fp32")
+    b.io_block(x, 0, base, (0,), (16,), 0, 0)
+    res = run(b.build(), inputs={"a": np.ones(16, np.float32)})
+    assert [f.code for f in res.faults] == [1, 1]  # F_RANGE for both operands
