@@ -107,9 +107,10 @@ class LocalOptimizer:
 
     `executor`: any `concurrent.futures.Executor` for speculative builds (the
     caller owns it); None → serial for `jobs == 1`, else a process pool of
-    `jobs` workers created and shut down per call.  `kinds`: the proposal
-    kinds to generate (tests restrict it).  `max_in_flight`: speculative
-    builds at once (default: `cfg.jobs`)."""
+    `jobs − 1` workers (this process is the jobs-th) created and shut down per
+    call.  `kinds`: the proposal kinds to generate (tests restrict it).
+    `max_in_flight`: speculative builds ahead of the proposal being decided
+    (default `jobs − 1`, at least 1)."""
 
     __name__ = "local"
 
