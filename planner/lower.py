@@ -24,10 +24,10 @@ Policy (baseline `default`, Plan-controlled):
   program order.  A matmul weight block (K slice l, columns j; all layers)
   is split by rows into min(gm, ceil(bytes / HOME_SHARD_BYTES)) shards,
   shard i on tile (i, j, l) — the gm tiles that read the block all-gather it
-  before the matmul — so large weights spread evenly over the grid; biases
-  live on the i = 0 tiles; LayerNorm vectors are chunked
+  before the matmul — so large weights spread evenly over the grid; a bias
+  column block lives on one of its readers (rotating); LayerNorm vectors are chunked
   (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter (the
-  position embedding) lives in the op's own row blocks.  The first consumer
+  position embedding) in whole rows over as many tiles as possible.  The first consumer
   fixes the home; later consumers convert from it;
 - Repeat: the body's arguments and yields are canonical values whose storage
   expand binds to a ping-pong pair (`Carry`); iterated parameters have
@@ -431,7 +431,10 @@ class _Lowerer:
         if op.bias is not None:
             bias = Layout(1, n, (0, 1), nc, tuple(bias_owners))
             ins.append(bias)
-            homes[op.bias] = bias.primary()
+            # one replica per column block holds the home, rotating over the
+            # readers: biases do not pile onto the i = 0 tiles
+            homes[op.bias] = Layout(1, n, (0, 1), nc, tuple(
+                (o[j % len(o)],) for j, o in enumerate(bias.owners)))
         return tuple(ins), out, homes
 
     @staticmethod
@@ -503,10 +506,11 @@ class _Lowerer:
         if isinstance(op, Add):
             b = g.tensor(op.b)
             if b.kind == "parameter":
+                # whole rows over as many tiles as possible (balanced homes);
+                # moved into the op's row blocks each time it runs
                 brows = view2d(b.shape)[0]
-                cut = [c for c in lay.row_cuts if c < brows] + [brows]
-                homes[op.b] = Layout(brows, cols, tuple(cut), (0, cols),
-                                     lay.owners[: len(cut) - 1])
+                homes[op.b] = row_layout(brows, cols, -(-brows // self.device.tiles),
+                                         self.device.tiles, self.plan)
             return (lay, lay), lay, homes
         return (lay,), lay, homes
 
