@@ -19,10 +19,11 @@ Estimate (cycles) = max per-tile compute cycles (kernel cycle models via
 `kernels.dispatch.vertex_cycles`) + per exchange phase (sync + max per-tile
 bytes in / bandwidth): the operands' move from the canonical layout, weight
 multicast, partial exchange and the move of the result back to canonical.
-`mem_bytes` is the per-tile tensor bytes the op needs while it runs (operand
-blocks, partials, landing buffers); `home_bytes` the per-tile bytes of one
-layer of its parameter homes (persistent; the baseline multiplies by
-trips).  `xbytes` is the per-tile exchange-landing storage.
+`in_bytes`/`out_bytes` are the busiest phase's per-tile bytes received/sent
+and `syncs` the exchange phases.  `mem_bytes` is the per-tile tensor bytes
+the op needs while it runs (operand blocks, partials, landing buffers);
+`home_bytes` the per-tile bytes of one layer of its parameter homes
+(persistent; the baseline multiplies by trips).  `xbytes` is the per-tile exchange-landing storage.
 
 `catalogue(g, op, device, limit)` returns the shortlist: the `limit` best
 estimates, always including the smallest-`mem_bytes` recipe and the
@@ -81,6 +82,7 @@ class Recipe:
     xbytes: int
     tiles: int
     home_bytes: int = 0  # per-tile parameter home bytes of one layer (weights + bias)
+    out_bytes: int = 0  # max per-tile bytes sent in one exchange phase (multicast once)
 
 
 # ------------------------------------------------------------ cycle models
@@ -301,6 +303,7 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
         cycles=compute + xcyc, mem_bytes=mem, key=f"mm:{gm}x{gn}x{gk}", family="matmul",
         grid=(gm, gn, gk), compute_cycles=compute, exchange_cycles=xcyc, syncs=len(phases),
         in_bytes=max(phases), xbytes=xbytes, tiles=gm * gn * gk,
+        out_bytes=max(mb * nb * (4 if gk > 1 else e_out), math.ceil(kb / gm) * nb * e_in),
         home_bytes=math.ceil(kb / gm) * nb * e_in + (nb * 2 if bias else 0),
     )
 
@@ -332,7 +335,7 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
         recipes.append(Recipe(
             cycles=compute + xcyc, mem_bytes=a_bytes + b_bytes + o_bytes, key=f"bmm:{bg}x{gr}",
             family="bmm", grid=(bg, gr), compute_cycles=compute, exchange_cycles=xcyc,
-            syncs=2, in_bytes=a_bytes + b_bytes, xbytes=a_bytes + b_bytes,
+            syncs=2, in_bytes=a_bytes + b_bytes, xbytes=a_bytes + b_bytes, out_bytes=o_bytes,
             tiles=math.ceil(bt / bg) * gr,
         ))
     return recipes
@@ -373,6 +376,7 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
             cycles=compute + xcyc, mem_bytes=in_b + out_b + pbytes, key=f"rows:{rpo}",
             family="rows", grid=(rpo,), compute_cycles=compute, exchange_cycles=xcyc,
             syncs=len(phases), in_bytes=max(phases, default=0),
+            out_bytes=out_b if rpo != canon_out else 0,
             xbytes=(in_b if rpo != canon_in else 0) + pbytes, tiles=math.ceil(rows / rpo),
         ))
     return recipes
@@ -386,4 +390,5 @@ def _heads_recipe(g: Graph, op: SplitHeads | MergeHeads, device: Device) -> Reci
     xcyc = exchange_cycles(nbytes, device)
     return Recipe(cycles=xcyc, mem_bytes=nbytes, key="heads", family="heads", grid=(),
                   compute_cycles=0, exchange_cycles=xcyc, syncs=1, in_bytes=nbytes,
+                  out_bytes=nbytes,
                   xbytes=nbytes, tiles=math.ceil(view2d(out.shape)[0] / rpo))
