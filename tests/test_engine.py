@@ -251,3 +251,102 @@ def test_exchange_copies_read_the_pre_step_state(dev: Device) -> None:
     want = x + 100
     want[4:12] = (x + 100)[:8]
     np.testing.assert_array_equal(res.outputs["line_out"], want)
+
+
+# ---- the engine's timing against a slow, obvious Python twin ----------------------------
+
+
+def naive_timing(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(cycles per step, tile busy, bytes in, bytes out) by walking the program in
+    Python: loops by recursion, patches applied per iteration, formulas of
+    docs/contracts.md §3 written out directly."""
+    from kernels.dispatch import vertex_cycles
+
+    a, dev = pkg.arrays, pkg.device
+    desc = dev.tile_desc().as_array()
+    per_step = np.zeros(pkg.n_steps, dtype=np.int64)
+    busy = np.zeros(pkg.tiles, dtype=np.int64)
+    b_in = np.zeros(pkg.tiles, dtype=np.int64)
+    b_out = np.zeros(pkg.tiles, dtype=np.int64)
+    counters: dict[int, int] = {}
+
+    def value(p: int) -> int:
+        i = counters[int(a["p_loop"][p])]
+        if a["p_mode"][p] == 0:
+            return int(a["p_base"][p] + i * a["p_stride"][p])
+        return int(a["table_values"][a["p_table"][p] + i])
+
+    def patches(target: int, index: int) -> list[int]:
+        sel = (a["p_target"] == target) & (a["p_index"] == index)
+        if target:
+            sel = (a["p_target"] != 0) & (a["p_index"] == index)
+        return np.flatnonzero(sel).tolist()
+
+    def walk(s: int, stop: int) -> None:
+        while s < stop:
+            kind = int(a["step_kind"][s])
+            if kind == 2:
+                end = int(a["step_match"][s])
+                for i in range(int(a["step_trips"][s])):
+                    counters[s] = i
+                    walk(s + 1, end)
+                    per_step[end] += dev.loop_overhead_cycles
+                s = end + 1
+                continue
+            if kind == 0:
+                tiles: dict[int, int] = {}
+                for v in range(a["step_vtx"][s], a["step_vtx"][s + 1]):
+                    args = a["v_args"][v].copy()
+                    for p in patches(0, v):
+                        args[a["p_arg"][p]] = value(p)
+                    c = int(vertex_cycles(int(a["v_kernel"][v]), args, desc))
+                    t = int(a["v_tile"][v])
+                    tiles[t] = tiles.get(t, 0) + c
+                    busy[t] += c
+                per_step[s] += max(tiles.values(), default=0)
+            elif kind == 1:
+                into: dict[int, int] = {}
+                sources: set[tuple[int, int, int]] = set()
+                for x in range(a["step_xfer"][s], a["step_xfer"][s + 1]):
+                    src = int(a["x_src_addr"][x])
+                    for p in patches(1, x):
+                        if a["p_target"][p] == 1:
+                            src = value(p)
+                    nb, d = int(a["x_bytes"][x]), int(a["x_dst_tile"][x])
+                    into[d] = into.get(d, 0) + nb
+                    sources.add((int(a["x_src_tile"][x]), src, nb))
+                out: dict[int, int] = {}
+                for t, _, nb in sources:
+                    out[t] = out.get(t, 0) + nb
+                for t, n in into.items():
+                    b_in[t] += n
+                for t, n in out.items():
+                    b_out[t] += n
+                worst = max([-(-n // dev.exchange_in_bytes_per_cycle) for n in into.values()]
+                            + [-(-n // dev.exchange_out_bytes_per_cycle) for n in out.values()],
+                            default=0)
+                per_step[s] += dev.sync_cycles + worst
+            s += 1
+
+    walk(0, pkg.n_steps)
+    return per_step, busy, b_in, b_out
+
+
+def test_engine_timing_matches_the_python_twin(dev: Device) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import bench_simulator
+
+    packages = [repeat_program(dev, TRIPS), repeat_program(dev, 3, unrolled=True),
+                ksplit_matmul(dev)[0],
+                bench_simulator.build_package(dev, 5, shape=bench_simulator.SMALL_SHAPE)]
+    for pkg in packages:
+        res = run(pkg, numerics=False)
+        per_step, busy, b_in, b_out = naive_timing(pkg)
+        np.testing.assert_array_equal(res.cycles_per_step, per_step, err_msg=pkg.name)
+        np.testing.assert_array_equal(res.tile_busy, busy, err_msg=pkg.name)
+        np.testing.assert_array_equal(res.tile_bytes_in, b_in, err_msg=pkg.name)
+        np.testing.assert_array_equal(res.tile_bytes_out, b_out, err_msg=pkg.name)
+        assert res.cycles == int(per_step.sum())
