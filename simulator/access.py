@@ -189,21 +189,61 @@ def _exact_race(regs, owner, idx, out):  # type: ignore[no-untyped-def]
 
 
 @sjit
+def tile_order(tiles, keys, n):  # type: ignore[no-untyped-def]
+    """Permutation of range(n) sorting by (tiles, keys): a counting sort by tile
+    (linear), then each tile's few entries by key.  Several times faster than
+    numba's argsort of combined keys for the ~1e5 entries of a big step."""
+    t_max = 0
+    for k in range(n):
+        if tiles[k] > t_max:
+            t_max = tiles[k]
+    start = np.zeros(t_max + 2, dtype=np.int64)
+    for k in range(n):
+        start[tiles[k] + 1] += 1
+    for t in range(t_max + 1):
+        start[t + 1] += start[t]
+    fill = start[:-1].copy()
+    order = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        order[fill[tiles[k]]] = k
+        fill[tiles[k]] += 1
+    for t in range(t_max + 1):
+        a, b = start[t], start[t + 1]
+        if b - a <= 1:
+            continue
+        if b - a <= 32:  # insertion sort: stable, no allocation
+            for i in range(a + 1, b):
+                cur = order[i]
+                j = i - 1
+                while j >= a and keys[order[j]] > keys[cur]:
+                    order[j + 1] = order[j]
+                    j -= 1
+                order[j + 1] = cur
+        else:
+            seg = order[a:b].copy()
+            sub = np.empty(b - a, dtype=np.int64)
+            for i in range(b - a):
+                sub[i] = keys[seg[i]]
+            perm = np.argsort(sub, kind="mergesort")
+            for i in range(b - a):
+                order[a + i] = seg[perm[i]]
+    return order
+
+
+@sjit
 def find_race(regs, tiles, owner, n, out):  # type: ignore[no-untyped-def]
     """Race check of the first `n` regions (`regs[n, 7]`, on `tiles[n]`, belonging
     to accessor `owner[n]`).  Returns True and fills out = (pos a, pos b, address)
     with positions into `regs` of two conflicting regions, else False."""
     if n < 2:
         return False
-    key = np.empty(n, dtype=np.int64)
     los = np.empty(n, dtype=np.int64)
     his = np.empty(n, dtype=np.int64)
     for k in range(n):
         lo, hi = region_span(regs[k])
         los[k] = lo
         his[k] = hi
-        key[k] = (tiles[k] << np.int64(40)) + lo
-    order = np.argsort(key, kind="mergesort")
+    order = tile_order(tiles, los, n)
     c0 = 0
     while c0 < n:
         first = order[c0]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
-from simulator.access import R_LEN, find_race, region_granule, region_span
+from simulator.access import R_LEN, find_race, region_granule, region_span, tile_order
 from simulator.jit import sjit
 from simulator.package import Package
 from simulator.verify import patch_index
@@ -207,7 +207,6 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     cycles_per_step, tile_busy, bytes_in, bytes_out, faults, counters):  # type: ignore[no-untyped-def]
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
-    base = devv[DV_BASE]
     acc = np.zeros(n_tiles, dtype=np.int64)
     acc2 = np.zeros(n_tiles, dtype=np.int64)
     touched = np.zeros(n_tiles, dtype=np.int64)
@@ -227,7 +226,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
     skip = np.zeros(max_items, dtype=np.bool_)
     x_src = np.zeros(max_items, dtype=np.int64)
     x_dst = np.zeros(max_items, dtype=np.int64)
-    keys = np.zeros(max_items, dtype=np.int64)
+    keys = np.zeros(max_items, dtype=np.int64)  # source address per transfer of a step
+    ktile = np.zeros(max_items, dtype=np.int64)  # source tile per transfer of a step
     vr = np.zeros((8, R_LEN), dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     vcyc = np.full(v_tile.shape[0], -1, dtype=np.int64)  # cycles of unpatched vertices
@@ -368,7 +368,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     n_touched += 1
                 acc[d] += nb
                 bytes_in[d] += nb
-                keys[x - i0] = (x_src_tile[x] << np.int64(40)) + (src - base)
+                keys[x - i0] = src
+                ktile[x - i0] = x_src_tile[x]
             if xcyc[s] >= 0:  # no patched transfer: same cycles and multicast groups
                 step_c = xcyc[s]
                 for x in range(i0, i1):
@@ -377,7 +378,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     if xout[x]:
                         bytes_out[x_src_tile[x]] += x_bytes[x]
             else:
-                step_c = _exchange_cycles(i0, i1, keys, x_src_tile, x_bytes, acc, acc2, mark,
+                step_c = _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, mark,
                                           touched, n_touched, bytes_out, xout, devv)
                 if xp_ptr[i0] == xp_ptr[i1]:
                     xcyc[s] = step_c
@@ -396,18 +397,19 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
 
 
 @sjit
-def _exchange_cycles(i0, i1, keys, x_src_tile, x_bytes, acc, acc2, mark, touched, n_touched,
+def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, mark, touched, n_touched,
                      bytes_out, xout, devv):  # type: ignore[no-untyped-def]
     """Cycles of one exchange step (sync included) from the bytes in already in
     `acc`; counts bytes out once per distinct (src tile, src addr, bytes) and
     records in `xout` which transfers counted; resets the per-tile scratch."""
     n = i1 - i0
-    order = np.argsort(keys[:n], kind="mergesort")
+    order = tile_order(ktile, keys, n)
     for j in range(n):
         x = i0 + order[j]
         dup = False
         k = j - 1
-        while k >= 0 and keys[order[k]] == keys[order[j]]:
+        while (k >= 0 and keys[order[k]] == keys[order[j]]
+               and ktile[order[k]] == ktile[order[j]]):
             if x_bytes[i0 + order[k]] == x_bytes[x]:
                 dup = True
                 break
@@ -415,7 +417,7 @@ def _exchange_cycles(i0, i1, keys, x_src_tile, x_bytes, acc, acc2, mark, touched
         xout[x] = not dup
         if dup:
             continue
-        t = x_src_tile[x]
+        t = ktile[order[j]]
         if not mark[t]:
             mark[t] = True
             touched[n_touched] = t
