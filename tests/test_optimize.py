@@ -3,6 +3,10 @@ decisions; speculation never changes the result; every kind can win."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +26,7 @@ from planner.proposals import Proposal
 from planner.report import REL_FRO_TOLERANCE, compare
 from simulator.device import Device
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = simulator.load_device("tiny")
 # 64 tiles x 256 KiB: room for canonical tensors of several 16 KiB elements
 SMALL = Device.from_dict({**TINY.to_dict(), "name": "small", "tiles": 64,
@@ -232,3 +237,34 @@ def test_reduction_overlap_accepted() -> None:
     final, hist = _accepted_kinds(g, TINY, base, ("overlap",), steps=1)
     assert hist[0].accepted and final.plan.reduction_overlap
     assert final.built.stats["delayed_reductions"] >= 1
+
+
+def test_every_accepted_step_reverifies(micro_graph: Graph,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = optimize.verify
+
+    def counting(pkg):  # noqa: ANN001, ANN202
+        calls.append(pkg.content_hash())
+        return real(pkg)
+
+    monkeypatch.setattr(optimize, "verify", counting)
+    res = planner.plan(micro_graph, TINY, PipelineConfig(optimization_steps=5))
+    accepted = [r for r in res.history if r.accepted]
+    assert accepted and len(calls) == len(accepted)
+    assert calls[-1] == res.package.content_hash()
+
+
+def test_same_final_hash_under_different_hash_seeds(micro_toml: Path) -> None:
+    hashes = []
+    for seed in ("0", "777"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache")
+        out = subprocess.run(
+            [sys.executable, "-m", "planner", "plan", str(micro_toml), "--device", "tiny",
+             "--json", "--optimization-steps", "4"],
+            env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+        s = json.loads(out.stdout)
+        assert s["proposals_evaluated"] == 4
+        hashes.append((s["package_hash"], [p["description"] for p in s["proposals"]]))
+    assert hashes[0] == hashes[1]
