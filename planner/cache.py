@@ -43,6 +43,7 @@ from planner.graph import Graph
 from planner.pipeline import Incumbent
 from planner.plan import Plan
 from planner.program import Program
+from planner.proposals import step_profile
 from planner.schedule import Schedule
 from simulator.device import Device
 from simulator.run import run
@@ -119,6 +120,8 @@ class Trial:
     failure: str = ""
     seconds: float = 0.0
     cycles: int | None = None
+    # measured cycles per step label (proposals.step_profile), when built
+    profile: dict[str, int] | None = None
 
 
 class BuildCache:
@@ -173,8 +176,9 @@ class BuildCache:
             inc = Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t1,
                             int(sim.n_faults))
             failure = f"simulation faults: {sim.n_faults}" if sim.n_faults else ""
+            prof = None if failure else step_profile(built.schedule, sim.cycles_per_step)
             trial = Trial(None if failure else inc, failure, time.perf_counter() - t0,
-                          None if failure else inc.cycles)
+                          None if failure else inc.cycles, prof)
         self.trial.put(key, trial)
         return trial
 

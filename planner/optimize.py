@@ -176,9 +176,10 @@ class _Run:
         return self.cfg.optimization_steps - len(self.history)
 
     def optimize(self, inc: Incumbent) -> Incumbent:
+        prof = profile(inc)
         while self.budget > 0:
             self.rounds += 1
-            props = [p for p in proposals(self.graph, self.device, inc.plan, profile(inc),
+            props = [p for p in proposals(self.graph, self.device, inc.plan, prof,
                                           self.limit, self.kinds)
                      if p.plan not in self.tried and p.plan != inc.plan
                      and (p.kind, p.description) not in self.rejected]
@@ -188,11 +189,13 @@ class _Run:
             better = self.round(inc, window)
             if better is None:
                 break  # every proposal of this round evaluated, none cheaper
-            inc = better
+            inc, prof = better
         return inc
 
-    def round(self, inc: Incumbent, window: list[Proposal]) -> Incumbent | None:
-        """Evaluate `window` in order; the first strictly cheaper one, or None."""
+    def round(self, inc: Incumbent, window: list[Proposal]
+              ) -> tuple[Incumbent, dict[str, int]] | None:
+        """Evaluate `window` in order; the first strictly cheaper one (with its
+        step profile), or None."""
         futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]] = {}
         try:
             for i, prop in enumerate(window):
@@ -204,22 +207,24 @@ class _Run:
                     prop.kind, prop.description, prop.gain, trial.cycles is not None,
                     trial.failure, trial.cycles, accepted, trial.seconds, speculative))
                 if accepted:
-                    cand = trial.incumbent or self.rebuild(prop, trial)
-                    verify(cand.built.package)  # every accepted step re-verifies
-                    return cand
+                    if trial.incumbent is None:
+                        trial = self.rebuild(prop, trial)
+                    assert trial.incumbent is not None and trial.profile is not None
+                    verify(trial.incumbent.built.package)  # every acceptance re-verifies
+                    return trial.incumbent, trial.profile
                 self.rejected.add((prop.kind, prop.description))
             return None
         finally:
             for fut in futures.values():
                 fut.cancel()
 
-    def rebuild(self, prop: Proposal, trial: cache_mod.Trial) -> Incumbent:
+    def rebuild(self, prop: Proposal, trial: cache_mod.Trial) -> cache_mod.Trial:
         """The complete build of a proposal accepted from another process."""
         local = cache_mod.SHARED.evaluate(self.graph, self.device, prop.plan, self.limit)
         self.rebuilt += 1
         assert local.incumbent is not None and local.cycles == trial.cycles, \
             f"{prop.description}: rebuilt {local.cycles} cycles, worker said {trial.cycles}"
-        return local.incumbent
+        return local
 
     def speculate(self, window: list[Proposal], i: int,
                   futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]]
