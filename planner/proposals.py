@@ -1,9 +1,10 @@
 """Local proposals: small neighbourhood changes to the incumbent Plan.
 
-`proposals(graph, device, incumbent, limit)` returns every proposal of the
-seven kinds below, each a frozen, hashable, sortable `Proposal` holding the
-changed Plan, a `kind`, a one-line `description` and an estimated gain in
-cycles (positive = expected cheaper).  The list is ordered by estimated gain,
+`proposals(graph, device, plan, profile, limit, kinds)` returns every
+proposal of the `kinds` (default all seven, below) around the incumbent
+`plan`, each a frozen, hashable, sortable `Proposal` holding the changed
+Plan, a `kind`, a one-line `description` and an estimated gain in cycles
+(positive = expected cheaper).  The list is ordered by estimated gain,
 largest first; ties by kind, then description — never by hash or set order.
 
 Kinds (`KINDS`):
@@ -37,9 +38,11 @@ Unaffected parameter ownership stays fixed: every proposal pins the
 incumbent's parameter-home rotation bases (`Plan.rotation`, read from one
 lowering of the incumbent), so a recipe change moves only the homes of the op
 whose recipe changes; other decisions (packing, tile mapping) change the
-layout of every value by design.  Measured cycles come from `step_profile`, which maps the
-incumbent's simulated per-step cycles back to op names through the schedule's
-step labels.
+layout of every value by design.
+
+Measured cycles (`profile`) come from `step_profile`, which maps the
+incumbent's simulated per-step cycles back to op and move names through the
+schedule's step labels.
 """
 
 from __future__ import annotations
