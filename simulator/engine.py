@@ -78,11 +78,12 @@ class MemoryImage:
     tile's window (run.py: the span of its tensor buffers — code, exchange-table
     and support memory hold no values a vertex or transfer may touch).  An
     access outside the window, or on a tile with `tile_row == -1`, is out of
-    range.  `written` marks bytes that hold a value (reading an unmarked byte
-    is a fault)."""
+    range.  `written` is a bitmap, one bit per image byte (bit b & 63 of word
+    b >> 6): bytes that hold a value; reading an unmarked byte is a fault.  A
+    bitmap moves 1/8 of the memory traffic of a byte mask (see `bits_set`)."""
 
     mem: np.ndarray  # uint8 [rows, width]
-    written: np.ndarray  # uint8 [rows, width]
+    written: np.ndarray  # uint64 [rows, ceil(width / 64)]
     tile_row: np.ndarray  # int64 [tiles]
     tile_base: np.ndarray  # int64 [tiles], absolute address of index 0
     tile_size: np.ndarray  # int64 [tiles], window bytes (<= width)
@@ -113,7 +114,7 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
     numerics = image is not None
     if image is None:
         none = np.full(pkg.tiles, -1, dtype=np.int64)
-        image = MemoryImage(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint8), none,
+        image = MemoryImage(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint64), none,
                             none, none)
     stage_bytes = 1
     if numerics and pkg.n_transfers:
@@ -168,24 +169,60 @@ def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # 
     return table_values[p_table[p] + i]
 
 
+ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@sjit
+def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
+    """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set."""
+    width = hi - lo + 1
+    if width == 64:
+        return ALL_BITS
+    return ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
+
+
+@sjit
+def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
+    """Mark bytes [a, a + n) of image row `row` as written."""
+    if n <= 0:
+        return
+    e = a + n - 1
+    wa, wb = a >> 6, e >> 6
+    if wa == wb:
+        bits[row, wa] |= _word_mask(a & 63, e & 63)
+        return
+    bits[row, wa] |= _word_mask(a & 63, 63)
+    for k in range(wa + 1, wb):
+        bits[row, k] = ALL_BITS
+    bits[row, wb] |= _word_mask(0, e & 63)
+
+
+@sjit
+def bits_first_unset(bits, row, a, n):  # type: ignore[no-untyped-def]
+    """Offset of the first unwritten byte in [a, a + n) of row `row`, or -1."""
+    if n <= 0:
+        return -1
+    e = a + n - 1
+    for k in range(a >> 6, (e >> 6) + 1):
+        lo = a & 63 if k == a >> 6 else 0
+        hi = e & 63 if k == e >> 6 else 63
+        m = _word_mask(lo, hi)
+        if (bits[row, k] & m) != m:
+            for b in range(lo, hi + 1):
+                if (bits[row, k] >> np.uint64(b)) & np.uint64(1) == np.uint64(0):
+                    return k * 64 + b
+    return -1
+
+
 @sjit
 def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
     """Offset of the first never-written byte of region `reg` (offsets relative
     to the image row), or -1."""
-    every = np.uint8(1)
-    for o in range(reg[1]):  # branch-free and-reduction first: the common case
-        for r in range(reg[3]):
-            a = off + o * reg[2] + r * reg[4]
-            for b in range(a, a + reg[5]):
-                every &= written[row, b]
-    if every:
-        return -1
     for o in range(reg[1]):
         for r in range(reg[3]):
-            a = off + o * reg[2] + r * reg[4]
-            for b in range(a, a + reg[5]):
-                if written[row, b] == 0:
-                    return b
+            bad = bits_first_unset(written, row, off + o * reg[2] + r * reg[4], reg[5])
+            if bad >= 0:
+                return bad
     return -1
 
 
@@ -193,9 +230,7 @@ def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
 def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
     for o in range(reg[1]):
         for r in range(reg[3]):
-            a = off + o * reg[2] + r * reg[4]
-            for b in range(a, a + reg[5]):
-                written[row, b] = 1
+            bits_set(written, row, off + o * reg[2] + r * reg[4], reg[5])
 
 
 @sjit
@@ -479,15 +514,9 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
                 _fault(faults, counters, F_MISALIGNED, s, r_tile[nreg], regs[nreg, 0], loop, it,
                        x, g)
             nreg += 1
-        so = sa - sb
-        every = np.uint8(1)
-        for b in range(so, so + nb):
-            every &= written[srow, b]
-        if not every:
-            for b in range(so, so + nb):
-                if written[srow, b] == 0:
-                    _fault(faults, counters, F_UNINIT, s, st, b + sb, loop, it, x, 0)
-                    break
+        bad = bits_first_unset(written, srow, sa - sb, nb)
+        if bad >= 0:
+            _fault(faults, counters, F_UNINIT, s, st, bad + sb, loop, it, x, 0)
     staged = find_race(regs, r_tile, r_owner, nreg, race)
     if staged:
         _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
@@ -517,13 +546,11 @@ def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_s
                 stage[b] = mem[srow, so + b]
             for b in range(nb):
                 mem[drow, do + b] = stage[b]
-                written[drow, do + b] = 1
         elif staged:
             for b in range(nb):
                 mem[drow, do + b] = stage[off + b]
-                written[drow, do + b] = 1
             off += nb
         else:
             for b in range(nb):
                 mem[drow, do + b] = mem[srow, so + b]
-                written[drow, do + b] = 1
+        bits_set(written, drow, do, nb)

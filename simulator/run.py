@@ -34,6 +34,7 @@ from simulator.engine import (
     FAULT_NAMES,
     EngineOutput,
     MemoryImage,
+    bits_set,
     execute,
 )
 from simulator.jit import sjit
@@ -194,18 +195,20 @@ def _empty_image(pkg: Package) -> MemoryImage:
     tile_base = np.where(tile_row >= 0, lo, -1)
     tile_size = np.where(tile_row >= 0, hi - lo, 0)
     width = int(-(-max(int(tile_size.max(initial=0)), 1) // 8) * 8)
-    return MemoryImage(_zeroed((tiles.size, width)), _zeroed((tiles.size, width)), tile_row,
-                       tile_base, tile_size)
+    return MemoryImage(_zeroed((tiles.size, width), np.uint8),
+                       _zeroed((tiles.size, -(-width // 64)), np.uint64), tile_row, tile_base,
+                       tile_size)
 
 
-def _zeroed(shape: tuple[int, int]) -> np.ndarray:
-    """A zero-filled uint8 array on its own anonymous mapping, faulted in lazily
+def _zeroed(shape: tuple[int, int], dtype: type) -> np.ndarray:
+    """A zero-filled array on its own anonymous mapping, faulted in lazily
     with small pages.  (np.zeros asks for transparent huge pages; on a busy
     machine each first touch of a huge page can stall for milliseconds in
     memory compaction, and an image is touched sparsely, tile by tile.)"""
-    nbytes = max(shape[0] * shape[1], 1)
+    count = shape[0] * shape[1]
+    nbytes = max(count * np.dtype(dtype).itemsize, 1)
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return np.frombuffer(buf, dtype=np.uint8, count=shape[0] * shape[1]).reshape(shape)
+    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
 
 
 def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarray, list[Fault]]:
@@ -276,7 +279,7 @@ def _scatter(mem, written, row, off, ld0, ld1, ext0, ext1, rb, src_off, s_ld0, s
             q = src_off + a * s_ld0 + b * s_ld1
             for c in range(rb):  # byte loops: blocks are often many short rows
                 mem[row, d + c] = src[q + c]
-                written[row, d + c] = 1
+            bits_set(written, row, d, rb)
 
 
 @sjit
@@ -292,8 +295,9 @@ def _gather(mem, written, row, off, ld0, ld1, ext0, ext1, rb, dst_off, d_ld0, d_
             q = dst_off + a * d_ld0 + b * d_ld1
             for c in range(rb):
                 dst[q + c] = mem[row, d + c]
-                ok[q + c] = written[row, d + c]
-                if written[row, d + c] == 0:
+                bit = (written[row, (d + c) >> 6] >> np.uint64((d + c) & 63)) & np.uint64(1)
+                ok[q + c] = bit
+                if bit == np.uint64(0):
                     n_bad += 1
                     if first < 0:
                         first = d + c

@@ -350,3 +350,22 @@ def test_engine_timing_matches_the_python_twin(dev: Device) -> None:
         np.testing.assert_array_equal(res.tile_bytes_in, b_in, err_msg=pkg.name)
         np.testing.assert_array_equal(res.tile_bytes_out, b_out, err_msg=pkg.name)
         assert res.cycles == int(per_step.sum())
+
+
+def test_written_bitmap_agrees_with_a_byte_mask() -> None:
+    from simulator.engine import bits_first_unset, bits_set
+
+    rng = np.random.default_rng(2)
+    bits = np.zeros((2, 8), dtype=np.uint64)  # 512 bytes per row
+    mask = np.zeros((2, 512), dtype=bool)
+    for _ in range(400):
+        row = int(rng.integers(0, 2))
+        a = int(rng.integers(0, 500))
+        n = int(rng.integers(0, min(140, 512 - a) + 1))
+        if rng.random() < 0.3:
+            bits_set(bits, row, a, n)
+            mask[row, a:a + n] = True
+        unset = np.flatnonzero(~mask[row, a:a + n])
+        want = a + int(unset[0]) if unset.size else -1
+        assert bits_first_unset(bits, row, a, n) == want
+    assert mask.any() and not mask.all()
