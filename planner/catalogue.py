@@ -12,7 +12,8 @@ plan's tile mapping (so it can be cached by op signature):
   weight-stationary).
 - `bmm` (bg, gr): attention batched matmul; a tile holds bg batches (gr = 1)
   or a 1/gr row block of one batch, and the other operand's whole head(s).
-- `rows` (rows_per_owner,): row-parallel LayerNorm/Softmax/GELU/Add/Cast.
+- `rows` (rows_per_owner,): row-parallel LayerNorm/Softmax/GELU/Add/Cast;
+  (rows_per_owner, column blocks) for the elementwise GELU/Add/Cast.
 - `heads`: SplitHeads/MergeHeads, a redistribution between canonical layouts.
 
 Estimate (cycles) = max per-tile compute cycles (kernel cycle models via
@@ -62,6 +63,8 @@ DT_CODE = {"fp8": 0, "fp16": 1, "fp32": 2}
 DEFAULT_LIMIT = 8
 # grid extents tried per matmul dimension (then clipped to the dimension)
 GRID_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+# narrowest column block of an elementwise grid recipe
+MIN_EW_COLS = 64
 CACHE_STATS = {"hits": 0, "misses": 0}
 _CACHE: dict[tuple, tuple[Recipe, ...]] = {}
 
@@ -218,10 +221,13 @@ def recipe_from_key(g: Graph, op: Op, device: Device, key: str) -> Recipe:
                                   DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype],
                                   op.bias is not None, device)
     if isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)) and family == "rows" \
-            and len(grid) == 1:
-        rows = view2d(g.tensor(op.inputs[0]).shape)[0]
-        if 1 <= grid[0] <= rows and math.ceil(rows / grid[0]) <= device.tiles:
-            return _row_recipes(g, op, device, extra=grid[0])[-1]
+            and len(grid) in (1, 2):
+        rows, cols = view2d(g.tensor(op.inputs[0]).shape)
+        gc = grid[1] if len(grid) == 2 else 1
+        elementwise = isinstance(op, (Gelu, Add, Cast))
+        if 1 <= grid[0] <= rows and 1 <= gc <= cols and (gc == 1 or elementwise) \
+                and math.ceil(rows / grid[0]) * gc <= device.tiles:
+            return _row_recipes(g, op, device, extra=grid)[-1]
     raise KeyError(f"op {op.name}: no recipe {key!r}")
 
 
@@ -342,8 +348,11 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
 
 
 def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
-                 device: Device, extra: int = 0) -> list[Recipe]:
-    """Row-parallel recipes; with `extra`, only that rows-per-owner."""
+                 device: Device, extra: tuple[int, ...] = ()) -> list[Recipe]:
+    """Row-parallel recipes (rows per owner); the elementwise ops (GELU, Add,
+    Cast) also get grids of `workers` rows × column blocks, so every worker of
+    a tile has a row even when rows are fewer than tiles.  With `extra`, only
+    that grid."""
     x_name = op.a if isinstance(op, Add) else op.x
     x, out = g.tensor(x_name), g.tensor(op.outputs[0])
     rows, cols = view2d(x.shape)
@@ -351,33 +360,42 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
     canon_in = _canon_rpo(g, x_name, device)
     canon_out = _canon_rpo(g, op.outputs[0], device)
     fastest = math.ceil(rows / device.tiles)
-    options = {canon_in, canon_out, fastest}
+    options = {(canon_in, 1), (canon_out, 1), (fastest, 1)}
     r = fastest
     while r < canon_in:
-        options.add(r)
+        options.add((r, 1))
         r *= 2
+    if isinstance(op, (Gelu, Add, Cast)):
+        for rpo in sorted({min(rows, device.workers), min(rows, 2 * device.workers)}):
+            owners = math.ceil(rows / rpo)
+            gc = min(cols // MIN_EW_COLS, device.tiles // owners)
+            if gc > 1:
+                options.add((rpo, gc))
     if extra:
-        options = {extra}
+        options = {extra if len(extra) == 2 else (extra[0], 1)}
     n_in = 2 if isinstance(op, Add) else 1
     pbytes = 2 * cols * 2 if isinstance(op, LayerNorm) else 0
     recipes = []
-    for rpo in sorted(options):
-        compute = row_kernel_cycles(op.kind, rpo, cols, x.dtype, out.dtype, device)
-        in_b, out_b = n_in * rpo * cols * e_in, rpo * cols * e_out
+    for rpo, gc in sorted(options):
+        w = math.ceil(cols / gc)
+        compute = row_kernel_cycles(op.kind, rpo, w, x.dtype, out.dtype, device)
+        in_b, out_b = n_in * rpo * w * e_in, rpo * w * e_out
         phases = []
-        if rpo != canon_in:
+        if (rpo, gc) != (canon_in, 1):
             phases.append(in_b)
         if pbytes:
             phases.append(pbytes)
-        if rpo != canon_out:
+        if (rpo, gc) != (canon_out, 1):
             phases.append(out_b)
         xcyc = sum(exchange_cycles(p, device) for p in phases)
         recipes.append(Recipe(
-            cycles=compute + xcyc, mem_bytes=in_b + out_b + pbytes, key=f"rows:{rpo}",
-            family="rows", grid=(rpo,), compute_cycles=compute, exchange_cycles=xcyc,
-            syncs=len(phases), in_bytes=max(phases, default=0),
-            out_bytes=out_b if rpo != canon_out else 0,
-            xbytes=(in_b if rpo != canon_in else 0) + pbytes, tiles=math.ceil(rows / rpo),
+            cycles=compute + xcyc, mem_bytes=in_b + out_b + pbytes,
+            key=f"rows:{rpo}" if gc == 1 else f"rows:{rpo}x{gc}",
+            family="rows", grid=(rpo,) if gc == 1 else (rpo, gc), compute_cycles=compute,
+            exchange_cycles=xcyc, syncs=len(phases), in_bytes=max(phases, default=0),
+            out_bytes=out_b if (rpo, gc) != (canon_out, 1) else 0,
+            xbytes=(in_b if (rpo, gc) != (canon_in, 1) else 0) + pbytes,
+            tiles=math.ceil(rows / rpo) * gc,
         ))
     return recipes
 

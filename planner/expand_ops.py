@@ -149,19 +149,24 @@ def expand_bmm(ctx: Expander, step: Step) -> None:
 
 
 def expand_rows(ctx: Expander, step: Step) -> None:
+    """One vertex per cell; LayerNorm/Softmax cells span whole rows, the
+    elementwise ops' cells may be column blocks (row stride = cell width)."""
     op = step.op
     ins = [ctx.value(v) for v in step.inputs]
     ov = ctx.value(step.outputs[0])
     xv = ins[0]
     lay = xv.layout
+    if lay.nc > 1 and isinstance(op, (LayerNorm, Softmax)):
+        raise AssertionError(f"{step.label}: row kernel on column blocks")
     ctx.materialise(ov)
     px, po = ctx.locs(xv.name), ctx.locs(ov.name)
-    cols = lay.cols
-    ldx, ldy = cols * xv.elem, cols * ov.elem
     phase = Phase("compute", step.label)
-    for c in range(lay.nr):
+    for ri, ci in lay.cells():
+        c = ri * lay.nc + ci
         tile = lay.owners[c][0]
-        rows = lay.row_cuts[c + 1] - lay.row_cuts[c]
+        r0, r1, c0, c1 = lay.rect(ri, ci)
+        rows, cols = r1 - r0, c1 - c0
+        ldx, ldy = cols * xv.elem, cols * ov.elem
         x, y = px[c][0], po[c][0]
         if isinstance(op, LayerNorm):
             pg, pb = ctx.locs(ins[1].name), ctx.locs(ins[2].name)

@@ -57,7 +57,15 @@ from planner.graph import (
     SplitHeads,
     Tensor,
 )
-from planner.layout import Layout, canonical_layout, even_cuts, grid_tiles, row_layout, view2d
+from planner.layout import (
+    Layout,
+    canonical_layout,
+    even_cuts,
+    grid_tiles,
+    row_layout,
+    step_cuts,
+    view2d,
+)
 from planner.plan import Plan
 from simulator.device import Device
 
@@ -494,7 +502,12 @@ class _Lowerer:
     def row_layouts(self, g: Graph, op: Op, r: cat.Recipe):
         x_name = op.inputs[0]
         rows, cols = view2d(g.tensor(x_name).shape)
-        lay = row_layout(rows, cols, r.grid[0], self.device.tiles, self.plan)
+        if len(r.grid) == 2:  # elementwise grid: row blocks × column blocks, spread
+            rc, cc = step_cuts(rows, r.grid[0]), even_cuts(cols, r.grid[1])
+            n = (len(rc) - 1) * (len(cc) - 1)
+            lay = Layout(rows, cols, rc, cc, tuple((t,) for t in self.spread(n)))
+        else:
+            lay = row_layout(rows, cols, r.grid[0], self.device.tiles, self.plan)
         homes: dict[str, Layout] = {}
         if isinstance(op, LayerNorm):
             vec = Layout(1, cols, (0, 1), (0, cols), (tuple(o[0] for o in lay.owners),))

@@ -81,3 +81,17 @@ def test_cache_hits_on_unchanged_signature() -> None:
     assert a is b
     cat.catalogue(body, body.op("mm_q"), dev, 4)  # another limit: a miss
     assert cat.CACHE_STATS["misses"] == misses + 1
+
+
+def test_elementwise_grid_recipes_split_columns() -> None:
+    dev = simulator.load_device("c600")
+    g = planner.load_model("siglip-so400m", layers=1)
+    body = g.op("encoder").body  # type: ignore[attr-defined]
+    every = cat._generate(body, body.op("gelu"), dev)
+    grids = [r for r in every if len(r.grid) == 2]
+    assert grids and all(r.grid[0] <= dev.workers * 2 and r.tiles <= dev.tiles for r in grids)
+    best = min(every)
+    assert len(best.grid) == 2  # 729 rows < tiles: column blocks keep all workers busy
+    assert cat.recipe_from_key(body, body.op("gelu"), dev, best.key) == best
+    # row kernels that need whole rows never split columns
+    assert all(len(r.grid) == 1 for r in cat._generate(body, body.op("ln2"), dev))

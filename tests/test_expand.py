@@ -214,7 +214,8 @@ def test_siglip_one_layer_end_to_end() -> None:
     ("open", "encoder/ln1"), ("open", "encoder/q"), ("open", "encoder/probs"),
     ("open", "encoder/ctx_heads"), ("cast", "encoder/cast_ln1"), ("cast", "cast_patches"),
     ("packing", "half"), ("tiles", "3,5"), ("recipe", "encoder/mm_fc1=mm:1x4x4"),
-    ("recipe", "encoder/softmax=rows:4"),
+    ("recipe", "encoder/softmax=rows:4"), ("recipe", "encoder/gelu=rows:3x2"),
+    ("recipe", "add_pos=rows:6x2"), ("recipe", "encoder/add_mlp=rows:5x4"),
 ])
 def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, str]) -> None:
     """Every kind of Plan decision the optimizer changes yields a program that
