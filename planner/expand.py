@@ -19,9 +19,11 @@ step the phases of vertices and transfers:
   0, the outer final value set trips % 2;
 - I/O blocks for every input, parameter (home cells; an iterated parameter's
   cell is one block covering all layers: lo = (0, r0, c0), hi = (trips, r1,
-  c1), ld0 = per-layer block bytes) and output.
+  c1), ld0 = per-layer block bytes) and output (a rank-3 tensor gets one
+  block per batch index a cell touches).
 
-Raises BuildFailure(stage="expand") when a value cell does not fit a tile.
+Raises BuildFailure(stage="expand", tile, need, have, detail, profile) when a
+value cell, or a tile's persistent buffers, do not fit a tile.
 """
 
 from __future__ import annotations

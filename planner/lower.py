@@ -11,6 +11,14 @@ materialised in one layout and dtype — that expand turns into per-tile work:
 - `cast`: CAST every cell (and replica) of a value in place (same layout);
 - `loop_begin` / `loop_end`: the Repeat body, lowered once.
 
+Recipe layouts: MatMul (gm, gn, gk) on a grid of tiles from the shared
+rotation (a: cells (i, l) replicated over j; b: cells (l, j) replicated over
+i; out: (i, j), or gk row slices of (i, j) when K is split); BatchMatMul
+(bg, gr) spread over the device (the other operand's head(s) replicated on
+the gr row-block tiles); row ops in row blocks (elementwise ops also in row
+× column blocks); SplitHeads/MergeHeads read where their source is and
+write the canonical layout.
+
 Policy (baseline `default`, Plan-controlled):
 - every activation has a canonical value (layout.canonical_layout) unless its
   boundary is open; consumers convert from the canonical value (or, when the
@@ -25,10 +33,10 @@ Policy (baseline `default`, Plan-controlled):
   is split by rows into min(gm, ceil(bytes / HOME_SHARD_BYTES)) shards,
   shard i on tile (i, j, l) — the gm tiles that read the block all-gather it
   before the matmul — so large weights spread evenly over the grid; a bias
-  column block lives on one of its readers (rotating); LayerNorm vectors are chunked
-  (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter (the
-  position embedding) in whole rows over as many tiles as possible.  The first consumer
-  fixes the home; later consumers convert from it;
+  column block lives on one of its readers (rotating); LayerNorm vectors are
+  chunked (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter
+  (the position embedding) in whole rows over as many tiles as possible.
+  The first consumer fixes the home; later consumers convert from it;
 - Repeat: the body's arguments and yields are canonical values whose storage
   expand binds to a ping-pong pair (`Carry`); iterated parameters have
   `trips` > 0 on their home value (a sequence of per-layer blocks).
