@@ -11,7 +11,9 @@ plan's tile mapping (so it can be cached by op signature):
   readers; gm > 1 all-gathers each block among them every time (gm = 1 is
   weight-stationary).
 - `bmm` (bg, gr): attention batched matmul; a tile holds bg batches (gr = 1)
-  or a 1/gr row block of one batch, and the other operand's whole head(s).
+  or a 1/gr row block of one batch, and the other operand's whole head(s);
+  (1, gr, gc): a row block × one of gc output column blocks per tile, with
+  1/gc of the other operand.
 - `rows` (rows_per_owner,): row-parallel LayerNorm/Softmax/GELU/Add/Cast;
   (rows_per_owner, column blocks) for the elementwise GELU/Add/Cast.
 - `heads`: SplitHeads/MergeHeads, a redistribution between canonical layouts.
@@ -328,7 +330,10 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
         if math.ceil(bt / bg) <= tiles and (bg in (1, 2, 4, 8) or bg == bt
                                              or math.ceil(bt / bg) == tiles):
             grids.add((bg, 1))
-    recipes = []
+    recipes = [_bmm_split_recipe(op, bt, m, k, n, gr, gc, a.dtype, out.dtype, device)
+               for gc in (2, 4, 8) if gc <= n
+               for gr in sorted({min(m, tiles // (bt * gc)), min(m, tiles // (bt * gc)) // 2})
+               if gr >= 1]
     for bg, gr in sorted(grids):
         mb = math.ceil(m / gr)
         a_bytes, b_bytes, o_bytes = bg * mb * k * e, bg * k * n * e, bg * mb * n * e_out
@@ -345,6 +350,28 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
             tiles=math.ceil(bt / bg) * gr,
         ))
     return recipes
+
+
+def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int, gc: int,
+                      in_dt: str, out_dt: str, device: Device) -> Recipe:
+    """bmm:1x<gr>x<gc>: one batch's row block × output column block per tile;
+    the tile receives only its 1/gc of the other operand (keys for QKᵀ, value
+    columns for PV) instead of the whole head."""
+    e, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
+    mb, nb = math.ceil(m / gr), math.ceil(n / gc)
+    a_bytes, b_bytes, o_bytes = mb * k * e, k * nb * e, mb * nb * e_out
+    args = (_addr(device, 0), k * e, _addr(device, 12), (k if op.transpose_b else nb) * e,
+            _addr(device, 24), nb * e_out, mb, k, nb, DT_CODE[in_dt], DT_CODE[out_dt],
+            int(op.transpose_b), 1, mb * k * e, k * nb * e, mb * nb * e_out)
+    compute = kernel_cycles(ids.BATCH_MATMUL, args, device)
+    phases = [a_bytes + b_bytes, o_bytes]
+    xcyc = sum(exchange_cycles(p, device) for p in phases)
+    return Recipe(
+        cycles=compute + xcyc, mem_bytes=a_bytes + b_bytes + o_bytes, key=f"bmm:1x{gr}x{gc}",
+        family="bmm", grid=(1, gr, gc), compute_cycles=compute, exchange_cycles=xcyc,
+        syncs=2, in_bytes=a_bytes + b_bytes, xbytes=a_bytes + b_bytes, out_bytes=o_bytes,
+        tiles=bt * gr * gc,
+    )
 
 
 def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,

@@ -128,7 +128,10 @@ def expand_bmm(ctx: Expander, step: Step) -> None:
     _, m, k = av.shape
     kb, bc = bv.shape[1], bv.shape[2]
     n = ov.shape[2]
-    a, b, _o = av.layout, bv.layout, ov.layout
+    a, b, o = av.layout, bv.layout, ov.layout
+    if o.nc > 1:
+        expand_bmm_split(ctx, step, av, bv, ov)
+        return
     gr = a.nr // b.nr
     ctx.materialise(ov)
     pa, pb, po = ctx.locs(av.name), ctx.locs(bv.name), ctx.locs(ov.name)
@@ -145,6 +148,31 @@ def expand_bmm(ctx: Expander, step: Step) -> None:
                 13: rows * k * e, 14: kb * bc * e, 15: rows * n * eo}
         phase.vertices.append(vertex(a.owners[c][0], ids.BATCH_MATMUL, args,
                                      {0: pa[c][0], 2: pb[gi][s]}, {4: po[c][0]}))
+    ctx.emit(phase)
+
+
+def expand_bmm_split(ctx: Expander, step: Step, av: Value, bv: Value, ov: Value) -> None:
+    """bmm:1x<gr>x<gc>: one vertex per out cell (row block of one batch ×
+    column block); its a cell is replica c, its b cell (batch, c) replica s."""
+    op = step.op
+    assert isinstance(op, BatchMatMul)
+    bt, _, k = av.shape
+    a, o = av.layout, ov.layout
+    gr, gc = a.nr // bt, o.nc
+    ctx.materialise(ov)
+    pa, pb, po = ctx.locs(av.name), ctx.locs(bv.name), ctx.locs(ov.name)
+    e, eo = av.elem, ov.elem
+    phase = Phase("compute", step.label)
+    for ri, ci in o.cells():
+        r0, r1, c0, c1 = o.rect(ri, ci)
+        w = c1 - c0
+        bi, s = divmod(ri, gr)
+        args = {1: k * e, 3: (k if op.transpose_b else w) * e, 5: w * eo, 6: r1 - r0, 7: k,
+                8: w, 9: DT[av.dtype], 10: DT[ov.dtype], 11: 1 if op.transpose_b else 0,
+                12: 1, 13: (r1 - r0) * k * e, 14: k * w * e, 15: (r1 - r0) * w * eo}
+        phase.vertices.append(vertex(o.owners[ri * gc + ci][0], ids.BATCH_MATMUL, args,
+                                     {0: pa[ri][ci], 2: pb[bi * gc + ci][s]},
+                                     {4: po[ri * gc + ci][0]}))
     ctx.emit(phase)
 
 

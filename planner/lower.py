@@ -473,6 +473,8 @@ class _Lowerer:
         bt, m, k = a_t.shape
         n = o_t.shape[2]
         kb = b_t.shape[1]
+        if len(r.grid) == 3:
+            return self.bmm_split_layouts(op, bt, m, k, n, kb, b_t.shape[2], r.grid[1:])
         bg, gr = r.grid
         groups = even_cuts(bt, -(-bt // bg)) if bg > 1 else tuple(range(bt + 1))
         ng = len(groups) - 1
@@ -494,6 +496,32 @@ class _Lowerer:
         b = Layout(bt * kb, b_t.shape[2], tuple(x * kb for x in groups), (0, b_t.shape[2]),
                    tuple(tuple(tl[gi * gr + s] for s in range(gr)) for gi in range(ng)))
         return (a, b), out, {}
+
+    def bmm_split_layouts(self, op: BatchMatMul, bt: int, m: int, k: int, n: int, kb: int,
+                          bcols: int, grid: tuple[int, ...]):
+        """bmm:1x<gr>x<gc>: tile (b, s, c) = batch b, row block s, out column
+        block c; a cells (b, s) replicated over c, b cells (b, c) (key rows
+        for transpose_b, value columns otherwise) replicated over s."""
+        sub, nc = even_cuts(m, grid[0]), even_cuts(n, grid[1])
+        gr, gc = len(sub) - 1, len(nc) - 1
+        tl = self.spread(bt * gr * gc)
+
+        def tile(b: int, s: int, c: int) -> int:
+            return tl[(b * gr + s) * gc + c]
+
+        rows_a = (0,) + tuple(b * m + sub[s + 1] for b in range(bt) for s in range(gr))
+        a = Layout(bt * m, k, rows_a, (0, k), tuple(
+            tuple(tile(b, s, c) for c in range(gc)) for b in range(bt) for s in range(gr)))
+        out = Layout(bt * m, n, rows_a, nc, tuple(
+            (tile(b, s, c),) for b in range(bt) for s in range(gr) for c in range(gc)))
+        b_owners = tuple(tuple(tile(b, s, c) for s in range(gr))
+                         for b in range(bt) for c in range(gc))
+        if op.transpose_b:  # b is [Bt, N, K]: a column block of out is a row block of b
+            rows_b = (0,) + tuple(b * n + nc[c + 1] for b in range(bt) for c in range(gc))
+            lay_b = Layout(bt * n, bcols, rows_b, (0, bcols), b_owners)
+        else:
+            lay_b = Layout(bt * kb, bcols, tuple(b * kb for b in range(bt + 1)), nc, b_owners)
+        return (a, lay_b), out, {}
 
     def spread(self, count: int) -> tuple[int, ...]:
         tiles = self.device.tiles

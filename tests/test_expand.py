@@ -216,6 +216,7 @@ def test_siglip_one_layer_end_to_end() -> None:
     ("packing", "half"), ("tiles", "3,5"), ("recipe", "encoder/mm_fc1=mm:1x4x4"),
     ("recipe", "encoder/softmax=rows:4"), ("recipe", "encoder/gelu=rows:3x2"),
     ("recipe", "add_pos=rows:6x2"), ("recipe", "encoder/add_mlp=rows:5x4"),
+    ("recipe", "encoder/bmm_qk=bmm:1x1x2"), ("recipe", "encoder/bmm_pv=bmm:1x1x4"),
 ])
 def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, str]) -> None:
     """Every kind of Plan decision the optimizer changes yields a program that
