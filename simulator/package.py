@@ -200,7 +200,7 @@ class Package:
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
     version: int = VERSION
-    _hash: list[str] = field(default_factory=list, repr=False)
+    _hash: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.version != VERSION:
@@ -314,7 +314,7 @@ class Package:
             raise KeyError(f"unknown arrays {unknown}")
         arrays = dict(self.arrays)
         arrays.update(changes)
-        return dataclasses.replace(self, arrays=arrays, _hash=[])
+        return dataclasses.replace(self, arrays=arrays)
 
     def content_hash(self) -> str:
         """sha256 hex of canonical manifest JSON + arrays in sorted name order.
