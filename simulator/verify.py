@@ -23,7 +23,8 @@ buffer of the first violation found, in this order:
    step; outputs covered exactly (block volumes sum to the tensor size);
 6. accesses, for EVERY Repeat iteration's patched values (jitted): each vertex
    operand region (`kernels.dispatch.vertex_regions`) and each transfer
-   endpoint lies inside one buffer of its tile live at that step and starts
+   endpoint lies inside one tensor buffer (parameter, activation, scratch,
+   exchange-landing) of its tile live at that step and starts
    on its natural alignment (`access.region_granule`); within a step no byte
    has two writers or a writer and a reader from different vertices/transfers.
 """
@@ -468,7 +469,11 @@ def patch_index(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 def _check_accesses(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
     a = pkg.arrays
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
-    bi = BufferIndex(pkg, first, last)
+    # vertices and transfers touch tensor buffers only: code, exchange-table and
+    # support memory never count as live for them (the engine's image has none)
+    tensor = np.isin(a["buf_kind"], TENSOR_KINDS)
+    bi = BufferIndex(pkg, np.where(tensor, first, np.iinfo(np.int64).max),
+                     np.where(tensor, last, -1))
     err = np.zeros(9, dtype=np.int64)
     code = scan_accesses(
         a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"],

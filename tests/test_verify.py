@@ -337,3 +337,12 @@ def test_garbage_row_count_is_rejected_not_looped_over(dev: Device) -> None:
     b.io_block(x, 0, base, (0,), (16,), 0, 0)
     res = run(b.build(), inputs={"a": np.ones(16, np.float32)})
     assert [f.code for f in res.faults] == [1, 1]  # F_RANGE for both operands
+
+
+def test_vertices_may_not_touch_code_or_support_memory(looped: Package) -> None:
+    # point the first COPY's source at the tile's support buffer (live all program)
+    sup = int(np.flatnonzero((looped["buf_kind"] == BUF_SUPPORT) & (looped["buf_tile"] == 0))[0])
+    bad = _set(looped, "v_args", (0, 0), int(looped["buf_addr"][sup]))
+    with pytest.raises(PackageInvalid, match=r"step 0 \(COMPUTE\), tile 0, address .*: vertex 0 "
+                                             r"\(kernel 10\) operand region"):
+        verify(bad)
