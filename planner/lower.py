@@ -168,9 +168,6 @@ class Lowered:
         return f"{name}<{v.dtype} {lay.nr}x{lay.nc} cells>"
 
 
-IDENTITY = "identity"
-
-
 def identity_segments(rows: int, cols: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
     return ((0, rows, 0, 0, 0, cols),)
 
