@@ -249,15 +249,16 @@ def _shift(r: Ref, by: int) -> Ref:
 
 
 def _aligned(src: Ref, dst: Ref, nbytes: int) -> list[Transfer]:
-    """One transfer, or two when an endpoint offset is less aligned than the
-    byte count's natural granule (buffers start 8-aligned): a head of `a`
-    bytes (a = the endpoints' common alignment) then the rest, whose size
-    then has granule ≤ a."""
-    if not (src.offset | dst.offset) % 4 and not (src.seq or dst.seq):
+    """One transfer, or two when an endpoint address (at any iteration) is less
+    aligned than the byte count's natural granule (buffers start 8-aligned):
+    a head of `a` bytes (a = the endpoints' common alignment) then the rest,
+    whose size then has granule ≤ a."""
+    if not (src.offset | dst.offset | src.iter_stride | dst.iter_stride) % 4 \
+            and not (src.seq or dst.seq):
         return [Transfer(src, dst, nbytes)]
-    a = min(_granule(src.offset) if src.offset else 4, _granule(dst.offset) if dst.offset else 4)
-    for r in (src, dst):
-        for _, o in r.seq:
+    a = 4
+    for r in (src, dst):  # every iteration's address: offset, stride, seq entries
+        for o in (r.offset, r.iter_stride, *(o for _, o in r.seq)):
             a = min(a, _granule(o) if o else 4)
     if _granule(nbytes) <= a or nbytes <= a:
         return [Transfer(src, dst, nbytes)]
