@@ -23,22 +23,29 @@ No global restart, no retries with penalties; nothing is saved or resumed.
 
 Parallel speculation.  With `cfg.jobs > 1` (a process pool of jobs − 1
 workers that the optimizer owns for the call) or an `executor` passed in,
-this process evaluates proposal i while the executor builds proposals
-i+1 … i+in_flight (in_flight = jobs − 1 by default).  Decisions are still
-taken strictly in list order, so the result (final plan and package hash) is
+this process decides proposal i while the executor builds up to `in_flight`
+(default jobs − 1) guesses of what will be evaluated next: while most
+proposals so far were accepted, the later proposals' changes replayed on
+proposal i (`proposals.apply_change`: what the next round proposes if i is
+accepted), otherwise the later proposals as they are.  Speculative results
+are kept by plan until a decision needs that plan; a guess only changes the
+timing, never a decision, so the result (final plan and package hash) is
 identical to the serial run.  A worker process returns only the outcome
 (cycles or why not): a complete build pickles slowly, so a speculative
 proposal that is accepted is rebuilt here (`stats.speculative_rebuilt`); a
-thread pool hands back the complete build.  A speculative build that the
-decision sequence never consumes (an earlier proposal was accepted, or the
-budget ran out) is cancelled or discarded and not counted as evaluated:
+thread pool hands back the complete build.  A speculative build that no
+decision consumes is cancelled or discarded and not counted as evaluated:
 `history` holds evaluated proposals only, `stats.speculative_discarded`
 counts the rest.
 
-Measured on the shared 2-core machine (vit-tiny 1 layer, 4 steps): serial
-26.5 s; a thread pool 30.6 s (expand/allocate/link are Python and hold the
-GIL); a process pool that shipped complete builds back 122 s (28.8 MB
-pickles, ~4 s each way).  Hence outcome-only results from processes.
+Measured on the shared 2-core machine: vit-tiny 1 layer, 4 steps, load ≈ 4:
+serial 26.5 s, a thread pool 30.6 s (expand/allocate/link are Python and
+hold the GIL), a process pool shipping complete builds back 122 s (28.8 MB
+pickles, ~4 s each way) — hence outcome-only results.  With outcome-only
+results and accept-branch guesses (8 steps, load ≈ 1): vit-tiny 2 layers
+14.6 s vs 14.4 s serial, siglip-so400m 1 layer 58.0 s vs 58.2 s; most
+proposals are accepted here, and an accepted speculative result is rebuilt,
+so only rejected ones save time.
 
 Returns `(incumbent, history)`; `history` is one `Record` per evaluated
 proposal.  `last_stats` holds counts and the cache counters of the last call.
@@ -58,7 +65,7 @@ from planner.graph import Graph
 from planner.pipeline import Incumbent, PipelineConfig, PlanResult
 from planner.pipeline import plan as pipeline_plan
 from planner.plan import Plan
-from planner.proposals import KINDS, Proposal, proposals, step_profile
+from planner.proposals import KINDS, Proposal, apply_change, pinned, proposals, step_profile
 from simulator.device import Device
 from simulator.run import run
 from simulator.verify import verify
@@ -134,6 +141,8 @@ class LocalOptimizer:
         try:
             final = run_.optimize(baseline)
         finally:
+            for fut in run_.futures.values():
+                fut.cancel()
             if owned and executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
         counts = cache_mod.counters().minus(before)
@@ -170,6 +179,7 @@ class _Run:
         self.rebuilt = 0
         self.rounds = 0
         self.worker_counters = cache_mod.Counters()
+        self.futures: dict[Plan, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]] = {}
 
     @property
     def budget(self) -> int:
@@ -179,6 +189,7 @@ class _Run:
         prof = profile(inc)
         while self.budget > 0:
             self.rounds += 1
+            base = pinned(self.graph, self.device, inc.plan, self.limit)
             props = [p for p in proposals(self.graph, self.device, inc.plan, prof,
                                           self.limit, self.kinds)
                      if p.plan not in self.tried and p.plan != inc.plan
@@ -186,37 +197,33 @@ class _Run:
             window = props[: self.budget]
             if not window:
                 break
-            better = self.round(inc, window)
+            better = self.round(inc, base, window)
             if better is None:
                 break  # every proposal of this round evaluated, none cheaper
             inc, prof = better
         return inc
 
-    def round(self, inc: Incumbent, window: list[Proposal]
+    def round(self, inc: Incumbent, base: Plan, window: list[Proposal]
               ) -> tuple[Incumbent, dict[str, int]] | None:
         """Evaluate `window` in order; the first strictly cheaper one (with its
-        step profile), or None."""
-        futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]] = {}
-        try:
-            for i, prop in enumerate(window):
-                self.speculate(window, i + 1, futures)
-                trial, speculative = self.trial(prop, futures.pop(i, None))
-                self.tried.add(prop.plan)
-                accepted = trial.cycles is not None and trial.cycles < inc.cycles
-                self.history.append(Record(
-                    prop.kind, prop.description, prop.gain, trial.cycles is not None,
-                    trial.failure, trial.cycles, accepted, trial.seconds, speculative))
-                if accepted:
-                    if trial.incumbent is None:
-                        trial = self.rebuild(prop, trial)
-                    assert trial.incumbent is not None and trial.profile is not None
-                    verify(trial.incumbent.built.package)  # every acceptance re-verifies
-                    return trial.incumbent, trial.profile
-                self.rejected.add((prop.kind, prop.description))
-            return None
-        finally:
-            for fut in futures.values():
-                fut.cancel()
+        step profile), or None.  `base`: the pinned incumbent plan that every
+        proposal of `window` changes."""
+        for i, prop in enumerate(window):
+            self.speculate(window, i, base)
+            trial, speculative = self.trial(prop, self.futures.pop(prop.plan, None))
+            self.tried.add(prop.plan)
+            accepted = trial.cycles is not None and trial.cycles < inc.cycles
+            self.history.append(Record(
+                prop.kind, prop.description, prop.gain, trial.cycles is not None,
+                trial.failure, trial.cycles, accepted, trial.seconds, speculative))
+            if accepted:
+                if trial.incumbent is None:
+                    trial = self.rebuild(prop, trial)
+                assert trial.incumbent is not None and trial.profile is not None
+                verify(trial.incumbent.built.package)  # every acceptance re-verifies
+                return trial.incumbent, trial.profile
+            self.rejected.add((prop.kind, prop.description))
+        return None
 
     def rebuild(self, prop: Proposal, trial: cache_mod.Trial) -> cache_mod.Trial:
         """The complete build of a proposal accepted from another process."""
@@ -226,20 +233,35 @@ class _Run:
             f"{prop.description}: rebuilt {local.cycles} cycles, worker said {trial.cycles}"
         return local
 
-    def speculate(self, window: list[Proposal], i: int,
-                  futures: dict[int, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]]
-                  ) -> None:
-        """Keep up to `in_flight` builds of window[i:] running in the executor
-        (this process evaluates window[i - 1] meanwhile unless it is one of
-        them)."""
+    def guesses(self, window: list[Proposal], i: int, base: Plan) -> list[Plan]:
+        """The plans likely to be evaluated after window[i], best guess first.
+        While most proposals so far were accepted: the later proposals' changes
+        replayed on window[i] (what the next round will propose if window[i]
+        is accepted); otherwise window[i+1:] as they are."""
+        accepted = sum(1 for r in self.history if r.accepted)
+        later = [p.plan for p in window[i + 1:]]
+        if 2 * (accepted + 1) > len(self.history) + 1:
+            later = [apply_change(base, p, window[i].plan) for p in later]
+        return [p for p in later if p not in self.tried]
+
+    def speculate(self, window: list[Proposal], i: int, base: Plan) -> None:
+        """Keep up to `in_flight` speculative builds running in the executor
+        while this process evaluates window[i] (module docstring).  Which
+        plans are guessed changes only the timing, never a decision."""
         if self.executor is None:
             return
-        for j in range(i, min(len(window), i + self.in_flight)):
-            if j not in futures:
-                futures[j] = self.executor.submit(cache_mod.evaluate_in_worker, self.graph,
-                                                  self.device, window[j].plan, self.limit,
-                                                  os.getpid())
-                self.submitted += 1
+        running = sum(1 for f in self.futures.values() if not f.done())
+        budget = self.budget - 1  # window[i] itself is being decided
+        for plan in self.guesses(window, i, base)[:max(0, budget)]:
+            if running >= self.in_flight:
+                break
+            if plan in self.futures:
+                continue
+            self.futures[plan] = self.executor.submit(
+                cache_mod.evaluate_in_worker, self.graph, self.device, plan, self.limit,
+                os.getpid())
+            self.submitted += 1
+            running += 1
 
     def trial(self, prop: Proposal,
               fut: Future[tuple[cache_mod.Trial, cache_mod.Counters | None]] | None

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class _Generator:
         self.g = g
         self.device = device
         # every proposal starts from the incumbent with its rotation pinned
-        self.plan = plan.with_rotation(lower(g, device, plan, limit).rotation)
+        self.plan = pinned(g, device, plan, limit)
         self.prof = prof
         self.limit = limit
         self.sites = op_sites(g)
@@ -287,6 +288,46 @@ class _Generator:
                                          f"stride {stride}", 0,
                                 self.plan.with_tile_mapping(self.plan.tile_offset, stride)))
         return out
+
+
+def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Plan:
+    """`plan` with every parameter-home rotation base pinned where its
+    lowering puts it: the common base of all proposals around `plan`."""
+    return plan.with_rotation(lower(g, device, plan, limit).rotation)
+
+
+def _merged(base: tuple, changed: tuple, onto: tuple) -> tuple:
+    """Sorted (key, value) items of `onto` updated with the items in which
+    `changed` differs from `base`."""
+    b = dict(base)
+    out = dict(onto)
+    out.update({k: v for k, v in changed if b.get(k) != v})
+    return tuple(sorted(out.items()))
+
+
+def apply_change(base: Plan, changed: Plan, onto: Plan) -> Plan:
+    """`onto` with the decisions in which `changed` differs from `base` (a
+    proposal's change replayed on another plan, e.g. on a proposal that may
+    be accepted first).  Scalar decisions take `changed`'s value when it
+    differs from `base`; per-key decisions and open boundaries merge."""
+    opened = (set(onto.open_boundaries) | (set(changed.open_boundaries)
+                                           - set(base.open_boundaries)))
+    opened -= set(base.open_boundaries) - set(changed.open_boundaries)
+
+    def pick(name: str) -> Any:
+        new = getattr(changed, name)
+        return new if new != getattr(base, name) else getattr(onto, name)
+
+    return Plan(
+        recipes=_merged(base.recipes, changed.recipes, onto.recipes),
+        open_boundaries=tuple(sorted(opened)),
+        cast_order=_merged(base.cast_order, changed.cast_order, onto.cast_order),
+        packing=pick("packing"),
+        reduction_overlap=pick("reduction_overlap"),
+        tile_offset=pick("tile_offset"),
+        tile_stride=pick("tile_stride"),
+        rotation=_merged(base.rotation, changed.rotation, onto.rotation),
+    )
 
 
 def _feeds_repeat(g: Graph, tensor: str) -> bool:

@@ -168,7 +168,7 @@ def test_jobs_two_same_result_as_serial(micro_graph: Graph,
         assert [(r.kind, r.description, r.cycles, r.accepted) for r in res.history] == key
         assert len(res.history) <= 6
         consumed = sum(1 for r in res.history if r.speculative)
-        assert consumed > 0
+        assert res.stats["speculative_builds"] > 0
         assert (res.stats["speculative_builds"] - res.stats["speculative_discarded"]
                 == consumed)
     assert serial.stats["speculative_builds"] == 0
