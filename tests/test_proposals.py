@@ -103,3 +103,33 @@ def test_proposal_sorts_as_value() -> None:
     b = Proposal("cast", "a", 5, Plan(packing="half"))
     c = Proposal("tiles", "z", 9, Plan(packing="double"))
     assert sorted([a, b, c]) == [c, b, a]
+
+
+def test_apply_change_replays_one_change_on_another() -> None:
+    from planner.plan import Plan
+    from planner.proposals import apply_change
+
+    base = Plan(recipes=(("a", "rows:1"), ("b", "mm:1x1x1")), open_boundaries=("t",))
+    first = base.with_recipe("a", "rows:2")
+    second = base.with_open("u").with_open("t", False).with_packing("half")
+    both = apply_change(base, second, first)
+    assert both == first.with_open("u").with_open("t", False).with_packing("half")
+    assert apply_change(base, base, first) == first
+    assert apply_change(base, first, base) == first
+    third = base.with_cast_order("c", "before").with_reduction_overlap(True)
+    assert apply_change(base, third, first) == first.with_cast_order(
+        "c", "before").with_reduction_overlap(True)
+
+
+def test_next_round_proposes_the_replayed_change(micro_graph: Graph,
+                                                 incumbent: Incumbent) -> None:
+    """What speculation relies on: after accepting proposal A, the change of
+    the next proposal B comes back as B replayed on A's plan."""
+    from planner.proposals import apply_change, pinned
+
+    props = proposals(micro_graph, TINY, incumbent.plan, profile(incumbent))
+    a, b = props[0], props[1]
+    guess = apply_change(pinned(micro_graph, TINY, incumbent.plan), b.plan, a.plan)
+    after = evaluate(micro_graph, TINY, a.plan)
+    again = proposals(micro_graph, TINY, a.plan, profile(after))
+    assert guess in {p.plan for p in again}
