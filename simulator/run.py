@@ -11,8 +11,9 @@
    out of range), and writes every input/parameter block: the logical float32
    slice is divided by 2**scale_exp and encoded to the block's dtype
    (kernels.dtypes), rows placed at `addr + a*ld0 + b*ld1`;
-3. runs the chosen engine (only "numba" for now; an engine is a function
-   `(pkg, MemoryImage | None) -> EngineOutput`);
+3. runs the chosen engine (`ENGINES`: "numba", the jitted superstep loop, or
+   "simpy", the event-level twin in simulator/events.py for small packages; an
+   engine is a function `(pkg, MemoryImage | None) -> EngineOutput`);
 4. reads each output's blocks back, decodes them and multiplies by
    2**scale_exp into a float32 array of the logical shape.  An output byte that
    was never written is a fault (F_OUTPUT) and its element reads as NaN.
@@ -28,6 +29,7 @@ import numpy as np
 
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from kernels.exceptions import SimulationFault
+from simulator import events
 from simulator.engine import (
     F_OUTPUT,
     F_RACE,
@@ -49,7 +51,7 @@ from simulator.package import (
 from simulator.verify import check_structure
 
 EngineFn = Callable[[Package, MemoryImage | None], EngineOutput]
-ENGINES: dict[str, EngineFn] = {"numba": execute}
+ENGINES: dict[str, EngineFn] = {"numba": execute, "simpy": events.execute}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,438 @@
+"""The SimPy event-level engine: an independent model of the package semantics.
+
+`execute(pkg, image)` has the signature of `simulator.engine.execute` and gives
+the same `EngineOutput` (cycles, cycles per step, per-tile busy cycles and
+exchange bytes, faults); `simulator.run(..., engine="simpy")` selects it.  It is
+the slow, obvious twin of the Numba engine (STYLE 5): the *cycle model* of a
+vertex is shared (`kernels.dispatch.vertex_cycles`) and so is the kernels'
+numeric code (`vertex_execute`) and region description (`vertex_regions`);
+the *scheduling*, patching, exchange, memory images and checks are written
+here again, in plain Python and numpy, from docs/contracts.md §3.  Meant for
+small packages (a few thousand vertex invocations): every vertex is an event.
+
+The model (one `simpy.Environment`, time in device cycles):
+
+- A **supervisor** process walks the program with its own loop stack and
+  counters, applies Repeat patches itself (`base + i*stride` or `table[i]`)
+  and runs one superstep at a time.
+- **COMPUTE**: the supervisor hands each tile its vertices of the step (a
+  `simpy.Store` per tile); a **tile process** runs them back to back, each a
+  timeout of its kernel cycles (the tile's six workers are inside a vertex's
+  cycle model: busiest worker + overhead + element conflicts), and signals its
+  done event.  The superstep ends at the **barrier**: `AllOf` the tiles' done
+  events, i.e. the max over tiles of their summed vertex cycles.
+- **EXCHANGE**: the sync is a timeout of `sync_cycles`; then every source is
+  read (the exchange reads the pre-step state), and per tile an **out port**
+  streams its distinct sends (each `(src tile, src addr, bytes)` once: a
+  multicast leaves its tile once) and an **in port** receives every transfer
+  landing on it, each port at its bandwidth in bytes/cycle.  A port's k-th
+  item completes at ceil(cumulative bytes / bandwidth); the in port writes a
+  transfer's bytes into the destination when it completes.  The step ends
+  when all ports are idle.
+- **REPEAT_END**: a timeout of `loop_overhead_cycles` per iteration, charged
+  to the END step.
+
+Event order is SimPy's: (time, priority, insertion sequence); processes are
+created in tile order, so a run is deterministic.
+
+Numerics (when `image` is given): each tile has its own numpy image over the
+span of its tensor buffers (computed here from the memory map; it must agree
+with the loader's `MemoryImage` window, which the run's inputs were written
+into) and a byte-per-byte boolean written mask.  Before a vertex runs, each of
+its regions is checked: inside the tile's image (else F_RANGE and the vertex
+is skipped), on its natural alignment (F_MISALIGNED), reads only of written
+bytes (F_UNINIT).  Transfer endpoints outside the image are F_XFER_RANGE (the
+transfer is skipped); misaligned endpoints F_MISALIGNED; unwritten source
+bytes F_UNINIT.  A compute step's faults are listed checks first, then kernel
+status faults (F_KERNEL), each in vertex order, as the Numba engine does.
+
+Not modelled here: **races** (two writers, or a writer and a reader of one
+byte within a step) are left to the Numba engine and `simulator.verify`.  A
+racy package has no defined result, and the two engines may then differ in
+outputs and in F_UNINIT faults (this engine checks a vertex's reads when it
+starts, the Numba engine before the step).  Race-free, both agree exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from kernels.dispatch import vertex_cycles, vertex_execute, vertex_regions
+from simulator.engine import (
+    F_KERNEL,
+    F_MISALIGNED,
+    F_NO_REGIONS,
+    F_RANGE,
+    F_UNINIT,
+    F_XFER_RANGE,
+    FAULT_COLS,
+    MAX_FAULTS,
+    EngineOutput,
+    MemoryImage,
+)
+from simulator.package import (
+    STEP_COMPUTE,
+    STEP_EXCHANGE,
+    STEP_REPEAT_BEGIN,
+    STEP_REPEAT_END,
+    TENSOR_KINDS,
+    Package,
+)
+
+MAX_REGIONS = 8
+Proc = Generator[simpy.Event, Any, None]
+
+
+@dataclass
+class _Tile:
+    """One tile's memory image (numerics only): bytes base..base+size."""
+
+    base: int
+    mem: np.ndarray  # uint8 [size]
+    written: np.ndarray  # bool [size]
+
+
+@dataclass
+class _Work:
+    """One compute step's vertices for one tile: (vertex, patched args, cycles)."""
+
+    step: int
+    loop: int
+    iteration: int
+    vertices: list[tuple[int, np.ndarray, int]]
+    done: simpy.Event
+
+
+@dataclass
+class _Counters:
+    busy: np.ndarray
+    bytes_in: np.ndarray
+    bytes_out: np.ndarray
+    faults: list[tuple[int, ...]] = field(default_factory=list)
+    n_faults: int = 0
+    vertices: int = 0
+    transfers: int = 0
+
+
+def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
+    """Run `pkg` (already structure-checked) as a SimPy model; numerics if `image`.
+    The image is read at the start and written back at the end (outputs are
+    read from it by `simulator.run`)."""
+    return _Machine(pkg, image).run()
+
+
+class _Machine:
+    """State of one event-level run (module docstring)."""
+
+    def __init__(self, pkg: Package, image: MemoryImage | None) -> None:
+        self.pkg = pkg
+        self.a = pkg.arrays
+        dev = pkg.device
+        self.desc = dev.tile_desc().as_array()
+        self.in_bw, self.out_bw = dev.exchange_in_bytes_per_cycle, dev.exchange_out_bytes_per_cycle
+        self.sync, self.loop_overhead = dev.sync_cycles, dev.loop_overhead_cycles
+        self.env = simpy.Environment()
+        n = pkg.tiles
+        self.c = _Counters(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+        self.cycles_per_step = np.zeros(pkg.n_steps, dtype=np.int64)
+        self.patches = _patch_map(pkg)
+        self.image = image
+        self.tiles = _load_tiles(pkg, image) if image is not None else {}
+        self.step_faults: list[tuple[int, int, tuple[int, ...]]] = []
+        self.inbox: dict[int, simpy.Store] = {}
+        for t in sorted(set(self.a["v_tile"].tolist())):
+            self.inbox[t] = simpy.Store(self.env)
+            self.env.process(self._tile(t))
+
+    def run(self) -> EngineOutput:
+        done = self.env.process(self._supervisor())
+        self.env.run(until=done)
+        if self.image is not None:
+            _store_tiles(self.tiles, self.image)
+        c = self.c
+        rows = np.array(c.faults[:MAX_FAULTS], dtype=np.int64).reshape(-1, FAULT_COLS)
+        return EngineOutput(
+            cycles=int(self.env.now), cycles_per_step=self.cycles_per_step, tile_busy=c.busy,
+            tile_bytes_in=c.bytes_in, tile_bytes_out=c.bytes_out, faults=rows,
+            n_faults=c.n_faults, vertex_invocations=c.vertices, transfers=c.transfers)
+
+    # ---- supervisor ------------------------------------------------------------
+
+    def _supervisor(self) -> Proc:
+        a = self.a
+        kinds, match, trips = a["step_kind"], a["step_match"], a["step_trips"]
+        counter: dict[int, int] = {}
+        loops: list[int] = []  # BEGIN steps of the open loops, innermost last
+        s = 0
+        while s < self.pkg.n_steps:
+            kind = int(kinds[s])
+            t0 = self.env.now
+            if kind == STEP_REPEAT_BEGIN:
+                counter[s] = 0
+                loops.append(s)
+                s += 1
+                continue
+            if kind == STEP_REPEAT_END:
+                yield self.env.timeout(self.loop_overhead)
+                self.cycles_per_step[s] += self.env.now - t0
+                b = int(match[s])
+                counter[b] += 1
+                if counter[b] < int(trips[b]):
+                    s = b + 1
+                else:
+                    loops.pop()
+                    s += 1
+                continue
+            loop = loops[-1] if loops else -1
+            it = counter[loop] if loops else 0
+            if kind == STEP_COMPUTE:
+                yield from self._compute(s, loop, it, counter)
+            elif kind == STEP_EXCHANGE:
+                yield from self._exchange(s, loop, it, counter)
+            self.cycles_per_step[s] += self.env.now - t0
+            s += 1
+
+    def _patched(self, target: int, index: int, counter: dict[int, int]) -> dict[int, int]:
+        """{arg: value} of the patches on vertex (target 0) or transfer (1, 2) `index`."""
+        a = self.a
+        out = {}
+        for p in self.patches.get((target, index), ()):
+            i = counter[int(a["p_loop"][p])]
+            if int(a["p_mode"][p]) == 0:
+                out[int(a["p_arg"][p])] = int(a["p_base"][p]) + i * int(a["p_stride"][p])
+            else:
+                out[int(a["p_arg"][p])] = int(a["table_values"][int(a["p_table"][p]) + i])
+        return out
+
+    def _compute(self, s: int, loop: int, it: int, counter: dict[int, int]) -> Proc:
+        a = self.a
+        per_tile: dict[int, list[tuple[int, np.ndarray, int]]] = {}
+        for v in range(int(a["step_vtx"][s]), int(a["step_vtx"][s + 1])):
+            args = np.array(a["v_args"][v], dtype=np.int64)
+            for k, val in self._patched(0, v, counter).items():
+                args[k] = val
+            cyc = max(int(vertex_cycles(int(a["v_kernel"][v]), args, self.desc)), 0)
+            per_tile.setdefault(int(a["v_tile"][v]), []).append((v, args, cyc))
+        self.step_faults = []
+        done = []
+        for t in sorted(per_tile):
+            work = _Work(s, loop, it, per_tile[t], self.env.event())
+            done.append(work.done)
+            yield self.inbox[t].put(work)
+        yield simpy.AllOf(self.env, done)  # the superstep barrier
+        # checks first, then kernel faults, each in vertex order
+        for _, _, row in sorted(self.step_faults, key=lambda f: (f[0], f[1])):
+            self._record(row)
+        self.c.vertices += int(a["step_vtx"][s + 1] - a["step_vtx"][s])
+
+    def _exchange(self, s: int, loop: int, it: int, counter: dict[int, int]) -> Proc:
+        a = self.a
+        yield self.env.timeout(self.sync)
+        sends: dict[int, list[int]] = {}  # source tile -> bytes of its distinct sends
+        seen: set[tuple[int, int, int]] = set()
+        receives: dict[int, list[tuple[int, int, np.ndarray | None]]] = {}  # dst, bytes, data
+        for x in range(int(a["step_xfer"][s]), int(a["step_xfer"][s + 1])):
+            st, dt, nb = int(a["x_src_tile"][x]), int(a["x_dst_tile"][x]), int(a["x_bytes"][x])
+            src = self._patched(1, x, counter).get(0, int(a["x_src_addr"][x]))
+            dst = self._patched(2, x, counter).get(0, int(a["x_dst_addr"][x]))
+            data = self._gather(s, loop, it, x, st, src, dt, dst, nb)
+            if (st, src, nb) not in seen:
+                seen.add((st, src, nb))
+                sends.setdefault(st, []).append(nb)
+            receives.setdefault(dt, []).append((dst, nb, data))
+            self.c.bytes_in[dt] += nb
+            self.c.transfers += 1
+        ports = []
+        for t in sorted(sends):
+            self.c.bytes_out[t] += sum(sends[t])
+            ports.append(self.env.process(self._out_port(sends[t])))
+        for t in sorted(receives):
+            ports.append(self.env.process(self._in_port(t, receives[t])))
+        yield simpy.AllOf(self.env, ports)  # the exchange ends when every port is idle
+
+    # ---- tiles and ports ---------------------------------------------------------
+
+    def _tile(self, t: int) -> Proc:
+        """Tile t: runs the vertices it is handed, back to back, forever."""
+        while True:
+            work = yield self.inbox[t].get()
+            for v, args, cyc in work.vertices:
+                ok = self._check_vertex(work, t, v, args)
+                yield self.env.timeout(cyc)
+                self.c.busy[t] += cyc
+                if ok:
+                    self._execute_vertex(work, t, v, args)
+            work.done.succeed()
+
+    def _out_port(self, sends: list[int]) -> Proc:
+        sent = 0
+        for nb in sends:
+            before = -(-sent // self.out_bw)
+            sent += nb
+            yield self.env.timeout(-(-sent // self.out_bw) - before)
+
+    def _in_port(self, t: int, items: list[tuple[int, int, np.ndarray | None]]) -> Proc:
+        got = 0
+        for dst, nb, data in items:
+            before = -(-got // self.in_bw)
+            got += nb
+            yield self.env.timeout(-(-got // self.in_bw) - before)
+            if data is not None:
+                tile = self.tiles[t]
+                off = dst - tile.base
+                tile.mem[off:off + data.size] = data
+                tile.written[off:off + data.size] = True
+
+    # ---- numerics and checks -------------------------------------------------------
+
+    def _record(self, row: tuple[int, ...]) -> None:
+        self.c.faults.append(row)
+        self.c.n_faults += 1
+
+    def _check_vertex(self, w: _Work, t: int, v: int, args: np.ndarray) -> bool:
+        """Region checks of vertex v on tile t; False if it must be skipped."""
+        if self.image is None:
+            return False
+        kid = int(self.a["v_kernel"][v])
+        regs = np.zeros((MAX_REGIONS, 7), dtype=np.int64)
+        n = int(vertex_regions(kid, args, regs))
+        where = (w.step, t)
+        if n < 0:
+            self.step_faults.append((0, v, (F_NO_REGIONS, *where, 0, w.loop, w.iteration, v,
+                                            kid)))
+            return False
+        tile = self.tiles.get(t)
+        ok = True
+        for r in range(n):
+            addr, outer, ostride, rows, ld, nb, is_write = (int(x) for x in regs[r])
+            if outer <= 0 or rows <= 0 or nb <= 0:
+                continue
+            d_outer, d_rows = (outer - 1) * ostride, (rows - 1) * ld
+            lo = addr + min(d_outer, 0) + min(d_rows, 0)
+            hi = addr + nb + max(d_outer, 0) + max(d_rows, 0)
+            # a descriptor with more rows than the tile has bytes is refused, not walked
+            if (tile is None or lo < tile.base or hi > tile.base + tile.mem.size
+                    or outer * rows > tile.mem.size):
+                self.step_faults.append((0, v, (F_RANGE, *where, lo, w.loop, w.iteration, v,
+                                                hi - lo)))
+                ok = False
+                continue
+            g = _granule(nb, ([ld] if rows > 1 else []) + ([ostride] if outer > 1 else []))
+            if addr % g:
+                self.step_faults.append((0, v, (F_MISALIGNED, *where, addr, w.loop,
+                                                w.iteration, v, g)))
+            if not is_write:
+                starts = [addr + o * ostride + k * ld for o in range(outer)
+                          for k in range(rows)]
+                bad = _first_unwritten(tile, starts, nb)
+                if bad >= 0:
+                    self.step_faults.append((0, v, (F_UNINIT, *where, bad, w.loop,
+                                                    w.iteration, v, 0)))
+        return ok
+
+    def _execute_vertex(self, w: _Work, t: int, v: int, args: np.ndarray) -> None:
+        tile = self.tiles[t]
+        kid = int(self.a["v_kernel"][v])
+        status = int(vertex_execute(kid, tile.mem, tile.base, args))
+        if status:
+            self.step_faults.append((1, v, (F_KERNEL, w.step, t, 0, w.loop, w.iteration, v,
+                                            status)))
+            return
+        regs = np.zeros((MAX_REGIONS, 7), dtype=np.int64)
+        for r in range(int(vertex_regions(kid, args, regs))):
+            addr, outer, ostride, rows, ld, nb, is_write = (int(x) for x in regs[r])
+            if not is_write:
+                continue
+            for o in range(outer):
+                for k in range(rows):
+                    off = addr + o * ostride + k * ld - tile.base
+                    tile.written[off:off + nb] = True
+
+    def _gather(self, s: int, loop: int, it: int, x: int, st: int, src: int, dt: int, dst: int,
+                nb: int) -> np.ndarray | None:
+        """Checks of transfer x and its source bytes (pre-step state), or None when
+        it is skipped (an endpoint outside its tile's image) or without numerics."""
+        if self.image is None:
+            return None
+        skip = False
+        for tile_id, addr in ((st, src), (dt, dst)):
+            tile = self.tiles.get(tile_id)
+            if tile is None or addr < tile.base or addr + nb > tile.base + tile.mem.size:
+                self._record((F_XFER_RANGE, s, tile_id, addr, loop, it, x, nb))
+                skip = True
+        if skip:
+            return None
+        g = _granule(nb, [])
+        for tile_id, addr in ((st, src), (dt, dst)):
+            if addr % g:
+                self._record((F_MISALIGNED, s, tile_id, addr, loop, it, x, g))
+        tile = self.tiles[st]
+        bad = _first_unwritten(tile, [src], nb)
+        if bad >= 0:
+            self._record((F_UNINIT, s, st, bad, loop, it, x, 0))
+        return tile.mem[src - tile.base:src - tile.base + nb].copy()
+
+
+def _granule(row_bytes: int, strides: list[int]) -> int:
+    """Largest power of two <= 4 dividing the row bytes and every used stride."""
+    for g in (4, 2):
+        if all(v % g == 0 for v in [row_bytes, *strides]):
+            return g
+    return 1
+
+
+def _first_unwritten(tile: _Tile, starts: list[int], nb: int) -> int:
+    """Absolute address of the first never-written byte of the rows, or -1."""
+    for start in starts:
+        off = start - tile.base
+        row = tile.written[off:off + nb]
+        if not row.all():
+            return start + int(np.argmin(row))
+    return -1
+
+
+def _patch_map(pkg: Package) -> dict[tuple[int, int], list[int]]:
+    """(target, vertex/transfer index) -> the patches applying to it, in order."""
+    a = pkg.arrays
+    out: dict[tuple[int, int], list[int]] = {}
+    for p in range(pkg.n_patches):
+        out.setdefault((int(a["p_target"][p]), int(a["p_index"][p])), []).append(p)
+    return out
+
+
+def _load_tiles(pkg: Package, image: MemoryImage) -> dict[int, _Tile]:
+    """Own per-tile images over the span of each tile's tensor buffers, filled
+    from the loader's image (inputs and parameters already written)."""
+    a = pkg.arrays
+    span: dict[int, tuple[int, int]] = {}
+    for b in range(a["buf_tile"].size):
+        if int(a["buf_kind"][b]) not in TENSOR_KINDS:
+            continue
+        t, lo = int(a["buf_tile"][b]), int(a["buf_addr"][b])
+        hi = lo + int(a["buf_bytes"][b])
+        old = span.get(t, (lo, hi))
+        span[t] = (min(old[0], lo), max(old[1], hi))
+    tiles = {}
+    for t, (lo, hi) in sorted(span.items()):
+        row = int(image.tile_row[t])
+        assert int(image.tile_base[t]) == lo and int(image.tile_size[t]) == hi - lo, t
+        bits = np.unpackbits(image.written[row].view(np.uint8), bitorder="little")
+        tiles[t] = _Tile(lo, image.mem[row, :hi - lo].copy(), bits[:hi - lo].astype(bool))
+    return tiles
+
+
+def _store_tiles(tiles: dict[int, _Tile], image: MemoryImage) -> None:
+    """Write the final memory and written mask back into the loader's image."""
+    for t, tile in tiles.items():
+        row = int(image.tile_row[t])
+        n = tile.mem.size
+        image.mem[row, :n] = tile.mem
+        bits = np.zeros(image.written.shape[1] * 64, dtype=bool)
+        bits[:n] = tile.written
+        image.written[row] = np.packbits(bits, bitorder="little").view(np.uint64)
+
