@@ -1,9 +1,11 @@
 """LAYERNORM (id 6): fp16 rows in, fp16 rows out, fp32 statistics.
 
-Numerics = kernels.formulas.layernorm: sequential fp32 row sum / N for the
-mean, then the biased variance of d = x - mean (second pass), then
-y = d / sqrt(var + eps) * gamma + beta, rounded once to fp16.  eps arrives as
-the bits of a float32 in arg 8.
+Numerics = kernels.formulas.layernorm: mean = f32(sum64(x) / N) with a float64
+row sum, d = x - mean in fp32, biased var = f32(sum64(d*d) / N) (second pass,
+float64 squares and sum), then y = d / sqrt(var + eps) * gamma + beta in fp32,
+rounded once to fp16.  The float64 sums make the statistics independent of the
+summation order (kernels.formulas), so the kernel sums in four interleaved
+partial sums.  eps arrives as the bits of a float32 in arg 8.
 
 Cycle model (kernels.cost): rows split over the workers at 1/workers of the
 fp32 vector rate, LN_PASSES vector ops per element (sum; subtract, square-
@@ -29,6 +31,31 @@ LN_PASSES = 7
 LN_ROW_INSTRS = 8
 
 
+@kjit_inline
+def _sq(a, square):  # type: ignore[no-untyped-def]
+    return a * a if square else a
+
+
+@kjit_inline
+def _sum64(x, n, square):  # type: ignore[no-untyped-def]
+    """float64 sum of x[:n], or of x[:n]**2 if `square`, in four interleaved
+    partial sums: the order does not change the float32 statistic
+    (kernels.formulas), and four independent add chains pipeline (1.5x faster
+    than one chain)."""
+    s0 = s1 = s2 = s3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 += _sq(np.float64(x[j]), square)
+        s1 += _sq(np.float64(x[j + 1]), square)
+        s2 += _sq(np.float64(x[j + 2]), square)
+        s3 += _sq(np.float64(x[j + 3]), square)
+        j += 4
+    while j < n:
+        s0 += _sq(np.float64(x[j]), square)
+        j += 1
+    return (s0 + s1) + (s2 + s3)
+
+
 @kjit
 def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """LAYERNORM numeric body; returns a kernels.status code."""
@@ -41,19 +68,12 @@ def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
     read_row(mem, args[2] - base, n, DT_FP16, gamma)
     read_row(mem, args[3] - base, n, DT_FP16, beta)
     x = np.empty(n, dtype=np.float32)
-    nf = np.float32(n)
     for i in range(m):
         read_row(mem, args[0] - base + i * args[1], n, DT_FP16, x)
-        acc = np.float32(0.0)
+        mean = np.float32(_sum64(x, n, False) / n)
         for j in range(n):
-            acc = acc + x[j]
-        mean = acc / nf
-        acc = np.float32(0.0)
-        for j in range(n):
-            d = x[j] - mean
-            x[j] = d
-            acc = acc + d * d
-        var = acc / nf
+            x[j] = x[j] - mean
+        var = np.float32(_sum64(x, n, True) / n)
         den = np.float32(math.sqrt(var + eps))
         for j in range(n):
             x[j] = (x[j] / den) * gamma[j] + beta[j]

@@ -2,8 +2,9 @@
 
 Numerics = kernels.formulas.softmax: z = x*scale (fp32; scale arrives as the
 bits of a float32 in arg 6), e = f32(exp(f64(z - max z))) with the exp of
-kernels.transcend, y = e / sum(e) with a sequential fp32 row sum, rounded once
-to dtype_y.
+kernels.transcend, s = f32(sum(e)) with a float64 row sum (independent of
+the summation order, kernels.formulas), y = e / s in fp32, rounded once to
+dtype_y.
 
 Cycle model (kernels.cost): rows split over the workers at 1/workers of the
 fp32 vector rate, SOFTMAX_PASSES vector ops per element (scale, max, subtract,
@@ -48,11 +49,12 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
                 mx = x[j]
         for j in range(n):  # independent per element: vectorizes
             x[j] = np.float32(exp_nonpos(np.float64(x[j] - mx)))
-        acc = np.float32(0.0)
+        acc = 0.0
         for j in range(n):
-            acc = acc + x[j]
+            acc += np.float64(x[j])
+        s = np.float32(acc)
         for j in range(n):
-            x[j] = x[j] / acc
+            x[j] = x[j] / s
         write_row(mem, args[2] - base + i * args[3], n, args[8], x)
     return OK
 

@@ -8,14 +8,17 @@ Values are float32 arrays of *logical* values (an fp8 tensor's array holds
   `2**-scale_exp` (the oracle; independent of kernels/dtypes.py), fp32 as is;
 - MatMul: float32 `a @ b` of the decoded values, plus the bias in fp32, one
   rounding; BatchMatMul likewise;
-- LayerNorm: fp32, two-pass mean then biased variance,
-  `(x - mean) / sqrt(var + eps) * gamma + beta` (eps as float32);
-- Softmax: fp32 `exp(s - max(s)) / sum`, `s = x * scale` (scale as float32);
-- GELU: tanh form in fp32; Add: fp32 sum (b row-periodic), one rounding.
+- LayerNorm, Softmax, GELU, Add: the vector-op formulas of kernels.formulas
+  (the rounding contract, docs/contracts.md §6): row statistics (LayerNorm
+  mean and variance, softmax sum) accumulated in float64 and rounded to fp32,
+  exp/tanh in float64 rounded to fp32, everything else one fp32 operation at
+  a time.  The simulator's kernels compute the same formulas, so these ops
+  agree with it bit for bit whatever either side's summation order (`layernorm`,
+  `softmax`, `gelu`, `add` are the per-op functions).
 
-Accumulation order is numpy's (BLAS, pairwise sums), so a simulator that sums
-sequentially agrees to within fp32 accumulation error before the rounding, not
-bit-for-bit in every element.
+MatMul accumulation order is BLAS's, so a simulated matmul whose K is split
+over tiles (partials summed by REDUCE) agrees to within fp32 accumulation
+error before its rounding, not bit for bit in every element.
 
 `init_params`/`init_inputs` draw deterministically per tensor name
 (`SeedSequence([seed, crc32(name)])`), so a value does not depend on which other
@@ -29,13 +32,13 @@ pixels) U(-1, 1).
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Mapping
 
 import ml_dtypes
 import numpy as np
 
+from kernels import formulas
 from kernels.exceptions import ConfigError
 from planner.graph import (
     Add,
@@ -55,7 +58,6 @@ from planner.graph import (
 from planner.models import WEIGHT_STD
 
 F32 = np.float32
-_GELU_C = F32(math.sqrt(2.0 / math.pi))
 
 
 def quantize(x: np.ndarray, t: Tensor) -> np.ndarray:
@@ -67,6 +69,31 @@ def quantize(x: np.ndarray, t: Tensor) -> np.ndarray:
         return x.astype(np.float16).astype(F32)
     codes = (x * F32(2.0 ** -t.scale_exp)).astype(ml_dtypes.float8_e4m3fn)
     return codes.astype(F32) * F32(2.0**t.scale_exp)
+
+
+def layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """Unrounded LayerNorm over the last axis of float32 `x` (eps taken as float32)."""
+    return formulas.layernorm(x, gamma, beta, float(F32(eps)))
+
+
+def softmax(x: np.ndarray, scale: float) -> np.ndarray:
+    """Unrounded softmax over the last axis of `x * scale` (scale taken as float32)."""
+    return formulas.softmax(x, float(F32(scale)))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Unrounded GELU (tanh form) of float32 `x`."""
+    return formulas.gelu(x)
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Unrounded `a + b` in float32; `b` may have fewer rows than `a`, repeated
+    row-periodically (`out[r] = a[r] + b[r mod rows(b)]`)."""
+    a = np.asarray(a, dtype=F32)
+    b = np.asarray(b, dtype=F32)
+    if a.shape == b.shape:
+        return formulas.add(a, b)
+    return formulas.add(a.reshape(-1, *b.shape), b).reshape(a.shape)
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -188,23 +215,13 @@ def _compute(g: Graph, op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
         b = env[op.b]
         return env[op.a] @ (np.swapaxes(b, 1, 2) if op.transpose_b else b)
     if isinstance(op, LayerNorm):
-        x = env[op.x]
-        mean = x.mean(axis=-1, keepdims=True, dtype=F32)
-        d = x - mean
-        var = (d * d).mean(axis=-1, keepdims=True, dtype=F32)
-        return d / np.sqrt(var + F32(op.eps)) * env[op.gamma] + env[op.beta]
+        return layernorm(env[op.x], env[op.gamma], env[op.beta], op.eps)
     if isinstance(op, Softmax):
-        s = env[op.x] * F32(op.scale)
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True, dtype=F32)
+        return softmax(env[op.x], op.scale)
     if isinstance(op, Gelu):
-        x = env[op.x]
-        return F32(0.5) * x * (F32(1.0) + np.tanh(_GELU_C * (x + F32(0.044715) * x * x * x)))
+        return gelu(env[op.x])
     if isinstance(op, Add):
-        a, b = env[op.a], env[op.b]
-        if a.shape == b.shape:
-            return a + b
-        return (a.reshape(-1, *b.shape) + b).reshape(a.shape)
+        return add(env[op.a], env[op.b])
     if isinstance(op, Cast):
         return env[op.x]
     if isinstance(op, SplitHeads):

@@ -1,0 +1,194 @@
+"""The rounding contract (docs/contracts.md §6): every vector kernel's output is
+bit-identical to planner.reference's function for that op, rounded to the
+output dtype by reference.quantize — on random fp16 data with odd sizes, rows
+as long as siglip's MLP (4304), and extreme values (fp16 maximum, subnormals,
+constant rows, mixed magnitudes).  Also: the row statistics do not depend on
+the summation order (permuting a row's columns permutes the output bits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import dispatch
+from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, fp8_decode, fp16_decode, fp16_encode
+from kernels.registry import by_name
+from kernels.testing import TileImage
+from planner.graph import Tensor
+from planner.reference import add, gelu, layernorm, quantize, softmax
+
+SEED = 41
+SHAPES = [(1, 1), (3, 17), (5, 257), (2, 1152), (7, 729), (3, 4304)]
+KINDS = ["normal", "offset", "huge", "tiny", "constant", "mixed"]
+DT_NAME = {DT_FP8: "fp8", DT_FP16: "fp16", DT_FP32: "fp32"}
+CODE_TYPE = {DT_FP8: np.uint8, DT_FP16: np.uint16, DT_FP32: np.float32}
+ELEM_BYTES = {DT_FP8: 1, DT_FP16: 2, DT_FP32: 4}
+FP16_MAX = 65504.0
+
+
+def _fp16_data(rng: np.random.Generator, shape: tuple[int, int], kind: str) -> np.ndarray:
+    """fp16-representable float32 values of one of KINDS."""
+    z = rng.standard_normal(shape)
+    if kind == "offset":
+        x = 1.5 + 3.0 * z
+    elif kind == "huge":
+        x = np.clip(8000.0 * z, -FP16_MAX, FP16_MAX)
+    elif kind == "tiny":
+        x = 3e-6 * z  # fp16 subnormals (below 6.1e-5) and zeros
+    elif kind == "constant":
+        x = np.full(shape, 0.3)
+    else:  # mixed: normal values with a few at the fp16 extremes
+        x = z.copy()
+        picks = rng.random(shape)
+        x[picks < 0.02] = FP16_MAX * np.sign(z[picks < 0.02])
+        x[(picks >= 0.02) & (picks < 0.04)] = 1e-7
+    return fp16_decode(fp16_encode(x.astype(np.float32)))
+
+
+def _quantize(x: np.ndarray, dt: int, scale_exp: int = 0) -> np.ndarray:
+    t = Tensor("y", x.shape, DT_NAME[dt], "activation", scale_exp if dt == DT_FP8 else 0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return quantize(x, t)
+
+
+def _codes(x: np.ndarray, dt: int) -> np.ndarray:
+    """Codes of values exactly representable in dt."""
+    if dt == DT_FP16:
+        return fp16_encode(x)
+    assert dt == DT_FP32
+    return x.astype(np.float32)
+
+
+class _Vertex:
+    """One tile image with the operands of one vertex."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.img = TileImage(nbytes + 4096)
+
+    def block(self, x: np.ndarray, dt: int) -> tuple[int, int]:
+        ld = x.shape[-1] * ELEM_BYTES[dt] + 8  # padded rows
+        return self.img.put(_codes(x, dt), ld=ld), ld
+
+    def out(self, m: int, n: int, dt: int) -> tuple[int, int]:
+        ld = n * ELEM_BYTES[dt] + 16
+        return self.img.alloc(ld * (m - 1) + n * ELEM_BYTES[dt]), ld
+
+    def run(self, name: str, **named: float | int) -> None:
+        spec = by_name(name)
+        status = dispatch.vertex_execute(spec.id, self.img.mem, self.img.base,
+                                         spec.make_args(**named))
+        assert status == 0, name
+
+    def values(self, addr: int, m: int, n: int, ld: int, dt: int,
+               scale_exp: int = 0) -> np.ndarray:
+        """Logical float32 values of an output block (codes decoded, fp8 scaled)."""
+        codes = self.img.get(addr, m, n, ld, CODE_TYPE[dt])
+        if dt == DT_FP16:
+            return fp16_decode(codes)
+        if dt == DT_FP32:
+            return codes.astype(np.float32)
+        return fp8_decode(codes) * np.float32(2.0**scale_exp)
+
+
+def _assert_bits(got: np.ndarray, want: np.ndarray) -> None:
+    got32 = np.ascontiguousarray(got, dtype=np.float32).view(np.uint32)
+    want32 = np.ascontiguousarray(want, dtype=np.float32).view(np.uint32)
+    bad = np.flatnonzero(got32 != want32)
+    assert bad.size == 0, (f"{bad.size} of {got32.size} elements differ, first at "
+                           f"{np.unravel_index(bad[0], got.shape)}: "
+                           f"{got.flat[bad[0]]!r} != {want.flat[bad[0]]!r}")
+
+
+def _cases() -> list[tuple[tuple[int, int], str]]:
+    return [(shape, kind) for shape in SHAPES for kind in KINDS]
+
+
+@pytest.mark.parametrize(("shape", "kind"), _cases())
+def test_layernorm_matches_reference(shape: tuple[int, int], kind: str) -> None:
+    m, n = shape
+    rng = np.random.default_rng([SEED, m, n, KINDS.index(kind)])
+    x = _fp16_data(rng, shape, kind)
+    gamma = _fp16_data(rng, (1, n), "normal")[0] * np.float32(0.5) + np.float32(1.0)
+    gamma = fp16_decode(fp16_encode(gamma))
+    beta = _fp16_data(rng, (1, n), "normal")[0]
+    v = _Vertex(8 * m * n + 8 * n + 64 * m)
+    xa, ldx = v.block(x, DT_FP16)
+    y, ldy = v.out(m, n, DT_FP16)
+    v.run("LAYERNORM", x=xa, ldx=ldx, gamma=v.block(gamma, DT_FP16)[0],
+          beta=v.block(beta, DT_FP16)[0], y=y, ldy=ldy, M=m, N=n, eps=1e-6)
+    want = _quantize(layernorm(x, gamma, beta, 1e-6), DT_FP16)
+    _assert_bits(v.values(y, m, n, ldy, DT_FP16), want)
+
+
+@pytest.mark.parametrize(("shape", "kind"), _cases())
+def test_softmax_matches_reference(shape: tuple[int, int], kind: str) -> None:
+    m, n = shape
+    rng = np.random.default_rng([SEED + 1, m, n, KINDS.index(kind)])
+    x = _fp16_data(rng, shape, kind)
+    for dx, dy, scale in [(DT_FP16, DT_FP16, 0.125), (DT_FP32, DT_FP16, 1.0 / 3.0),
+                          (DT_FP16, DT_FP32, 1.0)]:
+        v = _Vertex(12 * m * n + 64 * m)
+        xa, ldx = v.block(x, dx)
+        y, ldy = v.out(m, n, dy)
+        v.run("SOFTMAX", x=xa, ldx=ldx, y=y, ldy=ldy, M=m, N=n, scale=scale, dtype_x=dx,
+              dtype_y=dy)
+        want = _quantize(softmax(x, scale), dy)
+        _assert_bits(v.values(y, m, n, ldy, dy), want)
+
+
+@pytest.mark.parametrize(("shape", "kind"), _cases())
+def test_gelu_and_add_match_reference(shape: tuple[int, int], kind: str) -> None:
+    m, n = shape
+    rng = np.random.default_rng([SEED + 2, m, n, KINDS.index(kind)])
+    x = _fp16_data(rng, shape, kind)
+    b = _fp16_data(rng, shape, "mixed")
+    v = _Vertex(12 * m * n + 64 * m)
+    xa, ldx = v.block(x, DT_FP16)
+    ba, ldb = v.block(b, DT_FP16)
+    y, ldy = v.out(m, n, DT_FP16)
+    v.run("GELU", x=xa, ldx=ldx, y=y, ldy=ldy, M=m, N=n)
+    _assert_bits(v.values(y, m, n, ldy, DT_FP16), _quantize(gelu(x), DT_FP16))
+    c, ldc = v.out(m, n, DT_FP16)
+    v.run("ADD", a=xa, lda=ldx, b=ba, ldb=ldb, c=c, ldc=ldc, M=m, N=n, dtype_a=DT_FP16,
+          dtype_b=DT_FP16, dtype_c=DT_FP16)
+    with np.errstate(over="ignore"):
+        want = _quantize(add(x, b), DT_FP16)
+    _assert_bits(v.values(c, m, n, ldc, DT_FP16), want)
+
+
+@pytest.mark.parametrize(("shape", "kind"), _cases())
+def test_cast_to_fp8_matches_reference(shape: tuple[int, int], kind: str) -> None:
+    """A graph Cast fp16 -> fp8 with scale exponent e is CAST with shift -e."""
+    m, n = shape
+    rng = np.random.default_rng([SEED + 3, m, n, KINDS.index(kind)])
+    x = _fp16_data(rng, shape, kind)
+    for e in (-4, 0, 3):
+        v = _Vertex(4 * m * n + 64 * m)
+        xa, ldx = v.block(x, DT_FP16)
+        y, ldy = v.out(m, n, DT_FP8)
+        v.run("CAST", x=xa, ldx=ldx, y=y, ldy=ldy, M=m, N=n, dtype_x=DT_FP16,
+              dtype_y=DT_FP8, shift=-e)
+        _assert_bits(v.values(y, m, n, ldy, DT_FP8, e), _quantize(x, DT_FP8, e))
+
+
+def test_add_row_periodic() -> None:
+    """Add of a [T, N] operand to [B*T, N] repeats it per block of T rows."""
+    rng = np.random.default_rng(SEED + 4)
+    a = _fp16_data(rng, (6, 5), "normal")
+    b = _fp16_data(rng, (3, 5), "normal")
+    np.testing.assert_array_equal(add(a, b), a + np.tile(b, (2, 1)))
+
+
+@pytest.mark.parametrize("n", [729, 1152, 4304])
+def test_row_statistics_independent_of_order(n: int) -> None:
+    """Permuting the columns of a row permutes the LayerNorm and softmax output bits:
+    the float64 statistics do not depend on the summation order."""
+    rng = np.random.default_rng([SEED + 5, n])
+    x = _fp16_data(rng, (16, n), "offset")
+    gamma = _fp16_data(rng, (1, n), "normal")[0]
+    beta = _fp16_data(rng, (1, n), "normal")[0]
+    perm = rng.permutation(n)
+    ln = layernorm(x, gamma, beta, 1e-6)
+    _assert_bits(layernorm(x[:, perm], gamma[perm], beta[perm], 1e-6), ln[:, perm])
+    sm = softmax(x, 0.125)
+    _assert_bits(softmax(x[:, perm], 0.125), sm[:, perm])
