@@ -1,0 +1,227 @@
+"""The SimPy event-level engine against the Numba engine (STYLE 5: the slow twin).
+
+Both engines must agree exactly on total cycles, cycles per step, per-tile busy
+cycles and exchange bytes, outputs (bit for bit) and faults, on hand-built
+packages and on a small planner package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
+
+import planner
+from kernels.ids import ADD, COPY
+from planner.graph import Graph
+from simulator import load_device, run, verify
+from simulator.device import Device
+from simulator.engine import F_MISALIGNED, F_RANGE, F_UNINIT, F_XFER_RANGE
+from simulator.package import Package
+from simulator.run import SimResult
+
+TRIPS = 4
+
+
+@pytest.fixture(scope="module")
+def dev() -> Device:
+    return load_device("tiny")
+
+
+def _both(pkg: Package, params: dict[str, np.ndarray] | None = None,
+          inputs: dict[str, np.ndarray] | None = None,
+          numerics: bool = True) -> tuple[SimResult, SimResult]:
+    return (run(pkg, params=params, inputs=inputs, numerics=numerics, engine="numba"),
+            run(pkg, params=params, inputs=inputs, numerics=numerics, engine="simpy"))
+
+
+def _fault_rows(res: SimResult) -> list[tuple[int, ...]]:
+    return [(f.code, f.step, f.tile, f.address, f.loop, f.iteration, f.item, f.detail)
+            for f in res.faults]
+
+
+def _assert_agree(fast: SimResult, slow: SimResult) -> None:
+    assert slow.cycles == fast.cycles
+    np.testing.assert_array_equal(slow.cycles_per_step, fast.cycles_per_step)
+    np.testing.assert_array_equal(slow.tile_busy, fast.tile_busy)
+    np.testing.assert_array_equal(slow.tile_bytes_in, fast.tile_bytes_in)
+    np.testing.assert_array_equal(slow.tile_bytes_out, fast.tile_bytes_out)
+    assert slow.vertex_invocations == fast.vertex_invocations
+    assert sorted(slow.outputs) == sorted(fast.outputs)
+    for name, arr in fast.outputs.items():
+        # bit for bit, NaN (unwritten) included
+        np.testing.assert_array_equal(slow.outputs[name].view(np.uint32), arr.view(np.uint32))
+    assert slow.n_faults == fast.n_faults
+    assert _fault_rows(slow) == _fault_rows(fast)
+
+
+def _drop_transfer(pkg: Package, x: int) -> Package:
+    keep = np.arange(pkg.n_transfers) != x
+    sx = pkg["step_xfer"].copy()
+    sx[np.searchsorted(sx, x, side="right"):] -= 1
+    return pkg.with_arrays(step_xfer=sx, **{k: pkg[k][keep] for k in (
+        "x_src_tile", "x_src_addr", "x_dst_tile", "x_dst_addr", "x_bytes")})
+
+
+def _repeat_io() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    rng = np.random.default_rng(3)
+    return ({"w": rng.standard_normal((TRIPS, 4, 8)).astype(np.float32)},
+            {"x": rng.standard_normal((4, 8)).astype(np.float32)})
+
+
+# ---- agreement ----------------------------------------------------------------------
+
+
+def test_ksplit_matmul_engines_agree(dev: Device) -> None:
+    pkg, params, inputs, expected = ksplit_matmul(dev)
+    fast, slow = _both(pkg, params, inputs)
+    _assert_agree(fast, slow)
+    assert slow.ok and slow.cycles > 0
+    np.testing.assert_array_equal(slow.outputs["out"], expected["out"])
+    # timing only: same timing, no outputs
+    fast_t, slow_t = _both(pkg, numerics=False)
+    _assert_agree(fast_t, slow_t)
+    assert slow_t.cycles == slow.cycles and slow_t.outputs == {}
+
+
+@pytest.mark.parametrize("unrolled", [False, True])
+def test_repeat_with_table_and_arithmetic_patches_agrees(dev: Device, unrolled: bool) -> None:
+    pkg = repeat_program(dev, TRIPS, unrolled=unrolled)
+    params, inputs = _repeat_io()
+    fast, slow = _both(pkg, params, inputs)
+    _assert_agree(fast, slow)
+    y, hist = repeat_reference(inputs["x"], params["w"])
+    np.testing.assert_array_equal(slow.outputs["y"], y)
+    np.testing.assert_array_equal(slow.outputs["hist"], hist)
+    if not unrolled:  # loop overhead is charged to the END step, once per iteration
+        assert slow.cycles_per_step[4] == TRIPS * dev.loop_overhead_cycles
+
+
+def test_nested_repeat_and_multicast_exchange_agree(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("src", 0, base, 64, "activation")
+    b.buffer("dst", 0, base + 64, 3 * 64, "activation")
+    for t in (1, 2, 3):
+        b.buffer(f"land{t}", t, base, 2 * 64, "exchange-landing")
+    x = b.io("x", "input", (4, 8), "fp16")
+    b.io_block(x, 0, base, (0, 0), (4, 8), 0, 16)
+    b.repeat(2)
+    inner = b.repeat(3)
+    (v,) = b.compute((0, COPY, {0: base, 1: 16, 2: base + 64, 3: 16, 4: 4, 5: 16}))
+    b.patch(0, v, 2, inner, base + 64, 64)
+    b.end_repeat()
+    b.end_repeat()
+    # a multicast (one source to three tiles) plus a second, different send of tile 0
+    b.exchange(*[(0, base, t, base, 64) for t in (1, 2, 3)], (0, base + 64, 1, base + 64, 40))
+    pkg = b.build()
+    verify(pkg)
+    fast, slow = _both(pkg, inputs={"x": np.arange(32, dtype=np.float32).reshape(4, 8)})
+    _assert_agree(fast, slow)
+    assert slow.ok and slow.vertex_invocations == 6
+    assert int(slow.tile_bytes_out[0]) == 64 + 40  # the multicast leaves tile 0 once
+    assert int(slow.tile_bytes_in[1]) == 64 + 40
+
+
+def test_sync_cycles_mutation_moves_both_engines_equally(dev: Device) -> None:
+    pkg = repeat_program(dev, TRIPS)
+    slower = dataclasses.replace(pkg, device=dataclasses.replace(
+        dev, sync_cycles=dev.sync_cycles + 37))
+    params, inputs = _repeat_io()
+    fast0, slow0 = _both(pkg, params, inputs)
+    fast1, slow1 = _both(slower, params, inputs)
+    _assert_agree(fast1, slow1)
+    # one exchange step per iteration: TRIPS syncs
+    assert slow1.cycles - slow0.cycles == fast1.cycles - fast0.cycles == 37 * TRIPS
+
+
+# ---- the same faults on deliberate corruptions ---------------------------------------
+
+
+def test_dropped_transfer_same_faults(dev: Device) -> None:
+    pkg, params, inputs, _ = ksplit_matmul(dev)
+    fast, slow = _both(_drop_transfer(pkg, 1), params, inputs)
+    _assert_agree(fast, slow)
+    assert slow.faults[0].code == F_UNINIT
+    assert (slow.faults[0].step, slow.faults[0].address) == (2, int(pkg["x_dst_addr"][1]))
+
+
+def test_read_before_write_same_faults(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    for k, name in enumerate("abc"):
+        b.buffer(name, 0, base + 64 * k, 64, "activation")
+    x = b.io("a", "input", (4, 8), "fp16")
+    b.io_block(x, 0, base, (0, 0), (4, 8), 0, 16)
+    b.compute((0, ADD, {0: base, 1: 16, 2: base + 64, 3: 16, 4: base + 128, 5: 16, 6: 4, 7: 8,
+                        8: 1, 9: 1, 10: 1}))
+    fast, slow = _both(b.build(), inputs={"a": np.ones((4, 8), np.float32)})
+    _assert_agree(fast, slow)
+    assert [(f.code, f.address) for f in slow.faults] == [(F_UNINIT, base + 64)]
+
+
+def test_out_of_range_and_misaligned_same_faults(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("a", 0, base, 256, "activation")
+    b.buffer("c", 0, base + 256, 64, "activation")
+    b.buffer("b", 1, base, 256, "activation")
+    x = b.io("a", "input", (64,), "fp32")
+    b.io_block(x, 0, base, (0,), (64,), 0, 0)
+    far = dev.memory_end - 32
+    b.compute((0, COPY, {0: base, 1: 64, 2: far, 3: 64, 4: 4, 5: 64}),
+              (0, COPY, {0: base + 2, 1: 64, 2: base + 256, 3: 64, 4: 1, 5: 8}))
+    b.exchange((0, base, 0, dev.memory_end + 64, 8), (0, base + 4, 1, base + 2, 8))
+    fast, slow = _both(b.build(), inputs={"a": np.ones(64, np.float32)})
+    _assert_agree(fast, slow)
+    codes = [f.code for f in slow.faults]
+    assert codes == [F_RANGE, F_MISALIGNED, F_XFER_RANGE, F_MISALIGNED]
+    assert slow.faults[0].address == far and slow.faults[2].address == dev.memory_end + 64
+
+
+def test_fault_inside_a_loop_names_the_same_iteration(dev: Device) -> None:
+    pkg = repeat_program(dev, TRIPS)
+    # the destination stride walks the last iteration's transfer off tile 1's image
+    stride = pkg["p_stride"].copy()
+    p = int(np.flatnonzero(pkg["p_target"] == 2)[0])
+    stride[p] = 2 * stride[p]
+    fast, slow = _both(pkg.with_arrays(p_stride=stride), *_repeat_io())
+    _assert_agree(fast, slow)
+    out = [f for f in slow.faults if f.code == F_XFER_RANGE]
+    assert out and {f.iteration for f in out} == {2, 3} and out[0].loop == 1
+
+
+# ---- a planner package ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def micro_package(micro_graph: Graph) -> Package:
+    res = planner.plan(micro_graph, load_device("tiny"),
+                       planner.PipelineConfig(optimization_steps=0))
+    return res.package
+
+
+def test_micro_vit_package_engines_agree(micro_graph: Graph, micro_package: Package) -> None:
+    params = planner.init_params(micro_graph, seed=0)
+    inputs = planner.init_inputs(micro_graph, seed=1)
+    fast, slow = _both(micro_package, params, inputs)
+    _assert_agree(fast, slow)
+    assert slow.ok and slow.outputs and slow.vertex_invocations > micro_package.n_vertices
+
+
+def test_micro_vit_dropped_transfer_same_faults(micro_graph: Graph,
+                                               micro_package: Package) -> None:
+    params = planner.init_params(micro_graph, seed=0)
+    inputs = planner.init_inputs(micro_graph, seed=1)
+    fast, slow = _both(_drop_transfer(micro_package, micro_package.n_transfers // 2),
+                       params, inputs)
+    _assert_agree(fast, slow)
+    assert not slow.ok
+
+
+def test_unknown_engine_lists_simpy(dev: Device) -> None:
+    pkg = repeat_program(dev, 2)
+    with pytest.raises(ValueError, match="simpy"):
+        run(pkg, numerics=False, engine="gem5")
