@@ -32,6 +32,7 @@ fp32 MatMul operands; the verifier accepts that, the planner need not.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -65,7 +66,7 @@ class Tensor:
 
 
 @dataclass(frozen=True)
-class OpBase:
+class OpBase(ABC):
     """Common part of every op; `kind` is the class name."""
 
     name: str
@@ -75,12 +76,14 @@ class OpBase:
         return type(self).__name__
 
     @property
+    @abstractmethod
     def inputs(self) -> tuple[str, ...]:
-        raise NotImplementedError(type(self).__name__)
+        """Tensor names read, parameters included, in a fixed order."""
 
     @property
+    @abstractmethod
     def outputs(self) -> tuple[str, ...]:
-        raise NotImplementedError(type(self).__name__)
+        """Tensor names written."""
 
 
 @dataclass(frozen=True)
