@@ -31,6 +31,14 @@ class ConfigError(TileplanError):
         super().__init__(f"{self.source}: field '{field}': {message}{shown}")
 
 
+class HardwareResultInvalid(ConfigError):
+    """A recorded hardware result (simulator/hardware.py) is corrupt or does not
+    belong to the package it is checked against: wrong version, a missing or
+    mistyped field, a package hash, device, step count, tile count or output
+    shape that disagrees.  A ConfigError (bad user input: exit status 2) whose
+    `source` is the result file and `field` the offending field."""
+
+
 class Unsupported(TileplanError):
     """An op or feature the tool does not handle, named with the reason."""
 
