@@ -27,7 +27,7 @@ import numpy as np
 from kernels.exceptions import BuildFailure, PackageInvalid
 from planner.allocate import Allocation, allocate
 from planner.catalogue import DEFAULT_LIMIT
-from planner.expand import expand_program
+from planner.expand import expand_program, gc_paused
 from planner.graph import Graph
 from planner.link import link, reserve
 from planner.plan import Plan
@@ -145,9 +145,10 @@ def build_program(
 def build(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT) -> Built:
     """The whole build of `graph` on `device` under `plan` (module docstring);
     `limit` is the catalogue shortlist length (operator_candidate_limit)."""
-    t0 = time.perf_counter()
-    program = expand_program(graph, device, plan, limit)
-    expand_s = time.perf_counter() - t0
-    return build_program(program, device, graph.name, graph_meta(graph, plan),
-                         reduction_overlap=plan.reduction_overlap,
-                         timings=[("expand", expand_s)])
+    with gc_paused():  # ~10⁶ acyclic objects: collections would cost as much as the build
+        t0 = time.perf_counter()
+        program = expand_program(graph, device, plan, limit)
+        expand_s = time.perf_counter() - t0
+        return build_program(program, device, graph.name, graph_meta(graph, plan),
+                             reduction_overlap=plan.reduction_overlap,
+                             timings=[("expand", expand_s)])

@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 from kernels.exceptions import BuildFailure
 from planner import catalogue as cat
 from planner.build import Built, build_program, graph_meta
-from planner.expand import expand_program
+from planner.expand import expand_program, gc_paused
 from planner.graph import Graph
 from planner.pipeline import Incumbent
 from planner.plan import Plan
@@ -165,22 +165,25 @@ class BuildCache:
         hit = self.trial.get(key)
         if hit is not None:
             return hit
+        with gc_paused():
+            trial = self._evaluate(graph, device, plan, limit)
+        self.trial.put(key, trial)
+        return trial
+
+    def _evaluate(self, graph: Graph, device: Device, plan: Plan, limit: int) -> Trial:
         t0 = time.perf_counter()
         try:
             built = self.build(graph, device, plan, limit)
         except BuildFailure as e:
-            trial = Trial(None, " ".join(str(e).split()), time.perf_counter() - t0)
-        else:
-            t1 = time.perf_counter()
-            sim = run(built.package, numerics=False)
-            inc = Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t1,
-                            int(sim.n_faults))
-            failure = f"simulation faults: {sim.n_faults}" if sim.n_faults else ""
-            prof = None if failure else step_profile(built.schedule, sim.cycles_per_step)
-            trial = Trial(None if failure else inc, failure, time.perf_counter() - t0,
-                          None if failure else inc.cycles, prof)
-        self.trial.put(key, trial)
-        return trial
+            return Trial(None, " ".join(str(e).split()), time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        sim = run(built.package, numerics=False)
+        inc = Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t1,
+                        int(sim.n_faults))
+        failure = f"simulation faults: {sim.n_faults}" if sim.n_faults else ""
+        prof = None if failure else step_profile(built.schedule, sim.cycles_per_step)
+        return Trial(None if failure else inc, failure, time.perf_counter() - t0,
+                     None if failure else inc.cycles, prof)
 
 
 SHARED = BuildCache()

@@ -29,8 +29,12 @@ value cell, or a tile's persistent buffers, do not fit a tile.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
 
 from kernels.exceptions import BuildFailure, Unsupported
 from planner import expand_ops
@@ -166,15 +170,40 @@ class Expander:
 
     # ------------------------------------------------------------ steps
 
-    def run(self) -> Program:
-        self.bind_carries()
-        for v in self.lw.inputs.values():
-            self.materialise(self.value(v))
-        for step in self.lw.steps:
+    def mark(self) -> tuple[int, int, int]:
+        """The expansion state as prefix lengths (everything is append-only
+        until `io`): buffers, program items, placed values."""
+        return len(self.prog.bufs), len(self.prog.items), len(self.placed)
+
+    def run(self, base: Expansion | None = None, reuse: int = -1,
+            sig: Signature | None = None) -> Expansion:
+        """Expand every step; with `base` (an expansion of a lowering whose
+        header and first `reuse` step signatures equal this one's, `reuse` ≥
+        0), start from `base`'s state after its first `reuse` steps."""
+        marks: list[tuple[int, int, int]] = []
+        if base is None or reuse < 0:
+            self.bind_carries()
+            for v in self.lw.inputs.values():
+                self.materialise(self.value(v))
+            start = 0
+        else:
+            nb, ni, npl = base.marks[reuse]
+            self.prog.bufs = base.program.bufs[:nb]
+            self.prog.items = base.program.items[:ni]
+            self.placed = dict(islice(base.placed.items(), npl))
+            self.persistent = set(base.persistent)
+            marks.extend(base.marks[:reuse])
+            start = reuse
+        marks.append(self.mark())
+        for step in self.lw.steps[start:]:
             self.step(step)
+            marks.append(self.mark())
+        placed = dict(self.placed)
+        persistent = frozenset(self.persistent)
         self.io()
         self.check_persistent()
-        return self.prog
+        return Expansion(self.prog, self.device, sig or signature(self.lw), tuple(marks), placed,
+                         persistent, start)
 
     def step(self, s: Step) -> None:
         if s.kind == "loop_begin":
@@ -316,13 +345,106 @@ def gc_paused() -> Iterator[None]:
 
 def expand_lowered(lw: Lowered, device: Device) -> Program:
     with gc_paused():
-        return Expander(lw, device).run()
+        return Expander(lw, device).run().program
 
 
 def expand_program(g: Graph, device: Device, plan: Plan,
                    limit: int = DEFAULT_LIMIT) -> Program:
-    """The symbolic program of `g` on `device` under `plan` (module docstring)."""
-    return expand_lowered(lower(g, device, plan, limit), device)
+    """The symbolic program of `g` on `device` under `plan` (module docstring).
+    Resumes from the longest common step prefix of a recent expansion
+    (`RECENT`); the result equals a from-scratch expansion."""
+    return RECENT.expand(lower(g, device, plan, limit), device).program
 
 
-__all__ = ["expand_program", "expand_lowered", "heads_segments", "view2d"]
+@dataclass(frozen=True)
+class Signature:
+    """What an expansion depends on, split so that prefixes compare: the
+    header (everything read before the first step: carries and the values
+    they bind, graph inputs and outputs) and, per lowered step, the step
+    and the `Value`s it names (a step's expansion reads nothing else besides
+    the state its predecessors left)."""
+
+    header: tuple[Any, ...]
+    steps: tuple[tuple[Any, ...], ...]
+
+
+def signature(lw: Lowered) -> Signature:
+    carry_values = tuple(lw.values[n] for c in lw.carries for n in (c.init, c.arg, c.yld,
+                                                                      c.final))
+    header = (tuple(lw.carries), carry_values, tuple(lw.inputs.items()),
+              tuple(lw.values[v] for v in lw.inputs.values()), tuple(lw.outputs.items()))
+    steps = tuple((s, tuple(lw.values[n] for n in s.inputs),
+                   tuple(lw.values[n] for n in s.outputs)) for s in lw.steps)
+    return Signature(header, steps)
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A finished expansion and what a later one needs to resume from any
+    of its step boundaries: `marks[i]` = (buffers, items, placed values)
+    after the header (i = 0) and after step i − 1; `placed` and `persistent`
+    as they were before `io`.  `resumed`: steps taken from a base (0: from
+    scratch).  The program's lists are never mutated after expansion, so a
+    resumed program may share its prefix objects with its base."""
+
+    program: Program
+    device: Device
+    sig: Signature
+    marks: tuple[tuple[int, int, int], ...]
+    placed: dict[str, list[list[Loc]]]
+    persistent: frozenset[str]
+    resumed: int
+
+
+def common_prefix(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] is not b[i] and a[i] != b[i]:
+            return i
+    return n
+
+
+class PrefixStore:
+    """The last `max_entries` expansions of this process.  `expand` resumes
+    from the one sharing the longest step prefix with the new lowering
+    (ties: the most recent), so a proposal that changes one op re-expands
+    only from the first step whose signature differs.  `steps_reused` /
+    `steps_expanded` count steps over all calls."""
+
+    def __init__(self, max_entries: int = 4) -> None:
+        self.max_entries = max_entries
+        self.entries: list[Expansion] = []
+        self.steps_reused = 0
+        self.steps_expanded = 0
+        self.lock = threading.Lock()
+
+    def best(self, device: Device, sig: Signature) -> tuple[Expansion | None, int]:
+        best: Expansion | None = None
+        reuse = -1
+        with self.lock:
+            entries = list(self.entries)
+        for e in reversed(entries):
+            if e.device != device or e.sig.header != sig.header:
+                continue
+            k = common_prefix(e.sig.steps, sig.steps)
+            if k > reuse:
+                best, reuse = e, k
+        return best, reuse
+
+    def expand(self, lw: Lowered, device: Device) -> Expansion:
+        sig = signature(lw)
+        base, reuse = self.best(device, sig)
+        with gc_paused():
+            exp = Expander(lw, device).run(base, reuse, sig)
+        with self.lock:
+            self.steps_reused += max(reuse, 0)
+            self.steps_expanded += len(sig.steps) - max(reuse, 0)
+            self.entries.append(exp)
+            del self.entries[:-self.max_entries]
+        return exp
+
+
+RECENT = PrefixStore()
+
+__all__ = ["expand_program", "expand_lowered", "heads_segments", "view2d", "RECENT",
+           "Expansion", "PrefixStore", "signature"]
