@@ -129,11 +129,12 @@ def test_same_package_hash_under_different_hash_seeds(micro_toml: Path) -> None:
 def test_siglip_one_layer_builds_verifies_simulates() -> None:
     """siglip-so400m, 1 layer: timing and numerics without faults.
 
-    The simulator's K-split reductions sum fp32 partials in a different order
-    than the reference's single accumulation; fp8 re-quantisation downstream
-    amplifies those last-bit differences to ~1.3e-2 relative Frobenius error,
-    spread evenly over rows and columns.  The check that matters is that the
-    simulated output is as close to the fp32 model as the fp8 reference is.
+    The vector ops agree with the reference bit for bit (the rounding contract
+    of kernels.formulas); the matmuls accumulate in fp32 in another order
+    than the reference's BLAS (kernel blocks, K-split partial sums), and fp8
+    re-quantisation amplifies those last-bit differences to 1.1e-3 relative
+    Frobenius error (measured).  The
+    simulated output is also as close to the fp32 model as the fp8 reference.
     """
     import numpy as np
 
@@ -152,7 +153,7 @@ def test_siglip_one_layer_builds_verifies_simulates() -> None:
     ref32 = planner.reference(g32, params, inputs)
     for name, want in ref.items():
         got = sim.outputs[name]
-        assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 2e-2
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-2
         fp8_noise = np.linalg.norm(want - ref32[name])
         assert np.linalg.norm(got - ref32[name]) <= 1.05 * fp8_noise
 

@@ -200,14 +200,12 @@ def test_vit_tiny_end_to_end_on_c600(layers: int) -> None:
 
 @pytest.mark.slow
 def test_siglip_one_layer_end_to_end() -> None:
-    """Measured relative Frobenius error 1.33e-2: above the 1e-2 of vit-tiny.
-    Not a layout effect: every fp8 matmul is exact in fp32 (the error does not
-    move when recipes change), the error is uniform over rows and columns, and
-    it starts as rare 1-ulp differences of the fp16 row kernels (LayerNorm,
-    softmax, fp16 attention matmuls) that the fp8 casts amplify.  Bounded at
-    2e-2 here; see the front-end report."""
-    _end_to_end(planner.load_model("siglip-so400m", layers=1), simulator.load_device("c600"),
-                tolerance=2e-2)
+    """Relative Frobenius error 1.1e-3 (measured): the vector ops follow one
+    rounding contract on both sides (kernels.formulas); what remains is the
+    fp32 accumulation order of the matmuls (BLAS against the kernels' blocks
+    and K-split partial sums), amplified by the fp8 casts — accumulating the
+    reference's own matmuls in float64 moves its output by 1.1e-3 as well."""
+    _end_to_end(planner.load_model("siglip-so400m", layers=1), simulator.load_device("c600"))
 
 
 @pytest.mark.parametrize("change", [
