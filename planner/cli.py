@@ -275,22 +275,31 @@ def cmd_report(args: argparse.Namespace) -> int:
 @command("simulate", "run a saved package in the simulator (random params/inputs from --seed)",
          arg("package", help="package directory (package.json + arrays.npz)"),
          arg("--no-numerics", action="store_true", help="timing only (no values)"),
-         arg("--seed", type=int, default=0, help="seed of the random params and inputs"))
+         arg("--seed", type=int, default=0, help="seed of the random params and inputs"),
+         arg("--trace", default=None, metavar="OUT.json",
+             help="write a Chrome-trace / Perfetto JSON timeline of the run"),
+         arg("--trace-tiles", default="", metavar="T,T,...",
+             help="tiles whose compute busy spans the trace shows (at most 64)"),
+         arg("--trace-unit", choices=("cycles", "us"), default="cycles",
+             help="trace time unit: device cycles (default) or microseconds"))
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import load_package, run
+    from simulator.hardware import seeded_values
 
     pkg = load_package(args.package)
-    values: dict[str, dict[str, np.ndarray]] = {"parameter": {}, "input": {}}
-    if not args.no_numerics:
-        rng = np.random.default_rng(args.seed)
-        for t in pkg.io:  # manifest order: deterministic for a seed
-            if t.role in values:
-                scale = np.float32(2.0 ** t.scale_exp)
-                values[t.role][t.name] = rng.standard_normal(t.shape).astype(np.float32) * scale
+    params, inputs = seeded_values(pkg, args.seed) if not args.no_numerics else ({}, {})
+    tiles = _tile_list(args.trace_tiles)
     t0 = time.perf_counter()
-    res = run(pkg, params=values["parameter"], inputs=values["input"],
-              numerics=not args.no_numerics)
+    res = run(pkg, params=params, inputs=inputs, numerics=not args.no_numerics)
     seconds = time.perf_counter() - t0
+    if args.trace:
+        from simulator.trace import save_trace, trace_events
+
+        try:
+            trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
+        except ValueError as e:  # too many/unknown tiles, a program too long to trace
+            raise ConfigError(args.package, "trace", str(e)) from None
+        print(f"trace {save_trace(trace, args.trace)}: {len(trace['traceEvents'])} events")
     dev = pkg.device
     print(f"package {pkg.name} ({pkg.content_hash()[:12]}) on {dev.name}: "
           f"{pkg.n_steps} steps, {res.vertex_invocations} vertex invocations")
@@ -316,3 +325,44 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f"{pkg.n_vertices} vertices, {pkg.n_transfers} transfers, {pkg.n_buffers} buffers, "
           f"{pkg.n_patches} patches")
     return 0
+
+
+def _tile_list(text: str) -> list[int]:
+    """`--trace-tiles 0,5,9` as ints; ConfigError naming the flag otherwise."""
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError("--trace-tiles", "trace-tiles", "comma-separated tile numbers",
+                          text) from None
+
+
+@command("crosscheck", "compare a recorded hardware result with a simulation of its package",
+         arg("package", help="package directory the hardware ran"),
+         arg("result", help="hardware result directory (simulator.hardware format)"),
+         arg("--cycle-tolerance", type=float, default=None,
+             help="exit 1 if |hw/sim cycles - 1| exceeds this"),
+         arg("--rel-fro-tolerance", type=float, default=None,
+             help="exit 1 if an output's relative Frobenius error exceeds this"),
+         arg("--max-abs-tolerance", type=float, default=None,
+             help="exit 1 if an output's max abs error exceeds this"),
+         arg("--top", type=int, default=8, help="steps with the largest deviations to list"))
+def cmd_crosscheck(args: argparse.Namespace) -> int:
+    from simulator import load_package, run
+    from simulator.hardware import crosscheck, load_hardware_result, seeded_values
+
+    pkg = load_package(args.package)
+    hw = load_hardware_result(args.result, pkg)
+    seed = hw.value_seed
+    numerics = bool(hw.outputs) and seed is not None
+    params, inputs = seeded_values(pkg, seed) if seed is not None and numerics else ({}, {})
+    sim = run(pkg, params=params, inputs=inputs, numerics=numerics)
+    report = crosscheck(pkg, sim, hw, top=args.top)
+    print(report.text())
+    if hw.outputs and not numerics:
+        print("outputs not compared: the result records no value_seed")
+    bad = report.violations(args.cycle_tolerance, args.rel_fro_tolerance, args.max_abs_tolerance)
+    if sim.n_faults:
+        bad.append(f"simulation recorded {sim.n_faults} fault(s): {sim.faults[0]}")
+    for b in bad:
+        print(f"outside tolerance: {b}")
+    return 1 if bad else 0
