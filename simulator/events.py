@@ -155,7 +155,7 @@ class _Machine:
         if self.image is not None:
             _store_tiles(self.tiles, self.image)
         c = self.c
-        rows = np.array(c.faults[:MAX_FAULTS], dtype=np.int64).reshape(-1, FAULT_COLS)
+        rows = np.array(c.faults, dtype=np.int64).reshape(-1, FAULT_COLS)
         return EngineOutput(
             cycles=int(self.env.now), cycles_per_step=self.cycles_per_step, tile_busy=c.busy,
             tile_bytes_in=c.bytes_in, tile_bytes_out=c.bytes_out, faults=rows,
@@ -291,7 +291,8 @@ class _Machine:
     # ---- numerics and checks -------------------------------------------------------
 
     def _record(self, row: tuple[int, ...]) -> None:
-        self.c.faults.append(row)
+        if len(self.c.faults) < MAX_FAULTS:  # keep the first MAX_FAULTS, count all
+            self.c.faults.append(row)
         self.c.n_faults += 1
 
     def _check_vertex(self, w: _Work, t: int, v: int, args: np.ndarray) -> bool:

@@ -18,7 +18,7 @@ from kernels.ids import ADD, COPY
 from planner.graph import Graph
 from simulator import load_device, run, verify
 from simulator.device import Device
-from simulator.engine import F_MISALIGNED, F_RANGE, F_UNINIT, F_XFER_RANGE
+from simulator.engine import F_MISALIGNED, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS
 from simulator.package import Package
 from simulator.run import SimResult
 
@@ -191,6 +191,20 @@ def test_fault_inside_a_loop_names_the_same_iteration(dev: Device) -> None:
     _assert_agree(fast, slow)
     out = [f for f in slow.faults if f.code == F_XFER_RANGE]
     assert out and {f.iteration for f in out} == {2, 3} and out[0].loop == 1
+
+
+def test_fault_cap_keeps_the_same_first_faults(dev: Device) -> None:
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("a", 0, base, 64, "activation")
+    b.buffer("c", 0, base + 64, 64, "activation")
+    b.repeat(300)
+    b.compute((0, COPY, {0: base, 1: 16, 2: base + 64, 3: 16, 4: 4, 5: 16}))  # a: never written
+    b.end_repeat()
+    fast, slow = _both(b.build())
+    _assert_agree(fast, slow)
+    assert slow.n_faults == 300 and len(slow.faults) == MAX_FAULTS
+    assert [f.iteration for f in slow.faults[:3]] == [0, 1, 2]
 
 
 # ---- a planner package ---------------------------------------------------------------

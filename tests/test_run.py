@@ -62,7 +62,7 @@ def test_timing_only_gives_same_cycles_and_no_outputs(ksplit) -> None:  # type: 
 
 
 def test_unknown_engine_names_the_engines(ksplit) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match=r"unknown engine 'gpu'; engines: \['numba'\]"):
+    with pytest.raises(ValueError, match=r"unknown engine 'gpu'; engines: \['numba', 'simpy'\]"):
         run(ksplit[0], numerics=False, engine="gpu")
 
 
