@@ -275,6 +275,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 @command("simulate", "run a saved package in the simulator (random params/inputs from --seed)",
          arg("package", help="package directory (package.json + arrays.npz)"),
          arg("--no-numerics", action="store_true", help="timing only (no values)"),
+         arg("--engine", choices=("numba", "simpy"), default="numba",
+             help="simulator engine: numba (default) or simpy (event-level twin, small "
+                  "packages only)"),
          arg("--seed", type=int, default=0, help="seed of the random params and inputs"),
          arg("--trace", default=None, metavar="OUT.json",
              help="write a Chrome-trace / Perfetto JSON timeline of the run"),
@@ -290,7 +293,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     params, inputs = seeded_values(pkg, args.seed) if not args.no_numerics else ({}, {})
     tiles = _tile_list(args.trace_tiles)
     t0 = time.perf_counter()
-    res = run(pkg, params=params, inputs=inputs, numerics=not args.no_numerics)
+    res = run(pkg, params=params, inputs=inputs, numerics=not args.no_numerics,
+              engine=args.engine)
     seconds = time.perf_counter() - t0
     if args.trace:
         from simulator.trace import save_trace, trace_events

@@ -8,6 +8,7 @@ packages and on a small planner package.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -239,3 +240,18 @@ def test_unknown_engine_lists_simpy(dev: Device) -> None:
     pkg = repeat_program(dev, 2)
     with pytest.raises(ValueError, match="simpy"):
         run(pkg, numerics=False, engine="gem5")
+
+
+def test_cli_simulate_engine_simpy(dev: Device, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.cli import main
+    from simulator import save_package
+
+    pkg = ksplit_matmul(dev)[0]
+    path = save_package(pkg, tmp_path / "pkg")
+    outs = []
+    for engine in ("numba", "simpy"):
+        assert main(["simulate", str(path), "--seed", "3", "--engine", engine]) == 0
+        outs.append([line.split("(simulated")[0] for line in capsys.readouterr().out.splitlines()])
+    assert outs[0] == outs[1]
+    assert f"cycles {run(pkg, numerics=False).cycles}" in "\n".join(outs[1])
