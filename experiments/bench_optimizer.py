@@ -21,8 +21,12 @@ Targets (issue 6): ≥ 15% fewer cycles than the baseline on siglip-so400m 1
 layer; vit-tiny (2 layers) 8 steps planned in ≤ 3 s.  Planning is
 deterministic, so no seed is involved.
 
+`--scratch` expands every build from scratch instead of resuming from the
+longest common lowered-step prefix of a recent expansion (the A/B baseline
+of incremental expansion; both give identical packages).
+
 Usage: python experiments/bench_optimizer.py [--small] [--jobs N]
-       [--executor process|thread] [--out PATH]
+       [--executor process|thread] [--scratch] [--out PATH]
 Writes the table to artifacts/bench_optimizer.txt (or PATH) and prints it.
 """
 
@@ -34,7 +38,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 from kernels.exceptions import BuildFailure
-from planner import cache
+from planner import cache, expand
 from planner.models import load_model
 from planner.optimize import plan
 from planner.pipeline import PipelineConfig
@@ -89,19 +93,26 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--jobs", type=int, default=1, help="speculative build processes")
     ap.add_argument("--executor", choices=("process", "thread"), default="process",
                     help="speculative builds in processes (default) or threads")
+    ap.add_argument("--scratch", action="store_true",
+                    help="expand every build from scratch (no incremental expansion)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     device = load_device(DEVICE)
     cases, steps = (SMALL_CASES, SMALL_STEPS) if args.small else (CASES, STEPS)
     bench_case(*WARMUP, device, 0, 1)  # numba compiles (or loads its cache), untimed
     cache.SHARED = cache.BuildCache()
+    expand.RECENT = expand.PrefixStore(0 if args.scratch else expand.RECENT.max_entries)
     if args.executor == "thread" and args.jobs > 1:
         with ThreadPoolExecutor(args.jobs) as pool:
             rows = [bench_case(m, n, device, steps, args.jobs, pool) for m, n in cases]
     else:
         rows = [bench_case(m, n, device, steps, args.jobs) for m, n in cases]
     mode = f"{args.executor} pool" if args.jobs > 1 else "serial"
-    text = f"local optimizer on {DEVICE}, jobs {args.jobs} ({mode})\n" + table(rows)
+    reuse = "from scratch" if args.scratch else "incremental"
+    store = expand.RECENT
+    text = (f"local optimizer on {DEVICE}, jobs {args.jobs} ({mode}), expansion {reuse}: "
+            f"{store.steps_reused} lowered steps reused, {store.steps_expanded} expanded\n"
+            + table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")
     print(text)

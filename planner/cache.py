@@ -10,6 +10,9 @@ Three caches, one counter pair (hits, misses) each, plus the catalogue's:
 - `expansion` — graph + device + plan (without the schedule-only
   `reduction_overlap` flag) + shortlist limit → the expanded `Program`.
   Two plans that differ only in reduction overlap share one expansion.
+  A miss still resumes from the longest common lowered-step prefix of a
+  recent expansion (`planner.expand.RECENT`), so only the steps from the
+  first changed one on are expanded again.
 - `schedule` — (expansion key, reduction_overlap) → the exchange/compute
   superstep `Schedule` of that program.
 - `trial` — graph + device + plan + limit → the complete evaluated build

@@ -22,6 +22,16 @@ step the phases of vertices and transfers:
   c1), ld0 = per-layer block bytes) and output (a rank-3 tensor gets one
   block per batch index a cell touches).
 
+Incremental expansion: a step's expansion reads only the step, the `Value`s
+it names and the state (buffers, items, placed values — all append-only)
+left by the steps before it.  `expand_program` therefore keeps the last few
+expansions (`RECENT`, a `PrefixStore`) with that state's prefix lengths after
+every step, and resumes from the one sharing the longest prefix of step
+signatures with the new lowering: an optimizer proposal that changes one op
+re-expands only from the first lowered step that differs.  The result is the
+same Program (same buffer ids, same items) as a from-scratch expansion; the
+prefix objects are shared with the base, and no stage mutates a Program.
+
 Raises BuildFailure(stage="expand", tile, need, have, detail, profile) when a
 value cell, or a tile's persistent buffers, do not fit a tile.
 """
@@ -408,7 +418,8 @@ class PrefixStore:
     """The last `max_entries` expansions of this process.  `expand` resumes
     from the one sharing the longest step prefix with the new lowering
     (ties: the most recent), so a proposal that changes one op re-expands
-    only from the first step whose signature differs.  `steps_reused` /
+    only from the first step whose signature differs (`max_entries` 0: every
+    expansion from scratch).  `steps_reused` /
     `steps_expanded` count steps over all calls."""
 
     def __init__(self, max_entries: int = 4) -> None:
@@ -440,7 +451,7 @@ class PrefixStore:
             self.steps_reused += max(reuse, 0)
             self.steps_expanded += len(sig.steps) - max(reuse, 0)
             self.entries.append(exp)
-            del self.entries[:-self.max_entries]
+            del self.entries[:max(0, len(self.entries) - self.max_entries)]
         return exp
 
 

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner import cache as cache_mod
+from planner.expand import gc_paused
 from planner.graph import Graph
 from planner.pipeline import Incumbent, PipelineConfig, PlanResult
 from planner.pipeline import plan as pipeline_plan
@@ -139,7 +140,8 @@ class LocalOptimizer:
         run_ = _Run(graph, device, cfg, executor, self.kinds,
                     self.max_in_flight or max(1, cfg.jobs - 1))
         try:
-            final = run_.optimize(baseline)
+            with gc_paused():  # trials allocate ~10⁶ acyclic objects each (expand.gc_paused)
+                final = run_.optimize(baseline)
         finally:
             for fut in run_.futures.values():
                 fut.cancel()
