@@ -236,6 +236,15 @@ def test_micro_vit_dropped_transfer_same_faults(micro_graph: Graph,
     assert not slow.ok
 
 
+@pytest.mark.slow
+def test_vit_tiny_two_layers_on_c600_engines_agree() -> None:
+    g = planner.load_model("vit-tiny", layers=2)
+    pkg = planner.plan(g, load_device("c600"), planner.PipelineConfig(optimization_steps=0)).package
+    fast, slow = _both(pkg, planner.init_params(g, seed=0), planner.init_inputs(g, seed=1))
+    _assert_agree(fast, slow)
+    assert slow.ok
+
+
 def test_unknown_engine_lists_simpy(dev: Device) -> None:
     pkg = repeat_program(dev, 2)
     with pytest.raises(ValueError, match="simpy"):
