@@ -11,8 +11,9 @@ Kinds (`KINDS`):
 
 - `operator`: another shortlisted recipe of one op.  Gain = trips ×
   (current − alternative catalogue estimate) × calibration, where the
-  calibration is the op's measured cycles (the incumbent's simulated steps
-  labelled with the op) over its own estimate, clipped to [½, 2].
+  calibration is the op's measured cycles (`op_costs`: its own steps plus
+  the conversions lowered for it and the move of its result to canonical)
+  over its own estimate, clipped to [¼, 4].
 - `joint`: a producer/store + consumer change: the consumer of an activation
   takes another recipe and the producer stores its result straight into the
   consumer's layout (the boundary opens).  Gain = operator gain + open gain.
@@ -25,8 +26,11 @@ Kinds (`KINDS`):
   Gain = measured cast cycles − a catalogue estimate of the cast on the
   canonical owners + half the exchange payload of the moves that carried the
   wide value.
-- `packing`: another canonical packing ("half"/"double").  Gain = ± half the
-  payload cycles of the canonical redistributions.
+- `packing`: another canonical packing ("element"/"half"/"double"/"rows").
+  Every move to or from a canonical layout (`canon <t>`, `to <t>@…`) is
+  bound by the canonical owners' bytes, which scale with the canonical rows
+  per owner: gain = Σ measured payload (cycles − one sync per trip) ×
+  (1 − rows per owner under the new packing / under the current one).
 - `overlap`: let independent K-split reductions overlap (schedule flag).
   Gain = half the measured reduction cycles.
 - `tiles`: another logical→physical tile mapping.  The device model has
@@ -56,7 +60,7 @@ import numpy as np
 from planner import catalogue as cat
 from planner.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
 from planner.layout import canonical_rows_per_owner, view2d
-from planner.lower import lower
+from planner.lower import Lowered, lower
 from planner.plan import PACKINGS, Plan
 from planner.schedule import Schedule
 from simulator.device import Device
@@ -133,14 +137,44 @@ def step_profile(sched: Schedule, cycles_per_step: np.ndarray) -> dict[str, int]
     return prof
 
 
+def op_costs(lowered: Lowered, prof: dict[str, int]) -> dict[str, int]:
+    """Measured cycles per op (qualified name): its own steps, the
+    conversions lowered for it (input moves `to …`, parameter moves
+    `param …` and absorbed casts, which `lower` emits just before the op's
+    compute step) and the move of its result to canonical (`canon …`, just
+    after it).  A move shared by several consumers is charged to the first;
+    the Repeat's own steps (labelled with its name) belong to no op."""
+    out: dict[str, int] = {}
+    pending = 0
+    last: str | None = None
+    seen: set[str] = set()  # a label's steps are one profile entry: charge it once
+    for st in lowered.steps:
+        key = f"cast {st.label}" if st.kind == "cast" else st.label
+        if st.kind != "compute" and key in seen:
+            continue
+        seen.add(key)
+        if st.kind == "compute":
+            out[st.label] = out.get(st.label, 0) + pending + prof.get(st.label, 0)
+            pending, last = 0, st.label
+        elif st.kind == "cast":
+            pending += prof.get(f"cast {st.label}", 0)
+        elif st.kind == "redistribute" and st.label.startswith("canon ") and last is not None:
+            out[last] += prof.get(st.label, 0)
+        elif st.kind == "redistribute":
+            pending += prof.get(st.label, 0)
+    return out
+
+
 class _Generator:
     def __init__(self, g: Graph, device: Device, plan: Plan, prof: dict[str, int],
                  limit: int) -> None:
         self.g = g
         self.device = device
+        lowered = lower(g, device, plan, limit)
         # every proposal starts from the incumbent with its rotation pinned
-        self.plan = pinned(g, device, plan, limit)
+        self.plan = plan.with_rotation(lowered.rotation)
         self.prof = prof
+        self.costs = op_costs(lowered, prof)
         self.limit = limit
         self.sites = op_sites(g)
 
@@ -164,8 +198,8 @@ class _Generator:
 
     def op_gain(self, site: OpSite, cur: cat.Recipe, alt: cat.Recipe) -> int:
         est = site.trips * cur.cycles
-        meas = self.measured(site.name)
-        calib = min(2.0, max(0.5, meas / est)) if est > 0 and meas > 0 else 1.0
+        meas = self.costs.get(site.name, 0)
+        calib = min(4.0, max(0.25, meas / est)) if est > 0 and meas > 0 else 1.0
         return int(round(site.trips * (cur.cycles - alt.cycles) * calib))
 
     # ------------------------------------------------------------ kinds
@@ -250,18 +284,44 @@ class _Generator:
                                 self.plan.with_cast_order(site.name, "before")))
         return out
 
+    def canonical_moves(self) -> list[tuple[int, int, int, int]]:
+        """(payload cycles, rows, cols, element bytes) of every measured move
+        to or from a canonical layout; payload = cycles − one sync per trip."""
+        tensors: dict[str, tuple[int, int, int, int]] = {}
+        for site in self.sites:
+            for name in site.op.inputs + site.op.outputs:
+                t = site.graph.tensor(name)
+                rows, cols = view2d(t.shape)
+                tensors[f"{site.scope}{name}"] = (rows, cols, DTYPE_BYTES[t.dtype], site.trips)
+        out = []
+        for label, cyc in sorted(self.prof.items()):
+            if label.startswith("canon "):
+                q = label[len("canon "):]
+            elif label.startswith("to "):
+                q = label[len("to "):].rpartition("@")[0]
+            else:
+                continue
+            if q not in tensors:
+                continue
+            rows, cols, elem, trips = tensors[q]
+            out.append((max(0, cyc - self.device.sync_cycles * trips), rows, cols, elem))
+        return out
+
     def packing(self) -> list[Proposal]:
-        canon = [(k, v) for k, v in sorted(self.prof.items()) if k.startswith("canon ")]
-        payload = sum(v for _, v in canon) - self.device.sync_cycles * len(canon)
+        moves = self.canonical_moves()
+        d = self.device
         out = []
         for p in PACKINGS:
             if p == self.plan.packing:
                 continue
-            sign = 1 if p == "half" else -1
-            if self.plan.packing == "half":
-                sign = -1
+            gain = 0.0
+            for payload, rows, cols, elem in moves:
+                cur = canonical_rows_per_owner(rows, cols, elem, d.element_bytes, d.tiles,
+                                               self.plan.packing)
+                new = canonical_rows_per_owner(rows, cols, elem, d.element_bytes, d.tiles, p)
+                gain += payload * (1 - new / cur)
             out.append(Proposal("packing", f"canonical packing {self.plan.packing} -> {p}",
-                                sign * max(0, payload) // 2, self.plan.with_packing(p)))
+                                int(round(gain)), self.plan.with_packing(p)))
         return out
 
     def overlap(self) -> list[Proposal]:

@@ -218,12 +218,13 @@ def test_kind_accepted_on_micro_vit(micro_graph: Graph, kind: str) -> None:
 
 
 def test_packing_accepted(packing_graph: Graph) -> None:
-    """Canonical tensors of several 16 KiB elements: half-element packing
-    doubles the owners and shortens every canonical redistribution."""
+    """Canonical tensors of several 16 KiB elements: more owners (whole rows
+    over the device, or half-element blocks) shorten every canonical
+    redistribution; the estimate ranks whole rows first."""
     base = _baseline(packing_graph, SMALL)
     final, hist = _accepted_kinds(packing_graph, SMALL, base, ("packing",), steps=2)
-    assert hist[0].description == "canonical packing element -> half" and hist[0].accepted
-    assert final.plan.packing == "half" and final.cycles < 0.8 * base.cycles
+    assert hist[0].description == "canonical packing element -> rows" and hist[0].accepted
+    assert final.plan.packing in ("rows", "half") and final.cycles < 0.8 * base.cycles
 
 
 def test_reduction_overlap_accepted() -> None:
@@ -232,7 +233,7 @@ def test_reduction_overlap_accepted() -> None:
     mm2's partial products."""
     g = two_matmuls()
     plan0 = baseline_plan(g, TINY)
-    assert plan0.recipe("mm1").endswith("x8")  # the baseline K-splits
+    assert int(plan0.recipe("mm1").rpartition("x")[2]) > 1  # the baseline K-splits
     base = evaluate(g, TINY, plan0.with_open("y1").with_open("y2"))
     final, hist = _accepted_kinds(g, TINY, base, ("overlap",), steps=1)
     assert hist[0].accepted and final.plan.reduction_overlap

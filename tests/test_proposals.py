@@ -133,3 +133,44 @@ def test_next_round_proposes_the_replayed_change(micro_graph: Graph,
     after = evaluate(micro_graph, TINY, a.plan)
     again = proposals(micro_graph, TINY, a.plan, profile(after))
     assert guess in {p.plan for p in again}
+
+
+def test_op_costs_charge_every_labelled_step_once(micro_graph: Graph,
+                                                   incumbent: Incumbent) -> None:
+    """An op's measured cost is its own steps + the conversions lowered for it
+    + the move of its result to canonical; together they are the profile."""
+    from planner.proposals import op_costs
+
+    prof = profile(incumbent)
+    lowered = lower(micro_graph, TINY, incumbent.plan)
+    costs = op_costs(lowered, prof)
+    computes = [s.label for s in lowered.steps if s.kind == "compute"]
+    assert sorted(costs) == sorted(set(computes))
+    for name in costs:
+        assert costs[name] >= prof.get(name, 0)
+    # only the Repeat's own steps (labelled with its name: carries) belong to no op
+    loops = {s.label for s in lowered.steps if s.kind == "loop_begin"}
+    total = sum(v for k, v in prof.items() if not k.startswith("reduce:") and k not in loops)
+    assert sum(costs.values()) == total
+
+
+def test_packing_gain_scales_canonical_moves() -> None:
+    """The `packing` estimate: each measured canonical move's payload scales
+    with the canonical rows per owner; element -> rows on vit-tiny ranks
+    first (it is the largest measured win: 496k -> ~104k cycles)."""
+    import planner
+    from planner.layout import canonical_rows_per_owner
+
+    c600 = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    plan = baseline_plan(g, c600)
+    prof = {"canon encoder/q": 600 + 4000, "to encoder/ln1@3": 600 + 1000, "encoder/mm_q": 99}
+    props = {p.description: p.gain
+             for p in proposals(g, c600, plan, prof, kinds=("packing",))}
+    rpo = canonical_rows_per_owner(197, 192, 2, c600.element_bytes, c600.tiles)
+    assert rpo == 42
+    for packing, new in (("rows", 1), ("half", 21), ("double", 85)):
+        assert canonical_rows_per_owner(197, 192, 2, c600.element_bytes, c600.tiles,
+                                        packing) == new
+        assert props[f"canonical packing element -> {packing}"] == round(5000 * (1 - new / 42))
+    assert max(props, key=props.__getitem__) == "canonical packing element -> rows"

@@ -1,0 +1,162 @@
+"""How well do the catalogue's per-recipe estimates predict the simulated
+cycles of the same op in a built package?
+
+For each case (model, layers) on DEVICE this builds the default baseline
+(`baseline_plan` → `build` → timing simulation), maps the simulated cycles
+of every step back to ops (`proposals.step_profile` through the schedule's
+step labels, then `proposals.op_costs`: an op's own steps, the conversions
+lowered for it and the move of its result to canonical) and sets them
+beside the catalogue estimate of the recipe the op runs (`Recipe.cycles` ×
+Repeat trips: kernel cycle models + sync + bytes / bandwidth per exchange
+phase).  Printed per op: recipe, estimate, measured, measured/estimate; then
+per op kind: Σ measured / Σ estimate (all steps, and own steps against the
+compute part of the estimate) and the spread of the per-op ratios.  A ratio
+far from 1, or a wide spread within a kind, is what makes an estimated gain
+unreliable for ordering the optimizer's proposals.
+
+Planning is deterministic, so no seed is involved.
+
+Usage: python experiments/estimate_accuracy.py [--small] [--out PATH]
+Writes the table to artifacts/estimate_accuracy.txt (or PATH) and a
+log-log scatter (estimate vs measured, per kind) beside it as .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.baseline import baseline_plan
+from planner.lower import lower
+from planner.models import load_model
+from planner.pipeline import evaluate
+from planner.proposals import op_costs, op_sites, step_profile
+from simulator.device import Device, load_device
+from simulator.run import run
+
+DEVICE = "c600"
+CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("pe-core-l14", 1))
+SMALL_CASES = (("vit-tiny", 1),)
+OUT = Path("artifacts/estimate_accuracy.txt")
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op of one case.  Cycles summed over Repeat trips."""
+
+    model: str
+    op: str
+    kind: str
+    recipe: str
+    estimate: int  # trips × Recipe.cycles
+    compute_estimate: int  # trips × Recipe.compute_cycles
+    measured: int  # op_costs: own steps + conversions + move to canonical
+    own: int  # the op's own steps only
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.estimate if self.estimate > 0 else math.inf
+
+
+def case_rows(model: str, layers: int, device: Device) -> tuple[list[OpRow], int, int]:
+    """Per-op rows of one case, the simulated total and the attributed total."""
+    g = load_model(model, layers=layers)
+    plan = baseline_plan(g, device)
+    inc = evaluate(g, device, plan)
+    sim = run(inc.built.package, numerics=False)
+    prof = step_profile(inc.built.schedule, sim.cycles_per_step)
+    lowered = lower(g, device, plan)
+    costs = op_costs(lowered, prof)
+    trips = {s.name: s.trips for s in op_sites(g)}
+    rows = []
+    for st in lowered.steps:
+        if st.kind != "compute" or st.recipe is None or st.op is None:
+            continue
+        n = trips.get(st.label, 1)
+        rows.append(OpRow(model, st.label, st.op.kind, st.recipe.key, n * st.recipe.cycles,
+                          n * st.recipe.compute_cycles, costs.get(st.label, 0),
+                          prof.get(st.label, 0)))
+    return rows, inc.cycles, sum(r.measured for r in rows)
+
+
+def kind_summary(rows: list[OpRow]) -> list[tuple[str, ...]]:
+    """Per op kind: ops, Σ estimate, Σ measured, ratio, own/compute ratio,
+    min and max per-op ratio."""
+    out = []
+    for kind in sorted({r.kind for r in rows}):
+        rs = [r for r in rows if r.kind == kind]
+        est, meas = sum(r.estimate for r in rs), sum(r.measured for r in rs)
+        cest, own = sum(r.compute_estimate for r in rs), sum(r.own for r in rs)
+        ratios = [r.ratio for r in rs if r.estimate > 0]
+        out.append((kind, str(len(rs)), f"{est:,}", f"{meas:,}",
+                    f"{meas / est:.2f}" if est else "-",
+                    f"{own / cest:.2f}" if cest else "-",
+                    f"{min(ratios):.2f}" if ratios else "-",
+                    f"{max(ratios):.2f}" if ratios else "-"))
+    return out
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    cells = [header, *rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join([r[0].ljust(widths[0])]
+                               + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)])
+                     for r in cells)
+
+
+def plot(rows: list[OpRow], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for kind in sorted({r.kind for r in rows}):
+        rs = [r for r in rows if r.kind == kind and r.estimate > 0 and r.measured > 0]
+        ax.scatter([r.estimate for r in rs], [r.measured for r in rs], label=kind, s=14)
+    lo = max(1, min(min(r.estimate, r.measured) for r in rows if r.measured > 0))
+    hi = max(max(r.estimate, r.measured) for r in rows)
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("catalogue estimate (cycles)")
+    ax.set_ylabel("simulated cycles attributed to the op")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--small", action="store_true", help="run SMALL_CASES only")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    device = load_device(DEVICE)
+    parts = []
+    every: list[OpRow] = []
+    for model, layers in SMALL_CASES if args.small else CASES:
+        rows, total, attributed = case_rows(model, layers, device)
+        every += rows
+        body = [(r.op, r.kind, r.recipe, f"{r.estimate:,}", f"{r.measured:,}",
+                 f"{r.ratio:.2f}") for r in rows]
+        parts.append(f"{model}, {layers} layer(s): {total:,} simulated cycles, "
+                     f"{attributed:,} attributed to ops\n"
+                     + table(("op", "kind", "recipe", "estimate", "measured", "ratio"), body))
+        parts.append(table(("kind", "ops", "estimate", "measured", "ratio", "own/compute",
+                            "min", "max"), kind_summary(rows)))
+    parts.append("all cases\n" + table(("kind", "ops", "estimate", "measured", "ratio",
+                                        "own/compute", "min", "max"), kind_summary(every)))
+    text = f"catalogue estimate vs simulated cycles on {DEVICE} (default baseline)\n\n" \
+        + "\n\n".join(parts)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    plot(every, args.out.with_suffix(".png"))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
