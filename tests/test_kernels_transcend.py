@@ -1,12 +1,21 @@
 """kernels.transcend: jitted exp/tanh bit-identical to their numpy twins and
-within 1e-15 relative of numpy's float64 exp/tanh."""
+within 1e-15 relative of numpy's float64 exp/tanh; the float32 array forms
+equal the numpy twins rounded to float32."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kernels.jit import kjit
-from kernels.transcend import EXP_MIN, exp_nonpos, exp_nonpos_np, tanh64, tanh64_np
+from kernels.transcend import (
+    EXP_MIN,
+    exp_f32,
+    exp_nonpos,
+    exp_nonpos_np,
+    tanh64,
+    tanh64_np,
+    tanh_f32,
+)
 
 SEED = 17
 
@@ -59,3 +68,16 @@ def test_tanh_twins_bitwise_and_accurate() -> None:
     rel = np.abs(got[nz] - np.tanh(u[nz])) / np.abs(np.tanh(u[nz]))
     assert rel.max() <= 1e-14
     assert np.array_equal(got[np.isinf(u)], np.sign(u[np.isinf(u)]))
+
+
+def test_float32_array_forms_equal_numpy_twins() -> None:
+    rng = np.random.default_rng(SEED + 2)
+    x = np.concatenate([_exp_inputs(), rng.standard_normal(1001) * 40]).astype(np.float32)
+    x = x[: x.size // 7 * 7].reshape(-1, 7)[:, ::2]  # a non-contiguous 2-D view
+    with np.errstate(over="ignore"):  # exp(700) is inf in float32
+        want = exp_nonpos_np(x.astype(np.float64)).astype(np.float32)
+    got = exp_f32(x)
+    assert got.shape == x.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    want = tanh64_np(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(tanh_f32(x).view(np.uint32), want.view(np.uint32))
