@@ -38,19 +38,22 @@ created in tile order, so a run is deterministic.
 Numerics (when `image` is given): each tile has its own numpy image over the
 span of its tensor buffers (computed here from the memory map; it must agree
 with the loader's `MemoryImage` window, which the run's inputs were written
-into) and a byte-per-byte boolean written mask.  Before a vertex runs, each of
-its regions is checked: inside the tile's image (else F_RANGE and the vertex
-is skipped), on its natural alignment (F_MISALIGNED), reads only of written
-bytes (F_UNINIT).  Transfer endpoints outside the image are F_XFER_RANGE (the
-transfer is skipped); misaligned endpoints F_MISALIGNED; unwritten source
-bytes F_UNINIT.  A compute step's faults are listed checks first, then kernel
-status faults (F_KERNEL), each in vertex order, as the Numba engine does.
-
-Not modelled here: **races** (two writers, or a writer and a reader of one
-byte within a step) are left to the Numba engine and `simulator.verify`.  A
-racy package has no defined result, and the two engines may then differ in
-outputs and in F_UNINIT faults (this engine checks a vertex's reads when it
-starts, the Numba engine before the step).  Race-free, both agree exactly.
+into) and a byte-per-byte boolean written mask.  When a tile starts a step,
+every region of each of its vertices is checked against the pre-step state:
+inside the tile's image (else F_RANGE and the vertex is skipped), on its
+natural alignment (F_MISALIGNED), reads only of written bytes (F_UNINIT).
+Transfer endpoints outside the image are F_XFER_RANGE (the transfer is
+skipped); misaligned endpoints F_MISALIGNED; unwritten source bytes F_UNINIT.
+**Races**: after the barrier, the bytes of every in-range region (transfers:
+source read, destination written) are checked per tile with a byte -> writer
+map: a byte written by two owners, or read by one and written by another, is
+one F_RACE per step (the first tile; on it, the first such byte in owner
+order; the Numba engine may name another byte or pair when a step has
+several).  A compute step's faults are listed checks first, then the race,
+then kernel status faults (F_KERNEL), each in vertex order, as the Numba
+engine does.  A racy step still runs: vertices of one tile in vertex order,
+transfers landing on one tile in transfer order, every source read before
+any destination is written — the same results as the Numba engine.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from simulator.engine import (
     F_KERNEL,
     F_MISALIGNED,
     F_NO_REGIONS,
+    F_RACE,
     F_RANGE,
     F_UNINIT,
     F_XFER_RANGE,
@@ -97,15 +101,27 @@ class _Tile:
     written: np.ndarray  # bool [size]
 
 
+@dataclass(frozen=True)
+class _Access:
+    """Bytes one vertex or transfer (`owner`) touches on a tile in one step;
+    offsets are relative to the tile's image."""
+
+    owner: int
+    is_write: bool
+    offsets: np.ndarray  # int64
+
+
 @dataclass
 class _Work:
     """One compute step's vertices for one tile: (vertex, patched args, cycles)."""
 
+    tile: int
     step: int
     loop: int
     iteration: int
     vertices: list[tuple[int, np.ndarray, int]]
     done: simpy.Event
+    accesses: list[_Access] = field(default_factory=list)  # in-range regions (race check)
 
 
 @dataclass
@@ -143,6 +159,9 @@ class _Machine:
         self.patches = _patch_map(pkg)
         self.image = image
         self.tiles = _load_tiles(pkg, image) if image is not None else {}
+        # writer of each byte, one tile at a time (race checks; reset after each tile)
+        width = max((tile.mem.size for tile in self.tiles.values()), default=0)
+        self.writer = np.full(width, -1, dtype=np.int64)
         self.step_faults: list[tuple[int, int, tuple[int, ...]]] = []
         self.inbox: dict[int, simpy.Store] = {}
         for t in sorted(set(self.a["v_tile"].tolist())):
@@ -219,13 +238,14 @@ class _Machine:
             cyc = max(int(vertex_cycles(int(a["v_kernel"][v]), args, self.desc)), 0)
             per_tile.setdefault(int(a["v_tile"][v]), []).append((v, args, cyc))
         self.step_faults = []
-        done = []
-        for t in sorted(per_tile):
-            work = _Work(s, loop, it, per_tile[t], self.env.event())
-            done.append(work.done)
-            yield self.inbox[t].put(work)
-        yield simpy.AllOf(self.env, done)  # the superstep barrier
-        # checks first, then kernel faults, each in vertex order
+        works = [_Work(t, s, loop, it, per_tile[t], self.env.event()) for t in sorted(per_tile)]
+        for work in works:
+            yield self.inbox[work.tile].put(work)
+        yield simpy.AllOf(self.env, [w.done for w in works])  # the superstep barrier
+        race = self._race(s, loop, it, {w.tile: w.accesses for w in works})
+        if race is not None:
+            self.step_faults.append((1, 0, race))
+        # checks first, then the race, then kernel faults, each in vertex order
         for _, _, row in sorted(self.step_faults, key=lambda f: (f[0], f[1])):
             self._record(row)
         self.c.vertices += int(a["step_vtx"][s + 1] - a["step_vtx"][s])
@@ -236,17 +256,25 @@ class _Machine:
         sends: dict[int, list[int]] = {}  # source tile -> bytes of its distinct sends
         seen: set[tuple[int, int, int]] = set()
         receives: dict[int, list[tuple[int, int, np.ndarray | None]]] = {}  # dst, bytes, data
+        accesses: dict[int, list[_Access]] = {}
         for x in range(int(a["step_xfer"][s]), int(a["step_xfer"][s + 1])):
             st, dt, nb = int(a["x_src_tile"][x]), int(a["x_dst_tile"][x]), int(a["x_bytes"][x])
             src = self._patched(1, x, counter).get(0, int(a["x_src_addr"][x]))
             dst = self._patched(2, x, counter).get(0, int(a["x_dst_addr"][x]))
             data = self._gather(s, loop, it, x, st, src, dt, dst, nb)
+            if data is not None:
+                for t, addr, w in ((st, src, False), (dt, dst, True)):
+                    offs = np.arange(nb, dtype=np.int64) + (addr - self.tiles[t].base)
+                    accesses.setdefault(t, []).append(_Access(x, w, offs))
             if (st, src, nb) not in seen:
                 seen.add((st, src, nb))
                 sends.setdefault(st, []).append(nb)
             receives.setdefault(dt, []).append((dst, nb, data))
             self.c.bytes_in[dt] += nb
             self.c.transfers += 1
+        race = self._race(s, loop, it, accesses)
+        if race is not None:
+            self._record(race)
         ports = []
         for t in sorted(sends):
             self.c.bytes_out[t] += sum(sends[t])
@@ -261,8 +289,9 @@ class _Machine:
         """Tile t: runs the vertices it is handed, back to back, forever."""
         while True:
             work = yield self.inbox[t].get()
-            for v, args, cyc in work.vertices:
-                ok = self._check_vertex(work, t, v, args)
+            # every check sees the pre-step state (as in a bulk-synchronous step)
+            oks = [self._check_vertex(work, t, v, args) for v, args, _ in work.vertices]
+            for (v, args, cyc), ok in zip(work.vertices, oks, strict=True):
                 yield self.env.timeout(cyc)
                 self.c.busy[t] += cyc
                 if ok:
@@ -323,13 +352,15 @@ class _Machine:
                                                 hi - lo)))
                 ok = False
                 continue
+            starts = [addr + o * ostride + k * ld for o in range(outer) for k in range(rows)]
+            offs = (np.array(starts, dtype=np.int64)[:, None] - tile.base
+                    + np.arange(nb, dtype=np.int64)[None, :]).ravel()
+            w.accesses.append(_Access(v, bool(is_write), offs))
             g = _granule(nb, ([ld] if rows > 1 else []) + ([ostride] if outer > 1 else []))
             if addr % g:
                 self.step_faults.append((0, v, (F_MISALIGNED, *where, addr, w.loop,
                                                 w.iteration, v, g)))
             if not is_write:
-                starts = [addr + o * ostride + k * ld for o in range(outer)
-                          for k in range(rows)]
                 bad = _first_unwritten(tile, starts, nb)
                 if bad >= 0:
                     self.step_faults.append((0, v, (F_UNINIT, *where, bad, w.loop,
@@ -341,7 +372,7 @@ class _Machine:
         kid = int(self.a["v_kernel"][v])
         status = int(vertex_execute(kid, tile.mem, tile.base, args))
         if status:
-            self.step_faults.append((1, v, (F_KERNEL, w.step, t, 0, w.loop, w.iteration, v,
+            self.step_faults.append((2, v, (F_KERNEL, w.step, t, 0, w.loop, w.iteration, v,
                                             status)))
             return
         regs = np.zeros((MAX_REGIONS, 7), dtype=np.int64)
@@ -353,6 +384,36 @@ class _Machine:
                 for k in range(rows):
                     off = addr + o * ostride + k * ld - tile.base
                     tile.written[off:off + nb] = True
+
+    def _race(self, s: int, loop: int, it: int,
+              accesses: dict[int, list[_Access]]) -> tuple[int, ...] | None:
+        """The F_RACE fault row of the first racing byte of a step, or None: tiles
+        in order; on a tile, writes in order (a byte written by two owners), then
+        reads (a byte read by one owner and written by another)."""
+        for t in sorted(accesses):
+            acc = accesses[t]
+            if len({x.owner for x in acc}) < 2 or not any(x.is_write for x in acc):
+                continue
+            found = None
+            written = [x for x in acc if x.is_write]
+            for phase in (written, [x for x in acc if not x.is_write]):
+                for x in phase:
+                    prev = self.writer[x.offsets]
+                    bad = np.flatnonzero((prev >= 0) & (prev != x.owner))
+                    if bad.size:
+                        k = int(bad[0])
+                        found = (int(x.offsets[k]), x.owner, int(prev[k]))
+                        break
+                    if x.is_write:
+                        self.writer[x.offsets] = x.owner
+                if found is not None:
+                    break
+            for x in written:
+                self.writer[x.offsets] = -1
+            if found is not None:
+                off, owner, other = found
+                return (F_RACE, s, t, off + self.tiles[t].base, loop, it, owner, other)
+        return None
 
     def _gather(self, s: int, loop: int, it: int, x: int, st: int, src: int, dt: int, dst: int,
                 nb: int) -> np.ndarray | None:
