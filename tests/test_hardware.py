@@ -194,6 +194,12 @@ def test_cli_crosscheck(ksplit: tuple[Package, dict, dict], tmp_path: Path,
     assert "SYNTHETIC" in out and f"max abs {DELTA:.6g}" in out
     assert main(["crosscheck", str(pdir), str(hdir), "--max-abs-tolerance", "0.1"]) == 1
     assert "outside tolerance: output out: max abs" in capsys.readouterr().out
+    unseeded = synthetic_result(pkg, params, inputs, seed=None)
+    udir = save_hardware_result(unseeded, tmp_path / "hw-unseeded")
+    assert main(["crosscheck", str(pdir), str(udir), "--max-abs-tolerance", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "outputs not compared: the result records no value_seed" in out
+    assert "output  none compared" in out
     _corrupt(hdir, version=9)
     assert main(["crosscheck", str(pdir), str(hdir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
