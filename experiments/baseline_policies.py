@@ -31,6 +31,7 @@ Writes DIR/baseline_policies.txt (the printed table) and DIR/baseline_policies.p
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,7 +185,12 @@ def main(argv: list[str] | None = None) -> str:
     args = ap.parse_args(argv)
     cases = SMALL_CASES if args.small else CASES
     measure(*WARMUP, "default", DEVICE)  # numba compiles (or loads its cache), untimed
-    rows = [measure(m, n, b, pol, DEVICE) for m, n, b in cases for pol in POLICIES]
+    rows = []
+    for m, n, b in cases:
+        for pol in POLICIES:
+            rows.append(measure(m, n, b, pol, DEVICE))
+            print(f"  {m} {n}L b{b} {pol}: {rows[-1].failure or 'ok'}", file=sys.stderr,
+                  flush=True)
     text = report(rows, DEVICE)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "baseline_policies.txt").write_text(text + "\n")

@@ -31,6 +31,7 @@ plots of each measure per sweep).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ class Setup:
 BASE_DEVICE = "c600"
 FULL = Setup(
     layers_model="siglip-so400m", layers=(1, 2, 4, 8, 27),
-    batch_models=(("vit-tiny", 2), ("pe-core-l14", 24)), batch_max=8,
+    batch_models=(("vit-tiny", 2), ("pe-core-l14", 24)), batch_max=16,
     device_models=(("siglip-so400m", 1), ("siglip-so400m", 27)), tiles=(368, 736, 1472),
     device_tiles=1472,
 )
@@ -127,6 +128,7 @@ class Planner:
         key = (model, layers, batch, tiles)
         if key not in self.points:
             self.points[key] = self._measure(*key)
+            print(f"  {key}: {self.points[key].failure or 'ok'}", file=sys.stderr, flush=True)
         return self.points[key]
 
     def _measure(self, model: str, layers: int, batch: int, tiles: int) -> Point:
