@@ -3,18 +3,24 @@ bit-identical to planner.reference's function for that op, rounded to the
 output dtype by reference.quantize — on random fp16 data with odd sizes, rows
 as long as siglip's MLP (4304), and extreme values (fp16 maximum, subnormals,
 constant rows, mixed magnitudes).  Also: the row statistics do not depend on
-the summation order (permuting a row's columns permutes the output bits)."""
+the summation order (permuting a row's columns permutes the output bits), and
+a planned, simulated chain of vector ops equals the reference bit for bit
+(DESIGN §8: no matmul, so the accumulation order is the same)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import planner
+import simulator
 from kernels import dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, fp8_decode, fp16_decode, fp16_encode
 from kernels.registry import by_name
 from kernels.testing import TileImage
-from planner.graph import Tensor
+from planner.baseline import baseline_plan
+from planner.build import build
+from planner.graph import Add, Cast, Gelu, Graph, LayerNorm, Op, Softmax, Tensor, make_graph
 from planner.reference import add, gelu, layernorm, quantize, softmax
 
 SEED = 41
@@ -24,6 +30,7 @@ DT_NAME = {DT_FP8: "fp8", DT_FP16: "fp16", DT_FP32: "fp32"}
 CODE_TYPE = {DT_FP8: np.uint8, DT_FP16: np.uint16, DT_FP32: np.float32}
 ELEM_BYTES = {DT_FP8: 1, DT_FP16: 2, DT_FP32: 4}
 FP16_MAX = 65504.0
+OUTPUTS = ["ln", "ge", "sm", "sum", "out"]
 
 
 def _fp16_data(rng: np.random.Generator, shape: tuple[int, int], kind: str) -> np.ndarray:
@@ -192,3 +199,34 @@ def test_row_statistics_independent_of_order(n: int) -> None:
     _assert_bits(layernorm(x[:, perm], gamma[perm], beta[perm], 1e-6), ln[:, perm])
     sm = softmax(x, 0.125)
     _assert_bits(softmax(x[:, perm], 0.125), sm[:, perm])
+
+
+def _vector_chain(m: int, n: int) -> Graph:
+    """x -> LayerNorm (ln) -> GELU (ge) -> Softmax (sm) -> + ln (sum) -> Cast to fp8
+    (out); every tensor but x is a graph output."""
+    def act(name: str, dtype: str = "fp16", kind: str = "activation", e: int = 0) -> Tensor:
+        return Tensor(name, (m, n), dtype, kind, e)
+
+    tensors = [act("x", kind="input"), Tensor("gamma", (n,), "fp16", "parameter"),
+               Tensor("beta", (n,), "fp16", "parameter"), act("ln", kind="output"),
+               act("ge", kind="output"), act("sm", kind="output"), act("sum", kind="output"), act("out", "fp8", "output", -6)]
+    ops: list[Op] = [LayerNorm("ln_op", "x", "gamma", "beta", "ln", 1e-6), Gelu("gelu", "ln", "ge"),
+           Softmax("softmax", "ge", "sm", 0.07), Add("add", "sm", "ln", "sum"),
+           Cast("cast", "sum", "out")]
+    return make_graph("vector_chain", tensors, ops, ["x"], OUTPUTS,
+                      (("model", "vector_chain"), ("layers", 0), ("batch", 1)))
+
+
+@pytest.mark.parametrize(("device", "m", "n"), [("tiny", 17, 150), ("c600", 29, 1152)])
+def test_simulated_vector_chain_equals_reference(device: str, m: int, n: int) -> None:
+    g = _vector_chain(m, n)
+    dev = simulator.load_device(device)
+    package = build(g, dev, baseline_plan(g, dev)).package
+    params, inputs = planner.init_params(g, seed=0), planner.init_inputs(g, seed=1)
+    inputs["x"] = quantize(inputs["x"] * np.float32(6.0), g.tensor("x"))
+    want = planner.reference(g, params, inputs)
+    sim = simulator.run(package, params=params, inputs=inputs, numerics=True)
+    assert not sim.faults
+    for name in OUTPUTS:
+        assert np.count_nonzero(want[name]) > want[name].size // 2
+        _assert_bits(sim.outputs[name], want[name])
