@@ -208,11 +208,11 @@ def _vector_chain(m: int, n: int) -> Graph:
         return Tensor(name, (m, n), dtype, kind, e)
 
     tensors = [act("x", kind="input"), Tensor("gamma", (n,), "fp16", "parameter"),
-               Tensor("beta", (n,), "fp16", "parameter"), act("ln", kind="output"),
-               act("ge", kind="output"), act("sm", kind="output"), act("sum", kind="output"), act("out", "fp8", "output", -6)]
-    ops: list[Op] = [LayerNorm("ln_op", "x", "gamma", "beta", "ln", 1e-6), Gelu("gelu", "ln", "ge"),
-           Softmax("softmax", "ge", "sm", 0.07), Add("add", "sm", "ln", "sum"),
-           Cast("cast", "sum", "out")]
+               Tensor("beta", (n,), "fp16", "parameter"), act("out", "fp8", "output", -6)]
+    tensors += [act(name, kind="output") for name in ("ln", "ge", "sm", "sum")]
+    ops: list[Op] = [LayerNorm("ln_op", "x", "gamma", "beta", "ln", 1e-6),
+                     Gelu("gelu", "ln", "ge"), Softmax("softmax", "ge", "sm", 0.07),
+                     Add("add", "sm", "ln", "sum"), Cast("cast", "sum", "out")]
     return make_graph("vector_chain", tensors, ops, ["x"], OUTPUTS,
                       (("model", "vector_chain"), ("layers", 0), ("batch", 1)))
 
