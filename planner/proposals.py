@@ -31,6 +31,7 @@ Kinds (`KINDS`):
   bound by the canonical owners' bytes, which scale with the canonical rows
   per owner: gain = Σ measured payload (cycles − one sync per trip) ×
   (1 − rows per owner under the new packing / under the current one).
+  Row ops that ran on the canonical owners follow them (`follow_packing`).
 - `overlap`: let independent K-split reductions overlap (schedule flag).
   Gain = half the measured reduction cycles.
 - `tiles`: another logical→physical tile mapping.  The device model has
@@ -321,8 +322,29 @@ class _Generator:
                 new = canonical_rows_per_owner(rows, cols, elem, d.element_bytes, d.tiles, p)
                 gain += payload * (1 - new / cur)
             out.append(Proposal("packing", f"canonical packing {self.plan.packing} -> {p}",
-                                int(round(gain)), self.plan.with_packing(p)))
+                                int(round(gain)), self.follow_packing(p)))
         return out
+
+    def follow_packing(self, packing: str) -> Plan:
+        """The incumbent under `packing`, with every row op that runs on its
+        input's canonical owners (recipe `rows:<canonical rows per owner>`)
+        moved to the new canonical owners, so it stays free of moves."""
+        plan = self.plan.with_packing(packing)
+        d = self.device
+        for site in self.sites:
+            key = self.plan.recipe(site.name)
+            if key is None or not key.startswith("rows:") or "x" in key:
+                continue
+            x = site.graph.tensor(site.op.inputs[0])
+            rows, cols = view2d(x.shape)
+            elem = DTYPE_BYTES[x.dtype]
+            cur = canonical_rows_per_owner(rows, cols, elem, d.element_bytes, d.tiles,
+                                           self.plan.packing)
+            if key == f"rows:{cur}":
+                new = canonical_rows_per_owner(rows, cols, elem, d.element_bytes, d.tiles,
+                                               packing)
+                plan = plan.with_recipe(site.name, f"rows:{new}")
+        return plan
 
     def overlap(self) -> list[Proposal]:
         reduce = self.measured_prefix("reduce:")

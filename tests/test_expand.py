@@ -209,7 +209,7 @@ def test_siglip_one_layer_end_to_end() -> None:
 
 
 @pytest.mark.parametrize("change", [
-    ("open", "encoder/ln1"), ("open", "encoder/q"), ("open", "encoder/probs"),
+    ("open", "encoder/ln1"), ("open", "encoder/q"), ("open", "encoder/scores"),
     ("open", "encoder/ctx_heads"), ("cast", "encoder/cast_ln1"), ("cast", "cast_patches"),
     ("packing", "half"), ("tiles", "3,5"), ("recipe", "encoder/mm_fc1=mm:1x4x4"),
     ("recipe", "encoder/softmax=rows:4"), ("recipe", "encoder/gelu=rows:3x2"),

@@ -174,3 +174,25 @@ def test_packing_gain_scales_canonical_moves() -> None:
                                         packing) == new
         assert props[f"canonical packing element -> {packing}"] == round(5000 * (1 - new / 42))
     assert max(props, key=props.__getitem__) == "canonical packing element -> rows"
+
+
+def test_packing_moves_canonical_row_ops_along() -> None:
+    """Row ops that ran on the canonical owners follow the new packing's
+    owners (rows:42 -> rows:1 on vit-tiny); every other recipe stays."""
+    import planner
+
+    c600 = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    plan = baseline_plan(g, c600)
+    prop = next(p for p in proposals(g, c600, plan, {"canon encoder/q": 5000},
+                                     kinds=("packing",))
+                if p.description.endswith("-> rows"))
+    assert prop.plan.packing == "rows"
+    moved = 0
+    for name, key in plan.recipes:
+        if key == "rows:42":
+            assert prop.plan.recipe(name) == "rows:1"
+            moved += 1
+        else:
+            assert prop.plan.recipe(name) == key
+    assert moved >= 3  # add_pos, add_attn, add_mlp run on the canonical owners
