@@ -352,16 +352,14 @@ class _Machine:
                                                 hi - lo)))
                 ok = False
                 continue
-            starts = [addr + o * ostride + k * ld for o in range(outer) for k in range(rows)]
-            offs = (np.array(starts, dtype=np.int64)[:, None] - tile.base
-                    + np.arange(nb, dtype=np.int64)[None, :]).ravel()
+            offs = _region_offsets(addr - tile.base, outer, ostride, rows, ld, nb)
             w.accesses.append(_Access(v, bool(is_write), offs))
             g = _granule(nb, ([ld] if rows > 1 else []) + ([ostride] if outer > 1 else []))
             if addr % g:
                 self.step_faults.append((0, v, (F_MISALIGNED, *where, addr, w.loop,
                                                 w.iteration, v, g)))
             if not is_write:
-                bad = _first_unwritten(tile, starts, nb)
+                bad = _first_unwritten(tile, offs)
                 if bad >= 0:
                     self.step_faults.append((0, v, (F_UNINIT, *where, bad, w.loop,
                                                     w.iteration, v, 0)))
@@ -434,7 +432,7 @@ class _Machine:
             if addr % g:
                 self._record((F_MISALIGNED, s, tile_id, addr, loop, it, x, g))
         tile = self.tiles[st]
-        bad = _first_unwritten(tile, [src], nb)
+        bad = _first_unwritten(tile, np.arange(src - tile.base, src - tile.base + nb))
         if bad >= 0:
             self._record((F_UNINIT, s, st, bad, loop, it, x, 0))
         return tile.mem[src - tile.base:src - tile.base + nb].copy()
@@ -442,20 +440,27 @@ class _Machine:
 
 def _granule(row_bytes: int, strides: list[int]) -> int:
     """Largest power of two <= 4 dividing the row bytes and every used stride."""
-    for g in (4, 2):
-        if all(v % g == 0 for v in [row_bytes, *strides]):
-            return g
-    return 1
+    bits = row_bytes
+    for v in strides:
+        bits |= v  # low bits of the OR are zero iff they are zero in every value
+    return 4 if bits % 4 == 0 else 2 if bits % 2 == 0 else 1
 
 
-def _first_unwritten(tile: _Tile, starts: list[int], nb: int) -> int:
-    """Absolute address of the first never-written byte of the rows, or -1."""
-    for start in starts:
-        off = start - tile.base
-        row = tile.written[off:off + nb]
-        if not row.all():
-            return start + int(np.argmin(row))
-    return -1
+def _region_offsets(off: int, outer: int, ostride: int, rows: int, ld: int,
+                    nb: int) -> np.ndarray:
+    """Image offsets of a region's bytes, in order: outer blocks, rows, bytes."""
+    starts = (off + (np.arange(outer, dtype=np.int64) * ostride)[:, None]
+              + (np.arange(rows, dtype=np.int64) * ld)[None, :]).ravel()
+    return (starts[:, None] + np.arange(nb, dtype=np.int64)[None, :]).ravel()
+
+
+def _first_unwritten(tile: _Tile, offsets: np.ndarray) -> int:
+    """Absolute address of the first never-written byte among `offsets` (in
+    their order), or -1."""
+    mask = tile.written[offsets]
+    if mask.all():
+        return -1
+    return tile.base + int(offsets[int(np.argmin(mask))])
 
 
 def _patch_map(pkg: Package) -> dict[tuple[int, int], list[int]]:
