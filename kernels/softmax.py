@@ -3,8 +3,8 @@
 Numerics = kernels.formulas.softmax: z = x*scale (fp32; scale arrives as the
 bits of a float32 in arg 6), e = f32(exp(f64(z - max z))) with the exp of
 kernels.transcend, s = f32(sum(e)) with a float64 row sum (independent of
-the summation order, kernels.formulas), y = e / s in fp32, rounded once to
-dtype_y.
+the summation order, kernels.formulas; four interleaved partial sums here),
+y = e / s in fp32, rounded once to dtype_y.
 
 Cycle model (kernels.cost): rows split over the workers at 1/workers of the
 fp32 vector rate, SOFTMAX_PASSES vector ops per element (scale, max, subtract,
@@ -29,6 +29,24 @@ SOFTMAX_PASSES = 6
 SOFTMAX_ROW_INSTRS = 6
 
 
+@kjit_inline
+def _sum64(x, n):  # type: ignore[no-untyped-def]
+    """float64 sum of x[:n] in four interleaved partial sums (the order does not
+    change the float32 sum, kernels.formulas; four add chains pipeline)."""
+    s0 = s1 = s2 = s3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        s0 += np.float64(x[j])
+        s1 += np.float64(x[j + 1])
+        s2 += np.float64(x[j + 2])
+        s3 += np.float64(x[j + 3])
+        j += 4
+    while j < n:
+        s0 += np.float64(x[j])
+        j += 1
+    return (s0 + s1) + (s2 + s3)
+
+
 @kjit
 def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """SOFTMAX numeric body; returns a kernels.status code."""
@@ -49,10 +67,7 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
                 mx = x[j]
         for j in range(n):  # independent per element: vectorizes
             x[j] = np.float32(exp_nonpos(np.float64(x[j] - mx)))
-        acc = 0.0
-        for j in range(n):
-            acc += np.float64(x[j])
-        s = np.float32(acc)
+        s = np.float32(_sum64(x, n))
         for j in range(n):
             x[j] = x[j] / s
         write_row(mem, args[2] - base + i * args[3], n, args[8], x)
