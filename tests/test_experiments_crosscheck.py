@@ -12,7 +12,8 @@ import crosscheck_engines  # noqa: E402
 
 
 def test_crosscheck_engines_small(tmp_path: Path) -> None:
-    table = crosscheck_engines.main(crosscheck_engines.SMALL_CASES, out_dir=tmp_path)
+    table = crosscheck_engines.main(crosscheck_engines.SMALL_CASES, out_dir=tmp_path,
+                                     repeats=1)
     assert (tmp_path / "crosscheck_engines.txt").read_text() == table
     rows = table.splitlines()
     assert len(rows) == 1 + len(crosscheck_engines.SMALL_CASES) + 1
