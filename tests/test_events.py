@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -261,6 +262,19 @@ def test_micro_vit_dropped_transfer_same_faults(micro_graph: Graph,
                        params, inputs)
     _assert_agree(fast, slow)
     assert not slow.ok
+
+
+@pytest.mark.parametrize("change", [{"sync_cycles": 600 + 123}, {"loop_overhead_cycles": 57},
+                                    {"exchange_in_bytes_per_cycle": 1}])
+def test_micro_vit_timing_mutations_move_both_engines_equally(
+        micro_package: Package, change: dict[str, Any]) -> None:
+    mutated = dataclasses.replace(micro_package, device=dataclasses.replace(
+        micro_package.device, **change))
+    fast0, slow0 = _both(micro_package, numerics=False)
+    fast1, slow1 = _both(mutated, numerics=False)
+    _assert_agree(fast1, slow1)
+    assert slow1.cycles != slow0.cycles
+    assert slow1.cycles - slow0.cycles == fast1.cycles - fast0.cycles
 
 
 @pytest.mark.slow
