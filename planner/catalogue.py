@@ -35,10 +35,12 @@ the op needs while it runs (operand blocks, partials, landing buffers);
 `home_bytes` the per-tile bytes of one layer of its parameter homes
 (persistent; the baseline multiplies by trips).  `xbytes` is the per-tile exchange-landing storage.
 
-`catalogue(g, op, device, limit)` returns the shortlist: the `limit` best
-estimates, always including the smallest-`mem_bytes` recipe and the
-exchange-storage extreme (smallest `xbytes`).  Results are cached by
-(op signature, device, limit); `CACHE_STATS` counts hits and misses.
+`catalogue(g, op, device, limit, packing)` returns the shortlist: the
+`limit` best estimates, always including the smallest-`mem_bytes` recipe and
+the exchange-storage extreme (smallest `xbytes`).  Estimates are against the
+canonical layout of `packing` (default "element"; recipe keys do not depend
+on it).  Results are cached by (op signature, device, limit, packing);
+`CACHE_STATS` counts hits and misses.
 """
 
 from __future__ import annotations
@@ -173,15 +175,17 @@ def op_signature(g: Graph, op: Op) -> tuple:
     return tuple(parts)
 
 
-def catalogue(g: Graph, op: Op, device: Device, limit: int = DEFAULT_LIMIT) -> tuple[Recipe, ...]:
-    """The shortlisted recipes of `op` in graph `g` (best estimate first)."""
-    key = (op_signature(g, op), device, limit)
+def catalogue(g: Graph, op: Op, device: Device, limit: int = DEFAULT_LIMIT,
+              packing: str = "element") -> tuple[Recipe, ...]:
+    """The shortlisted recipes of `op` in graph `g` (best estimate first),
+    estimated against the canonical layout of `packing` (plan.packing)."""
+    key = (op_signature(g, op), device, limit, packing)
     hit = _CACHE.get(key)
     if hit is not None:
         CACHE_STATS["hits"] += 1
         return hit
     CACHE_STATS["misses"] += 1
-    recipes = _generate(g, op, device)
+    recipes = _generate(g, op, device, packing)
     if not recipes:
         raise Unsupported(op.name, f"no recipe fits a {device.name} tile")
     out = shortlist(recipes, limit)
@@ -209,11 +213,12 @@ def find(recipes: tuple[Recipe, ...], key: str) -> Recipe:
     raise KeyError(f"recipe {key!r} not in catalogue {[r.key for r in recipes]}")
 
 
-def recipe_from_key(g: Graph, op: Op, device: Device, key: str) -> Recipe:
+def recipe_from_key(g: Graph, op: Op, device: Device, key: str,
+                    packing: str = "element") -> Recipe:
     """Any recipe of `op` by key, shortlisted or not (plans and proposals may
     name grids the enumeration skipped).  Raises KeyError for a key that does
     not parse, belongs to another family or does not fit the op/device."""
-    for r in _generate(g, op, device):
+    for r in _generate(g, op, device, packing):
         if r.key == key:
             return r
     family, _, rest = key.partition(":")
@@ -228,7 +233,7 @@ def recipe_from_key(g: Graph, op: Op, device: Device, key: str) -> Recipe:
         if 1 <= gm <= m and 1 <= gn <= n and 1 <= gk <= k and gm * gn * gk <= device.tiles:
             return _matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                   DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype],
-                                  op.bias is not None, device)
+                                  op.bias is not None, device, packing)
     if isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)) and family == "rows" \
             and len(grid) in (1, 2):
         rows, cols = view2d(g.tensor(op.inputs[0]).shape)
@@ -236,20 +241,20 @@ def recipe_from_key(g: Graph, op: Op, device: Device, key: str) -> Recipe:
         elementwise = isinstance(op, (Gelu, Add, Cast))
         if 1 <= grid[0] <= rows and 1 <= gc <= cols and (gc == 1 or elementwise) \
                 and math.ceil(rows / grid[0]) * gc <= device.tiles:
-            return _row_recipes(g, op, device, extra=grid)[-1]
+            return _row_recipes(g, op, device, packing, extra=grid)[-1]
     raise KeyError(f"op {op.name}: no recipe {key!r}")
 
 
-def _generate(g: Graph, op: Op, device: Device) -> list[Recipe]:
+def _generate(g: Graph, op: Op, device: Device, packing: str) -> list[Recipe]:
     budget = device.memory_size - device.support_bytes
     if isinstance(op, MatMul):
-        out = _matmul_recipes(g, op, device)
+        out = _matmul_recipes(g, op, device, packing)
     elif isinstance(op, BatchMatMul):
-        out = _bmm_recipes(g, op, device)
+        out = _bmm_recipes(g, op, device, packing)
     elif isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)):
-        out = _row_recipes(g, op, device)
+        out = _row_recipes(g, op, device, packing)
     elif isinstance(op, (SplitHeads, MergeHeads)):
-        out = [_heads_recipe(g, op, device)]
+        out = [_heads_recipe(g, op, device, packing)]
     else:
         raise Unsupported(op.kind, "no catalogue family")
     fits = [r for r in out if r.mem_bytes <= budget]
@@ -263,21 +268,23 @@ def _steps(n: int) -> list[int]:
     return sorted({min(s, n) for s in GRID_STEPS})
 
 
-def _canon_rpo(g: Graph, name: str, device: Device) -> int:
+def _canon_rpo(g: Graph, name: str, device: Device, packing: str) -> int:
     t = g.tensor(name)
     rows, cols = view2d(t.shape)
     return canonical_rows_per_owner(rows, cols, DTYPE_BYTES[t.dtype], device.element_bytes,
-                                    device.tiles)
+                                    device.tiles, packing)
 
 
-def canonical_bytes(rows: int, cols: int, elem: int, device: Device) -> int:
+def canonical_bytes(rows: int, cols: int, elem: int, device: Device,
+                    packing: str = "element") -> int:
     """Bytes of one canonical owner's row block of a rows × cols tensor of
-    `elem`-byte elements (default packing)."""
-    rpo = canonical_rows_per_owner(rows, cols, elem, device.element_bytes, device.tiles)
+    `elem`-byte elements under `packing`."""
+    rpo = canonical_rows_per_owner(rows, cols, elem, device.element_bytes, device.tiles,
+                                   packing)
     return rpo * cols * elem
 
 
-def _matmul_recipes(g: Graph, op: MatMul, device: Device) -> list[Recipe]:
+def _matmul_recipes(g: Graph, op: MatMul, device: Device, packing: str) -> list[Recipe]:
     a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     m, k = a.shape
     n = b.shape[1]
@@ -291,18 +298,20 @@ def _matmul_recipes(g: Graph, op: MatMul, device: Device) -> list[Recipe]:
             gn_max = min(n, tiles // (gm * gk))
             for gn in sorted({gn_max, max(1, gn_max // 2), max(1, gn_max // 4), 1}):
                 recipes.append(_matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
-                                              e_in, e_out, op.bias is not None, device))
+                                              e_in, e_out, op.bias is not None, device,
+                                              packing))
     return recipes
 
 
 def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str, out_dt: str,
-                   e_in: int, e_out: int, bias: bool, device: Device) -> Recipe:
+                   e_in: int, e_out: int, bias: bool, device: Device,
+                   packing: str = "element") -> Recipe:
     mb, kb, nb = math.ceil(m / gm), math.ceil(k / gk), math.ceil(n / gn)
     a_bytes, b_bytes = mb * kb * e_in, kb * nb * e_in
     # the a operand usually arrives as fp16 and is cast on the tile (cast after)
     a_wide = mb * kb * 2 if in_dt == "fp8" else 0
-    a_canon = canonical_bytes(m, k, 2 if in_dt == "fp8" else e_in, device)
-    out_canon = canonical_bytes(m, n, e_out, device)
+    a_canon = canonical_bytes(m, k, 2 if in_dt == "fp8" else e_in, device, packing)
+    out_canon = canonical_bytes(m, n, e_out, device, packing)
     phases = [max(a_canon, max(a_bytes, a_wide) + (nb * 2 if bias and gm > 1 else 0))]
     mem = a_bytes + a_wide + (b_bytes if gm > 1 else 0)
     xbytes = a_bytes + (b_bytes if gm > 1 else 0)
@@ -332,7 +341,7 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
     )
 
 
-def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
+def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str) -> list[Recipe]:
     a, _b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     bt, m, k = a.shape
     n = out.shape[2]
@@ -346,7 +355,8 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
         if math.ceil(bt / bg) <= tiles and (bg in (1, 2, 4, 8) or bg == bt
                                              or math.ceil(bt / bg) == tiles):
             grids.add((bg, 1))
-    recipes = [_bmm_split_recipe(op, bt, m, k, n, gr, gc, a.dtype, out.dtype, device)
+    recipes = [_bmm_split_recipe(op, bt, m, k, n, gr, gc, a.dtype, out.dtype, device,
+                                 packing)
                for gc in (2, 4, 8) if gc <= n
                for gr in sorted({min(m, tiles // (bt * gc)), min(m, tiles // (bt * gc)) // 2})
                if gr >= 1]
@@ -357,8 +367,8 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
                 _addr(device, 24), n * e_out, mb, k, n, DT_CODE[a.dtype], DT_CODE[out.dtype],
                 int(op.transpose_b), bg, mb * k * e, k * n * e, mb * n * e_out)
         compute = kernel_cycles(ids.BATCH_MATMUL, args, device)
-        phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device)),
-                  max(o_bytes, canonical_bytes(bt * m, n, e_out, device))]
+        phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
+                  max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
         xcyc = sum(exchange_cycles(p, device) for p in phases)
         recipes.append(Recipe(
             cycles=compute + xcyc, mem_bytes=a_bytes + b_bytes + o_bytes, key=f"bmm:{bg}x{gr}",
@@ -370,7 +380,7 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device) -> list[Recipe]:
 
 
 def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int, gc: int,
-                      in_dt: str, out_dt: str, device: Device) -> Recipe:
+                      in_dt: str, out_dt: str, device: Device, packing: str) -> Recipe:
     """bmm:1x<gr>x<gc>: one batch's row block × output column block per tile;
     the tile receives only its 1/gc of the other operand (keys for QKᵀ, value
     columns for PV) instead of the whole head."""
@@ -381,8 +391,8 @@ def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int,
             _addr(device, 24), nb * e_out, mb, k, nb, DT_CODE[in_dt], DT_CODE[out_dt],
             int(op.transpose_b), 1, mb * k * e, k * nb * e, mb * nb * e_out)
     compute = kernel_cycles(ids.BATCH_MATMUL, args, device)
-    phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device)),
-              max(o_bytes, canonical_bytes(bt * m, n, e_out, device))]
+    phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
+              max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
     xcyc = sum(exchange_cycles(p, device) for p in phases)
     return Recipe(
         cycles=compute + xcyc, mem_bytes=a_bytes + b_bytes + o_bytes, key=f"bmm:1x{gr}x{gc}",
@@ -393,7 +403,8 @@ def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int,
 
 
 def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
-                 device: Device, extra: tuple[int, ...] = ()) -> list[Recipe]:
+                 device: Device, packing: str, extra: tuple[int, ...] = ()
+                 ) -> list[Recipe]:
     """Row-parallel recipes (rows per owner); the elementwise ops (GELU, Add,
     Cast) also get grids of `workers` rows × column blocks, so every worker of
     a tile has a row even when rows are fewer than tiles.  With `extra`, only
@@ -402,8 +413,8 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
     x, out = g.tensor(x_name), g.tensor(op.outputs[0])
     rows, cols = view2d(x.shape)
     e_in, e_out = DTYPE_BYTES[x.dtype], DTYPE_BYTES[out.dtype]
-    canon_in = _canon_rpo(g, x_name, device)
-    canon_out = _canon_rpo(g, op.outputs[0], device)
+    canon_in = _canon_rpo(g, x_name, device, packing)
+    canon_out = _canon_rpo(g, op.outputs[0], device, packing)
     fastest = math.ceil(rows / device.tiles)
     options = {(canon_in, 1), (canon_out, 1), (fastest, 1)}
     r = fastest
@@ -445,9 +456,10 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
     return recipes
 
 
-def _heads_recipe(g: Graph, op: SplitHeads | MergeHeads, device: Device) -> Recipe:
+def _heads_recipe(g: Graph, op: SplitHeads | MergeHeads, device: Device,
+                  packing: str) -> Recipe:
     out = g.tensor(op.out)
-    rpo = _canon_rpo(g, op.out, device)
+    rpo = _canon_rpo(g, op.out, device, packing)
     cols = view2d(out.shape)[1]
     nbytes = rpo * cols * DTYPE_BYTES[out.dtype]
     xcyc = exchange_cycles(nbytes, device)

@@ -188,14 +188,15 @@ class _Generator:
         return sum(v for k, v in sorted(self.prof.items()) if k.startswith(prefix))
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
-        short = cat.catalogue(site.graph, site.op, self.device, self.limit)
+        packing = self.plan.packing
+        short = cat.catalogue(site.graph, site.op, self.device, self.limit, packing)
         key = self.plan.recipe(site.name)
         if key is None:
             return short, short[0]
         for r in short:
             if r.key == key:
                 return short, r
-        return short, cat.recipe_from_key(site.graph, site.op, self.device, key)
+        return short, cat.recipe_from_key(site.graph, site.op, self.device, key, packing)
 
     def op_gain(self, site: OpSite, cur: cat.Recipe, alt: cat.Recipe) -> int:
         est = site.trips * cur.cycles

@@ -29,7 +29,7 @@ def test_real_shortlist_keeps_extremes() -> None:
     g = planner.load_model("vit-tiny", layers=1)
     body = g.op("encoder").body  # type: ignore[attr-defined]
     op = body.op("mm_fc1")
-    every = cat._generate(body, op, dev)
+    every = cat._generate(body, op, dev, "element")
     out = cat.catalogue(body, op, dev, 2)
     assert 2 <= len(out) <= 4
     assert list(out) == sorted(out)
@@ -87,11 +87,36 @@ def test_elementwise_grid_recipes_split_columns() -> None:
     dev = simulator.load_device("c600")
     g = planner.load_model("siglip-so400m", layers=1)
     body = g.op("encoder").body  # type: ignore[attr-defined]
-    every = cat._generate(body, body.op("gelu"), dev)
+    every = cat._generate(body, body.op("gelu"), dev, "element")
     grids = [r for r in every if len(r.grid) == 2]
     assert grids and all(r.grid[0] <= dev.workers * 2 and r.tiles <= dev.tiles for r in grids)
     best = min(every)
     assert len(best.grid) == 2  # 729 rows < tiles: column blocks keep all workers busy
     assert cat.recipe_from_key(body, body.op("gelu"), dev, best.key) == best
     # row kernels that need whole rows never split columns
-    assert all(len(r.grid) == 1 for r in cat._generate(body, body.op("ln2"), dev))
+    assert all(len(r.grid) == 1 for r in cat._generate(body, body.op("ln2"), dev, "element"))
+
+
+def test_canonical_owner_bounds_the_moves_and_follows_packing() -> None:
+    """A move from (to) canonical costs at least the canonical owner's whole
+    block sent (received): 42 rows × 192 × 2 B on vit-tiny under the element
+    packing, one row under "rows"; a row op on its canonical owners moves
+    nothing but its LayerNorm parameters."""
+    dev = simulator.load_device("c600")
+    g = planner.load_model("vit-tiny", layers=1)
+    body = g.op("encoder").body  # type: ignore[attr-defined]
+    elem = cat.recipe_from_key(body, body.op("mm_q"), dev, "mm:4x8x1")
+    rows = cat.recipe_from_key(body, body.op("mm_q"), dev, "mm:4x8x1", "rows")
+    assert cat.canonical_bytes(197, 192, 2, dev) == 42 * 192 * 2
+    assert cat.canonical_bytes(197, 192, 2, dev, "rows") == 192 * 2
+    assert elem.compute_cycles == rows.compute_cycles
+    # a in (fp16 block before the cast), weight all-gather, out to canonical
+    a_wide = math.ceil(197 / 4) * 192 * 2
+    assert elem.exchange_cycles == (cat.exchange_cycles(max(42 * 384, a_wide + 24 * 2), dev)
+                                    + cat.exchange_cycles(192 * 24, dev)
+                                    + cat.exchange_cycles(42 * 384, dev))
+    assert rows.exchange_cycles < elem.exchange_cycles
+    ln_elem = cat.recipe_from_key(body, body.op("ln2"), dev, "rows:42")
+    ln_rows = cat.recipe_from_key(body, body.op("ln2"), dev, "rows:1", "rows")
+    assert ln_elem.syncs == ln_rows.syncs == 1  # gamma/beta only
+    assert cat.recipe_from_key(body, body.op("ln2"), dev, "rows:1").syncs == 3
