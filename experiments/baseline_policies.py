@@ -107,6 +107,11 @@ def measure(model: str, layers: int, batch: int, policy: str, device_name: str) 
                live_bytes=int(res.built.allocation.peak_live.sum()), seconds=secs)
 
 
+def _secs(s: float) -> str:
+    """Wall seconds: one decimal, two below a second (small-variant plans)."""
+    return f"{s:.1f}" if s >= 1 else f"{s:.2f}"
+
+
 HEADER = ("model", "layers", "batch", "policy", "result", "cycles", "fp8 roofline",
           "peak tile bytes", "live tensor bytes", "plan s")
 
@@ -114,9 +119,9 @@ HEADER = ("model", "layers", "batch", "policy", "result", "cycles", "fp8 rooflin
 def cells(r: Row) -> tuple[str, ...]:
     head = (r.model, str(r.layers), str(r.batch), r.policy)
     if not r.ok:
-        return (*head, f"FAIL {r.stage}", "-", "-", "-", "-", f"{r.seconds:.1f}")
+        return (*head, f"FAIL {r.stage}", "-", "-", "-", "-", _secs(r.seconds))
     return (*head, "ok", f"{r.cycles:,}", f"{100 * r.roofline:.2f}%", f"{r.peak_bytes:,}",
-            f"{r.live_bytes:,}", f"{r.seconds:.1f}")
+            f"{r.live_bytes:,}", _secs(r.seconds))
 
 
 def markdown(rows: Sequence[Row]) -> str:

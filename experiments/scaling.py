@@ -163,6 +163,11 @@ def sweep(setup: Setup, pl: Planner) -> list[tuple[str, Point]]:
     return rows
 
 
+def _secs(s: float) -> str:
+    """Wall seconds: one decimal, two below a second (small-variant plans)."""
+    return f"{s:.1f}" if s >= 1 else f"{s:.2f}"
+
+
 HEADER = ("sweep", "model", "layers", "batch", "tiles", "result", "cycles", "fp8 roofline",
           "peak tile bytes", "plan s")
 
@@ -170,9 +175,9 @@ HEADER = ("sweep", "model", "layers", "batch", "tiles", "result", "cycles", "fp8
 def cells(name: str, p: Point) -> tuple[str, ...]:
     head = (name, p.model, str(p.layers), str(p.batch), str(p.tiles))
     if not p.ok:
-        return (*head, f"FAIL {p.stage}", "-", "-", "-", f"{p.seconds:.1f}")
+        return (*head, f"FAIL {p.stage}", "-", "-", "-", _secs(p.seconds))
     return (*head, "ok", f"{p.cycles:,}", f"{100 * p.roofline:.2f}%", f"{p.peak_bytes:,}",
-            f"{p.seconds:.1f}")
+            _secs(p.seconds))
 
 
 def report(rows: Sequence[tuple[str, Point]]) -> str:
