@@ -146,7 +146,8 @@ def row_kernel_cycles(kind: str, rows: int, cols: int, in_dt: str, out_dt: str,
     dx, dy = DT_CODE[in_dt], DT_CODE[out_dt]
     args: tuple[int, ...]
     if kind == "LayerNorm":
-        args = (x, ldx, p, p + cols * 2, y, ldy, rows, cols, 0)
+        # gamma and beta in separate elements, as the allocator places them
+        args = (x, ldx, p, _addr(device, 36), y, ldy, rows, cols, 0)
         kid = ids.LAYERNORM
     elif kind == "Gelu":
         args, kid = (x, ldx, y, ldy, rows, cols), ids.GELU

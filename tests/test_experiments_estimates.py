@@ -46,3 +46,6 @@ def test_rows_account_for_the_simulated_cycles() -> None:
     assert summary["MatMul"][4] == f"{ratio:.2f}"
     # the canonical-owner bound keeps the matmul estimates within 2x of measured
     assert 0.5 <= ratio <= 2.0
+    # LayerNorm's own steps are its kernel model exactly (gamma and beta in
+    # separate elements on both sides: no conflict penalty in the estimate)
+    assert summary["LayerNorm"][5] == "1.00"
