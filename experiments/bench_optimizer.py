@@ -23,10 +23,11 @@ deterministic, so no seed is involved.
 
 `--scratch` expands every build from scratch instead of resuming from the
 longest common lowered-step prefix of a recent expansion (the A/B baseline
-of incremental expansion; both give identical packages).
+of incremental expansion; both give identical packages); `--compare` runs
+each case both ways in one process.
 
 Usage: python experiments/bench_optimizer.py [--small] [--jobs N]
-       [--executor process|thread] [--scratch] [--out PATH]
+       [--executor process|thread] [--scratch | --compare] [--out PATH]
 Writes the table to artifacts/bench_optimizer.txt (or PATH) and prints it.
 """
 
@@ -87,6 +88,28 @@ def table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
+def fresh(scratch: bool) -> None:
+    """Empty the optimizer's build caches and the recent expansions;
+    `scratch`: keep no expansions (every build expands from scratch)."""
+    cache.SHARED = cache.BuildCache()
+    expand.RECENT = expand.PrefixStore(0 if scratch else expand.PrefixStore().max_entries)
+
+
+def compare(cases: tuple[tuple[str, int], ...], device: Device, steps: int) -> str:
+    """Serial rows of every case from scratch and then incremental, in this
+    process (same code, same machine load period): the A/B of incremental
+    expansion.  Both must reach the same final cycles."""
+    rows = []
+    for model, layers in cases:
+        for scratch in (True, False):
+            fresh(scratch)
+            row = bench_case(model, layers, device, steps, 1)
+            tag = "scratch" if scratch else "incremental"
+            rows.append((row[0] + f" ({tag})", *row[1:]))
+    return f"local optimizer on {DEVICE}, serial, expansion from scratch vs incremental\n" \
+        + table(rows)
+
+
 def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="run SMALL_CASES with SMALL_STEPS")
@@ -95,13 +118,20 @@ def main(argv: list[str] | None = None) -> str:
                     help="speculative builds in processes (default) or threads")
     ap.add_argument("--scratch", action="store_true",
                     help="expand every build from scratch (no incremental expansion)")
+    ap.add_argument("--compare", action="store_true",
+                    help="each case from scratch, then incremental, in this one process")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     device = load_device(DEVICE)
     cases, steps = (SMALL_CASES, SMALL_STEPS) if args.small else (CASES, STEPS)
     bench_case(*WARMUP, device, 0, 1)  # numba compiles (or loads its cache), untimed
-    cache.SHARED = cache.BuildCache()
-    expand.RECENT = expand.PrefixStore(0 if args.scratch else expand.RECENT.max_entries)
+    if args.compare:
+        text = compare(cases, device, steps)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+        print(text)
+        return text
+    fresh(args.scratch)
     if args.executor == "thread" and args.jobs > 1:
         with ThreadPoolExecutor(args.jobs) as pool:
             rows = [bench_case(m, n, device, steps, args.jobs, pool) for m, n in cases]
