@@ -22,10 +22,12 @@ Kinds (`KINDS`):
   smaller of the measured canonical redistribution (`canon <tensor>`) and
   the consumer's conversion from canonical (`to <tensor>@…`); 0 when the
   consumer reads the canonical layout as is.
-- `cast`: cast before redistribution (early casting) for one absorbed Cast.
-  Gain = measured cast cycles − a catalogue estimate of the cast on the
-  canonical owners + half the exchange payload of the moves that carried the
-  wide value.
+- `cast`: cast before redistribution (early casting) for one absorbed Cast,
+  run on its input's canonical owners (recipe `rows:<canonical rows per
+  owner>`).  Gain = measured cast cycles − the catalogue estimate of that
+  recipe (compute + the move of the result to its canonical layout) + the
+  narrowed share of the exchange payload of the moves that carried the wide
+  value.
 - `packing`: another canonical packing ("element"/"half"/"double"/"rows").
   Every move to or from a canonical layout (`canon <t>`, `to <t>@…`) is
   bound by the canonical owners' bytes, which scale with the canonical rows
@@ -275,15 +277,20 @@ class _Generator:
             rpo = canonical_rows_per_owner(rows, cols, DTYPE_BYTES[x.dtype],
                                            self.device.element_bytes, self.device.tiles,
                                            self.plan.packing)
-            early = site.trips * cat.row_kernel_cycles("Cast", rpo, cols, x.dtype, y.dtype,
-                                                       self.device)
+            # on its input's canonical owners (no move in); the estimate
+            # includes the move of the narrow result to its own canonical
+            # layout where that differs (element packing: twice the rows)
+            key = f"rows:{rpo}"
+            early = site.trips * cat.recipe_from_key(site.graph, site.op, self.device, key,
+                                                     self.plan.packing).cycles
             moved = self.measured_prefix(f"to {site.scope}{site.op.x}@")
             sync = self.device.sync_cycles
             payload = max(0, moved - sync * site.trips)
             narrow = 1 - DTYPE_BYTES[y.dtype] / DTYPE_BYTES[x.dtype]
             gain = measured - early + int(payload * narrow)
             out.append(Proposal("cast", f"cast {site.name} before redistribution", gain,
-                                self.plan.with_cast_order(site.name, "before")))
+                                self.plan.with_cast_order(site.name, "before")
+                                .with_recipe(site.name, key)))
         return out
 
     def canonical_moves(self) -> list[tuple[int, int, int, int]]:

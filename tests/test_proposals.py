@@ -200,3 +200,24 @@ def test_packing_moves_canonical_row_ops_along() -> None:
         else:
             assert prop.plan.recipe(name) == key
     assert moved >= 3  # add_pos, add_attn, add_mlp run on the canonical owners
+
+
+def test_cast_proposal_runs_the_cast_on_its_canonical_owners(micro_graph: Graph,
+                                                             incumbent: Incumbent) -> None:
+    """Early casting pins the Cast to its input's canonical owners, so the
+    wide value does not move before it is narrowed."""
+    from planner.graph import DTYPE_BYTES
+    from planner.layout import canonical_rows_per_owner, view2d
+
+    props = proposals(micro_graph, TINY, incumbent.plan, profile(incumbent), kinds=("cast",))
+    assert props
+    sites = {s.name: s for s in op_sites(micro_graph)}
+    for p in props:
+        name = p.description.removeprefix("cast ").removesuffix(" before redistribution")
+        x = sites[name].graph.tensor(sites[name].op.inputs[0])
+        rows, cols = view2d(x.shape)
+        rpo = canonical_rows_per_owner(rows, cols, DTYPE_BYTES[x.dtype], TINY.element_bytes,
+                                       TINY.tiles, incumbent.plan.packing)
+        assert p.plan.cast_before(name) and p.plan.recipe(name) == f"rows:{rpo}"
+        text = lower(micro_graph, TINY, p.plan).describe()
+        assert f"compute {name} [rows:{rpo}]" in text
