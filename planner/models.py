@@ -31,7 +31,6 @@ fp32→fp32): the reference-only variant the float64 cross-check uses.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from planner.graph import (
     Tensor,
     make_graph,
 )
+from simulator.config import Limits, check_fields, read_toml
 
 ZOO_DIR = Path(__file__).resolve().parent / "zoo"
 PRECISIONS = ("fp8", "fp32")
@@ -84,7 +84,7 @@ class ModelConfig:
 
 
 # field -> (type, minimum, maximum)
-_LIMITS: dict[str, tuple[type, float, float]] = {
+_LIMITS: Limits = {
     "hidden": (int, 1, 1 << 16),
     "heads": (int, 1, 1 << 10),
     "mlp": (int, 1, 1 << 18),
@@ -102,27 +102,7 @@ def parse_config(data: dict[str, Any], source: str) -> ModelConfig:
     """Validate a model table; ConfigError names `source` and the field."""
     if not isinstance(data, dict):
         raise ConfigError(source, "model", "must be a table", type(data).__name__)
-    known = {"name", *_LIMITS}
-    for key in sorted(data):
-        if key not in known:
-            raise ConfigError(source, key, f"unknown field; expected one of {sorted(known)}")
-    merged = {**_DEFAULTS, **data}
-    for key in ["name", *_LIMITS]:
-        if key not in merged:
-            raise ConfigError(source, key, "missing")
-    name = merged["name"]
-    if not isinstance(name, str) or not name:
-        raise ConfigError(source, "name", "must be a non-empty string", name)
-    values: dict[str, Any] = {"name": name}
-    for key, (kind, lo, hi) in _LIMITS.items():
-        v = merged[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(source, key, f"must be {kind.__name__}", v)
-        if kind is int and not isinstance(v, int):
-            raise ConfigError(source, key, "must be an integer", v)
-        if not lo <= v <= hi:
-            raise ConfigError(source, key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
-        values[key] = kind(v)
+    values = check_fields(data, source, _LIMITS, _DEFAULTS)
     if values["hidden"] % values["heads"]:
         raise ConfigError(
             source, "heads", f"must divide hidden ({values['hidden']})", values["heads"]
@@ -137,21 +117,8 @@ def zoo_names() -> list[str]:
 
 def load_config(name_or_path: str | Path) -> ModelConfig:
     """Read a zoo model by name or a user TOML by path (ConfigError if bad)."""
-    text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith(".toml") or path.exists()):
-        path = ZOO_DIR / f"{text}.toml"
-        if not path.exists():
-            raise ConfigError(text, "model", f"no such zoo model or file; zoo: {zoo_names()}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        raise ConfigError(str(path), "model", "file not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not a text file: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not valid TOML: {e}") from None
-    return parse_config(data, str(path))
+    data, source = read_toml(name_or_path, ZOO_DIR, "model", "zoo model", "zoo")
+    return parse_config(data, source)
 
 
 def load_model(

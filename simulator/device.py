@@ -8,13 +8,13 @@ or out-of-range field raises `ConfigError` naming the file and the field.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernels.exceptions import ConfigError
 from kernels.tile import TileDesc
+from simulator.config import Limits, check_fields, read_toml
 
 PRESET_DIR = Path(__file__).resolve().parent / "devices"
 
@@ -80,7 +80,7 @@ class Device:
 
 
 # field -> (type, minimum, maximum); ints must be ints, floats accept ints.
-_LIMITS: dict[str, tuple[type, float, float]] = {
+_LIMITS: Limits = {
     "tiles": (int, 1, 1 << 20),
     "clock_hz": (float, 1e6, 1e11),
     "memory_base": (int, 0, 1 << 40),
@@ -104,26 +104,7 @@ _LIMITS: dict[str, tuple[type, float, float]] = {
 
 
 def _validate(data: dict[str, Any], source: str) -> Device:
-    known = {"name", *_LIMITS}
-    for key in sorted(data):
-        if key not in known:
-            raise ConfigError(source, key, f"unknown field; expected one of {sorted(known)}")
-    for key in ["name", *_LIMITS]:
-        if key not in data:
-            raise ConfigError(source, key, "missing")
-    name = data["name"]
-    if not isinstance(name, str) or not name:
-        raise ConfigError(source, "name", "must be a non-empty string", name)
-    values: dict[str, Any] = {"name": name}
-    for key, (kind, lo, hi) in _LIMITS.items():
-        v = data[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(source, key, f"must be {kind.__name__}", v)
-        if kind is int and not isinstance(v, int):
-            raise ConfigError(source, key, "must be an integer", v)
-        if not lo <= v <= hi:
-            raise ConfigError(source, key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
-        values[key] = kind(v)
+    values = check_fields(data, source, _LIMITS)
     align = values["alignment"]
     if values["memory_size"] % align or values["memory_base"] % align:
         raise ConfigError(source, "alignment", "memory_base and memory_size must be multiples",
@@ -144,20 +125,7 @@ def load_device(name_or_path: str | Path) -> Device:
 
     Raises ConfigError naming the file and field on any bad input.
     """
-    text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith(".toml") or path.exists()):
-        path = PRESET_DIR / f"{text}.toml"
-        if not path.exists():
-            raise ConfigError(text, "device", f"no such preset or file; presets: {preset_names()}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        raise ConfigError(str(path), "device", "file not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not a text file: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not valid TOML: {e}") from None
+    data, source = read_toml(name_or_path, PRESET_DIR, "device")
     if "device" in data and isinstance(data["device"], dict) and len(data) == 1:
         data = data["device"]
-    return _validate(data, str(path))
+    return _validate(data, source)

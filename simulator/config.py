@@ -1,0 +1,80 @@
+"""Reading and validating the flat TOML tables of devices and models.
+
+Both the device presets (simulator/devices) and the model zoo (planner/zoo)
+are flat tables of a non-empty `name` plus numeric fields with a type and a
+range.  Every problem raises `ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from kernels.exceptions import ConfigError
+
+# field -> (type, minimum, maximum); int fields must be ints, float fields accept ints.
+Limits = dict[str, tuple[type, float, float]]
+
+
+def read_toml(
+    name_or_path: str | Path, preset_dir: Path, what: str, preset: str = "preset",
+    shelf: str = "presets",
+) -> tuple[dict, str]:
+    """The table of a preset name (`<preset_dir>/<name>.toml`) or a TOML path.
+
+    Returns (table, source) where source names the file for later errors.
+    `what` ("device", "model") names the field of a missing preset or file;
+    `preset`/`shelf` word the message ("no such zoo model or file; zoo: [...]").
+    """
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith(".toml") or path.exists()):
+        path = preset_dir / f"{text}.toml"
+        if not path.exists():
+            shipped = sorted(p.stem for p in preset_dir.glob("*.toml"))
+            raise ConfigError(text, what, f"no such {preset} or file; {shelf}: {shipped}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(str(path), what, "file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), "toml", f"not a text file: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), "toml", f"not valid TOML: {e}") from None
+    return data, str(path)
+
+
+def check_fields(
+    data: Any, source: str, limits: Limits, defaults: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate `name` + the numeric `limits` fields of a flat table.
+
+    Unknown, missing (after `defaults`), mistyped and out-of-range fields
+    raise ConfigError(source, field, ...).  Returns the values converted to
+    their declared types, `name` first.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(source, "table", "must be a table", type(data).__name__)
+    known = {"name", *limits}
+    for key in sorted(data):
+        if key not in known:
+            raise ConfigError(source, key, f"unknown field; expected one of {sorted(known)}")
+    merged = {**(defaults or {}), **data}
+    for key in ["name", *limits]:
+        if key not in merged:
+            raise ConfigError(source, key, "missing")
+    name = merged["name"]
+    if not isinstance(name, str) or not name:
+        raise ConfigError(source, "name", "must be a non-empty string", name)
+    values: dict[str, Any] = {"name": name}
+    for key, (kind, lo, hi) in limits.items():
+        v = merged[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(source, key, f"must be {kind.__name__}", v)
+        if kind is int and not isinstance(v, int):
+            raise ConfigError(source, key, "must be an integer", v)
+        if not lo <= v <= hi:
+            raise ConfigError(source, key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
+        values[key] = kind(v)
+    return values
