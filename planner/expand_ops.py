@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kernels import ids
 from planner.expand_redist import Loc, loc_bufs, ref
 from planner.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
-from planner.program import NARGS, Phase, Transfer, Vertex
+from planner.program import NARGS, Phase, Transfer, Vertex, Xfers
 
 if TYPE_CHECKING:
     from planner.expand import Expander
@@ -94,7 +94,7 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
                                           {0: pa[i * gk + l][j], 2: pb[l * gn + j][i]},
                                           {4: parts[i, j, l]}))
     ctx.emit(mm)
-    xch = Phase("exchange", f"{label} partial sums")
+    sums: list[Transfer] = []
     red = Phase("compute", f"{label} reduce")
     for i in range(gm):
         m0, m1 = a.row_cuts[i], a.row_cuts[i + 1]
@@ -108,7 +108,7 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
                 land = ctx.prog.new_buf(tile, gk * block, "exchange-landing",
                                         f"{label}:land{ri}.{j}")
                 for l in range(gk):
-                    xch.transfers.append(Transfer(ref(0, parts[i, j, l], (r0 - m0) * w * 4),
+                    sums.append(Transfer(ref(0, parts[i, j, l], (r0 - m0) * w * 4),
                                                   ref(1, (land, 0, 0, ()), l * block), block))
                 reads = {0: (land, 0, 0, ())}
                 if pbias is not None:
@@ -117,7 +117,7 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
                         8: DT[ov.dtype]}
                 red.vertices.append(vertex(tile, ids.REDUCE, args, reads,
                                            {4: po[ri * gn + j][0]}))
-    ctx.emit(xch)
+    ctx.emit(Phase("exchange", f"{label} partial sums", transfers=Xfers.of(sums)))
     ctx.emit(red)
 
 

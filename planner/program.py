@@ -18,7 +18,10 @@ allocator read them.  Buffer ids are dense indices into `Program.bufs`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 # buffer kinds a builder may create; code / exchange-table / support buffers are
 # created by the linker, never by expand.
@@ -98,26 +101,153 @@ class Transfer:
     nbytes: int
 
 
+Seq = tuple[tuple[int, int], ...]
+_COLUMNS = ("src_buf", "src_off", "src_stride", "dst_buf", "dst_off", "dst_stride", "nbytes")
+
+
+def _column(values: object, n: int | None = None) -> np.ndarray:
+    a = np.ascontiguousarray(values, dtype=np.int64).reshape(-1 if n is None else n)
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Xfers:
+    """Transfers as columns (one int64 array per `Ref`/`Transfer` field, all
+    of one length): row i moves `nbytes[i]` bytes from `src_buf[i]` +
+    `src_off[i]` (+ i·`src_stride[i]` at Repeat iteration i) to the `dst_*`
+    side.  Exchange phases hold 10⁴–10⁶ transfers; as columns, schedule,
+    allocate and link work on them with numpy instead of per-object Python.
+
+    `seq` lists the rows whose source or destination has a per-iteration
+    `seq` (ping-pong loop carries): (row, src seq, dst seq), rows ascending,
+    `()` for a side without one; such a row's `*_buf`/`*_off` hold iteration
+    0 (as `Ref.buf`/`Ref.offset` do).  Arrays are read-only.  Iterating
+    yields equivalent `Transfer` objects (source `arg` 0, destination 1)."""
+
+    src_buf: np.ndarray
+    src_off: np.ndarray
+    src_stride: np.ndarray
+    dst_buf: np.ndarray
+    dst_off: np.ndarray
+    dst_stride: np.ndarray
+    nbytes: np.ndarray
+    seq: tuple[tuple[int, Seq, Seq], ...] = ()
+
+    @staticmethod
+    def columns(src_buf: object, src_off: object, dst_buf: object, dst_off: object,
+                nbytes: object, src_stride: object = 0, dst_stride: object = 0,
+                seq: tuple[tuple[int, Seq, Seq], ...] = ()) -> Xfers:
+        """From array-likes (scalars broadcast to the length of `nbytes`)."""
+        nb = _column(nbytes)
+        n = nb.shape[0]
+        cols = [_column(np.broadcast_to(np.asarray(c, dtype=np.int64), (n,)), n)
+                for c in (src_buf, src_off, src_stride, dst_buf, dst_off, dst_stride)]
+        return Xfers._make(cols + [nb], tuple(seq))
+
+    @staticmethod
+    def _make(cols: list[np.ndarray], seq: tuple[tuple[int, Seq, Seq], ...]) -> Xfers:
+        sb, so, ss, db, do, ds, nb = cols
+        return Xfers(sb, so, ss, db, do, ds, nb, seq)
+
+    @staticmethod
+    def empty() -> Xfers:
+        return Xfers.columns([], [], [], [], [])
+
+    @staticmethod
+    def of(transfers: Iterable[Transfer]) -> Xfers:
+        """From Transfer objects (tests, small hand-built programs)."""
+        items = list(transfers)
+        seq = tuple((i, t.src.seq, t.dst.seq) for i, t in enumerate(items)
+                    if t.src.seq or t.dst.seq)
+        return Xfers.columns(
+            [t.src.buf for t in items], [t.src.offset for t in items],
+            [t.dst.buf for t in items], [t.dst.offset for t in items],
+            [t.nbytes for t in items], [t.src.iter_stride for t in items],
+            [t.dst.iter_stride for t in items], seq)
+
+    @staticmethod
+    def concat(parts: Sequence[Xfers]) -> Xfers:
+        """The rows of `parts` in order (seq rows renumbered)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return Xfers.empty()
+        if len(parts) == 1:
+            return parts[0]
+        cols = [_column(np.concatenate([getattr(p, c) for p in parts])) for c in _COLUMNS]
+        seq: list[tuple[int, Seq, Seq]] = []
+        base = 0
+        for p in parts:
+            seq += [(i + base, s, d) for i, s, d in p.seq]
+            base += len(p)
+        return Xfers._make(cols, tuple(seq))
+
+    def __len__(self) -> int:
+        return int(self.nbytes.shape[0])
+
+    def __iter__(self) -> Iterator[Transfer]:
+        seqs = {i: (s, d) for i, s, d in self.seq}
+        cols = [getattr(self, c).tolist() for c in _COLUMNS]
+        for i, (sb, so, ss, db, do, ds, nb) in enumerate(zip(*cols, strict=True)):
+            s, d = seqs.get(i, ((), ()))
+            yield Transfer(Ref(0, sb, so, ss, s), Ref(1, db, do, ds, d), nb)
+
+    def __getitem__(self, i: int) -> Transfer:
+        return next(iter(self.take(np.asarray([i]))))
+
+    def take(self, rows: np.ndarray) -> Xfers:
+        """The rows `rows` (int indices, in the given order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        where = {int(r): k for k, r in enumerate(rows.tolist())}
+        seq = tuple(sorted((where[i], s, d) for i, s, d in self.seq if i in where))
+        return Xfers._make([_column(getattr(self, c)[rows]) for c in _COLUMNS], seq)
+
+    def reads(self) -> set[int]:
+        """Every buffer read over all iterations (a seq row's `src_buf` is
+        its iteration-0 buffer, itself in the seq)."""
+        out = set(np.unique(self.src_buf).tolist())
+        for _, s, _ in self.seq:
+            out.update(b for b, _ in s)
+        return out
+
+    def writes(self) -> set[int]:
+        """Every buffer written over all iterations."""
+        out = set(np.unique(self.dst_buf).tolist())
+        for _, _, d in self.seq:
+            out.update(b for b, _ in d)
+        return out
+
+    @property
+    def iterated(self) -> bool:
+        """True when any row's address changes with the Repeat iteration."""
+        return bool(self.seq) or bool(self.src_stride.any()) or bool(self.dst_stride.any())
+
+
 @dataclass(slots=True)
 class Phase:
     """A group of vertices (kind "compute") or transfers (kind "exchange") that
     may run in one superstep: no byte is written by one member and touched by
-    another.  `label` says which op or conversion produced it (for reports)."""
+    another.  `label` says which op or conversion produced it (for reports).
+    `transfers` may be given as Transfer objects; it is stored as `Xfers`."""
 
     kind: str
     label: str
     vertices: list[Vertex] = field(default_factory=list)
-    transfers: list[Transfer] = field(default_factory=list)
+    transfers: Xfers = field(default_factory=Xfers.empty)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.transfers, Xfers):
+            self.transfers = Xfers.of(self.transfers)
 
     def reads(self) -> set[int]:
         if self.kind == "compute":
             return {b for v in self.vertices for b in v.reads}
-        return {b for t in self.transfers for b in t.src.buffers()}
+        return self.transfers.reads()
 
     def writes(self) -> set[int]:
         if self.kind == "compute":
             return {b for v in self.vertices for b in v.writes}
-        return {b for t in self.transfers for b in t.dst.buffers()}
+        return self.transfers.writes()
 
 
 @dataclass(frozen=True, slots=True)

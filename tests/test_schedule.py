@@ -7,7 +7,7 @@ from handprog import copy_vertex, loop_program
 
 from kernels.exceptions import BuildFailure
 from kernels.ids import REDUCE
-from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex
+from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
 from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, schedule
 
 
@@ -65,7 +65,7 @@ def test_reduction_not_delayed_past_dependent_exchange() -> None:
     r = 1  # buffer "r" is id 1: make the exchange read it
     ex = p.items[1]
     assert isinstance(ex, Phase)
-    ex.transfers[0] = Transfer(Ref(1, r), ex.transfers[0].dst, 64)
+    ex.transfers = Xfers.of([Transfer(Ref(1, r), ex.transfers[0].dst, 64)])
     s = schedule(p, reduction_overlap=True)
     # the exchange stays after the reduction; the independent copy overlaps it instead
     assert [st.kind for st in s.steps] == [COMPUTE, EXCHANGE]
