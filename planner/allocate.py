@@ -120,8 +120,8 @@ def _touches(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     keep = np.ones(x.step.size, dtype=bool)
     keep[x.seq] = False
     for i in x.seq.tolist():
-        t, s = x.items[i], int(x.step[i])
-        for r, into_b, into_s in ((t.src, rb, rs), (t.dst, wb, ws)):
+        (src, dst), s = x.refs(i), int(x.step[i])
+        for r, into_b, into_s in ((src, rb, rs), (dst, wb, ws)):
             bs = r.buffers()
             into_b.extend(bs)
             into_s.extend([s] * len(bs))

@@ -136,11 +136,11 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     used[ts] = True
     used[td] = True
     for i in x.seq.tolist():
-        t = x.items[i]
-        if t.src.seq:
-            _reserve_table(tables, table_bytes, int(ts[i]), t.src, trips_at(int(x.step[i])))
-        if t.dst.seq:
-            _reserve_table(tables, table_bytes, int(td[i]), t.dst, trips_at(int(x.step[i])))
+        src, dst = x.refs(i)
+        if src.seq:
+            _reserve_table(tables, table_bytes, int(ts[i]), src, trips_at(int(x.step[i])))
+        if dst.seq:
+            _reserve_table(tables, table_bytes, int(td[i]), dst, trips_at(int(x.step[i])))
     kcode = np.zeros(tiles, dtype=np.int64)
     for tile, kid in sorted(kernel_pairs):
         kcode[tile] += _kernel_code_bytes(kid)
@@ -313,11 +313,11 @@ def link(
         base = x_src_addr[idx] if target == PATCH_XFER_SRC else x_dst_addr[idx]
         patches.arith_rows(target, idx, loop_of[x.step[idx]], base, stride[idx])
     for i in x.seq.tolist():
-        t, s = x.items[i], int(x.step[i])
-        if t.src.seq:
-            x_src_addr[i] = resolve(t.src, s, int(x_src_tile[i]), PATCH_XFER_SRC, i, 0)
-        if t.dst.seq:
-            x_dst_addr[i] = resolve(t.dst, s, int(x_dst_tile[i]), PATCH_XFER_DST, i, 0)
+        (src, dst), s = x.refs(i), int(x.step[i])
+        if src.seq:
+            x_src_addr[i] = resolve(src, s, int(x_src_tile[i]), PATCH_XFER_SRC, i, 0)
+        if dst.seq:
+            x_dst_addr[i] = resolve(dst, s, int(x_dst_tile[i]), PATCH_XFER_DST, i, 0)
 
     i64 = np.int64
     a: dict[str, np.ndarray] = {

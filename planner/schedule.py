@@ -31,12 +31,12 @@ Empty phases are dropped (an empty exchange would still pay a sync).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kernels.exceptions import BuildFailure
-from planner.program import LoopMark, Phase, Program, Transfer, Vertex
+from planner.program import LoopMark, Phase, Program, Ref, Seq, Vertex, Xfers
 
 COMPUTE = "compute"
 EXCHANGE = "exchange"
@@ -59,23 +59,25 @@ REDUCE_KERNEL = 3
 class Step:
     """One superstep.  `match` is the index of the partner loop mark (at
     REPEAT_BEGIN / REPEAT_END), -1 otherwise; `trips` is set at REPEAT_BEGIN.
-    `labels` name the phases merged into the step, in program order."""
+    `labels` name the phases merged into the step, in program order;
+    `transfers` holds the rows of the merged exchange phases in that order."""
 
     kind: str
     labels: tuple[str, ...]
     vertices: tuple[Vertex, ...] = ()
-    transfers: tuple[Transfer, ...] = ()
+    transfers: Xfers = field(default_factory=Xfers.empty)
     trips: int = 0
     match: int = -1
 
 
 @dataclass(frozen=True, eq=False)
 class XferArrays:
-    """All transfers of a schedule in step order, as int64 arrays [X]: the
-    owning step, source and destination buffer, byte offset and `iter_stride`
-    (`Ref.buf`/`offset`/`iter_stride`) and bytes.  `seq` lists the indices
-    whose source or destination has a per-iteration `seq` (found only in
-    `items`, the Transfer objects; their `*_buf`/`*_off` are not iteration 0)."""
+    """All transfers of a schedule in step order, as read-only int64 arrays
+    [X]: the owning step, then the `Xfers` columns (source and destination
+    buffer, byte offset and `iter_stride`, bytes).  `seq` holds the indices
+    (ascending) of the rows whose source or destination has a per-iteration
+    `seq`, and `seq_refs` their (source seq, destination seq), `()` for a
+    side without one; such a row's `*_buf`/`*_off` hold iteration 0."""
 
     step: np.ndarray
     src_buf: np.ndarray
@@ -86,33 +88,29 @@ class XferArrays:
     src_stride: np.ndarray
     dst_stride: np.ndarray
     seq: np.ndarray
-    items: tuple[Transfer, ...]
+    seq_refs: tuple[tuple[Seq, Seq], ...]
+
+    def refs(self, i: int) -> tuple[Ref, Ref]:
+        """Source (arg 0) and destination (arg 1) `Ref` of row `i` (for the
+        few `seq` rows; any row works)."""
+        k = int(np.searchsorted(self.seq, i))
+        s, d = self.seq_refs[k] if k < self.seq.size and self.seq[k] == i else ((), ())
+        return (Ref(0, int(self.src_buf[i]), int(self.src_off[i]), int(self.src_stride[i]), s),
+                Ref(1, int(self.dst_buf[i]), int(self.dst_off[i]), int(self.dst_stride[i]), d))
 
 
 def transfer_arrays(steps: tuple[Step, ...]) -> XferArrays:
-    """Flatten the transfers of `steps` (one pass; the back end's hot lists)."""
-    items = tuple(t for st in steps for t in st.transfers)
-    n = len(items)
+    """Concatenate the transfer columns of `steps` (the back end's hot lists)."""
     counts = np.fromiter((len(st.transfers) for st in steps), dtype=np.int64, count=len(steps))
-    src = [t.src for t in items]
-    dst = [t.dst for t in items]
-
-    def col(values: list[int]) -> np.ndarray:
-        return np.asarray(values, dtype=np.int64).reshape(n)
-
-    seq = [i for i, (a, b) in enumerate(zip(src, dst, strict=True)) if a.seq or b.seq]
-    return XferArrays(
-        step=np.repeat(np.arange(len(steps), dtype=np.int64), counts),
-        src_buf=col([r.buf for r in src]),
-        src_off=col([r.offset for r in src]),
-        dst_buf=col([r.buf for r in dst]),
-        dst_off=col([r.offset for r in dst]),
-        nbytes=col([t.nbytes for t in items]),
-        src_stride=col([r.iter_stride for r in src]),
-        dst_stride=col([r.iter_stride for r in dst]),
-        seq=np.asarray(seq, dtype=np.int64),
-        items=items,
-    )
+    x = Xfers.concat([st.transfers for st in steps])
+    step = np.repeat(np.arange(len(steps), dtype=np.int64), counts)
+    step.flags.writeable = False
+    seq = np.asarray([i for i, _, _ in x.seq], dtype=np.int64)
+    seq.flags.writeable = False
+    return XferArrays(step=step, src_buf=x.src_buf, src_off=x.src_off, dst_buf=x.dst_buf,
+                      dst_off=x.dst_off, nbytes=x.nbytes, src_stride=x.src_stride,
+                      dst_stride=x.dst_stride, seq=seq,
+                      seq_refs=tuple((a, b) for _, a, b in x.seq))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +145,7 @@ class _Group:
         self.kind = phase.kind
         self.labels = [phase.label]
         self.vertices = list(phase.vertices)
-        self.transfers = list(phase.transfers)
+        self.transfers = [phase.transfers]
         self.reads = set(reads)
         self.writes = set(writes)
         self.reduction = _is_reduction(phase)
@@ -160,35 +158,35 @@ class _Group:
     def add(self, phase: Phase, reads: frozenset[int], writes: frozenset[int]) -> None:
         self.labels.append(phase.label)
         self.vertices.extend(phase.vertices)
-        self.transfers.extend(phase.transfers)
+        self.transfers.append(phase.transfers)
         self.reads |= reads
         self.writes |= writes
         self.reduction = self.reduction and _is_reduction(phase)
 
     def step(self) -> Step:
-        return Step(self.kind, tuple(self.labels), tuple(self.vertices), tuple(self.transfers))
+        return Step(self.kind, tuple(self.labels), tuple(self.vertices),
+                    Xfers.concat(self.transfers))
 
 
 def _is_reduction(phase: Phase) -> bool:
     return phase.kind == COMPUTE and all(v.kernel == REDUCE_KERNEL for v in phase.vertices)
 
 
-def _effects(phase: Phase) -> Effects:
-    """(reads, writes) buffer sets of a phase, as `Phase.reads/writes` define
-    them (inlined: exchange phases hold up to 10^5 transfers)."""
-    if phase.kind == COMPUTE:
-        return frozenset(phase.reads()), frozenset(phase.writes())
-    src = [t.src for t in phase.transfers]
-    dst = [t.dst for t in phase.transfers]
-    reads = {r.buf for r in src if not r.seq}
-    writes = {r.buf for r in dst if not r.seq}
-    for r in src:
-        if r.seq:
-            reads.update(r.buffers())
-    for r in dst:
-        if r.seq:
-            writes.update(r.buffers())
-    return frozenset(reads), frozenset(writes)
+class _Effects:
+    """(reads, writes) buffer sets of phases, as `Phase.reads/writes` define
+    them, computed once per phase object during one `schedule` call
+    (reduction delay and merging ask again for the same phases)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Phase, Effects]] = {}
+
+    def __call__(self, phase: Phase) -> Effects:
+        hit = self._memo.get(id(phase))
+        if hit is not None and hit[0] is phase:
+            return hit[1]
+        eff = frozenset(phase.reads()), frozenset(phase.writes())
+        self._memo[id(phase)] = (phase, eff)  # holding the phase keeps its id unique
+        return eff
 
 
 def _independent(a: Effects, b: Effects) -> bool:
@@ -196,7 +194,7 @@ def _independent(a: Effects, b: Effects) -> bool:
     return not (wa & (rb | wb) or wb & ra)
 
 
-def _delay_reductions(segment: list[Phase]) -> tuple[list[Phase], int]:
+def _delay_reductions(segment: list[Phase], effects: _Effects) -> tuple[list[Phase], int]:
     """Move each reduction phase forward past independent exchange phases to
     sit just before the next compute phase it is independent of."""
     phases = list(segment)
@@ -207,13 +205,13 @@ def _delay_reductions(segment: list[Phase]) -> tuple[list[Phase], int]:
         if not _is_reduction(p):
             i += 1
             continue
-        eff = _effects(p)
+        eff = effects(p)
         j = i + 1
         while (j < len(phases) and phases[j].kind == EXCHANGE
-               and _independent(eff, _effects(phases[j]))):
+               and _independent(eff, effects(phases[j]))):
             j += 1
         if j > i + 1 and j < len(phases) and phases[j].kind == COMPUTE:
-            if _independent(eff, _effects(phases[j])):
+            if _independent(eff, effects(phases[j])):
                 phases.insert(j - 1, phases.pop(i))
                 moved += 1
                 i = j  # continue after the moved reduction
@@ -222,15 +220,15 @@ def _delay_reductions(segment: list[Phase]) -> tuple[list[Phase], int]:
     return phases, moved
 
 
-def _merge(segment: list[Phase], reduction_overlap: bool,
-           lookahead: int) -> tuple[list[Step], int]:
+def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
+           effects_of: _Effects) -> tuple[list[Step], int]:
     """Greedy superstep packing: each step starts with the first pending
     phase and absorbs later pending phases of its kind, looking at most
     `lookahead` phases past the last one it could not take, provided the
     absorbed phase is independent of the step and of every pending phase it
     jumps over (so every dependency still runs in an earlier step)."""
     pending = [ph for ph in segment if ph.vertices or ph.transfers]
-    effects = [_effects(ph) for ph in pending]
+    effects = [effects_of(ph) for ph in pending]
     steps: list[Step] = []
     merged = 0
     while pending:
@@ -274,15 +272,16 @@ def schedule(program: Program, reduction_overlap: bool = False,
     merged_total = 0
     delayed_total = 0
     segment: list[Phase] = []
+    effects = _Effects()
 
     def flush() -> None:
         nonlocal merged_total, delayed_total
         phases = segment
         if reduction_overlap:
-            phases, moved = _delay_reductions(phases)
+            phases, moved = _delay_reductions(phases, effects)
             delayed_total += moved
         window = max(lookahead, OVERLAP_LOOKAHEAD) if reduction_overlap else lookahead
-        new, merged = _merge(phases, reduction_overlap, window)
+        new, merged = _merge(phases, reduction_overlap, window, effects)
         merged_total += merged
         enclosing = open_loops[-1] if open_loops else -1
         for st in new:
@@ -331,7 +330,7 @@ def schedule(program: Program, reduction_overlap: bool = False,
 def _has_iterated(st: Step) -> bool:
     if any(r.iterated for v in st.vertices for r in v.refs):
         return True
-    return any(t.src.iterated or t.dst.iterated for t in st.transfers)
+    return st.transfers.iterated
 
 
 def _first_tile(st: Step) -> int:

@@ -114,3 +114,63 @@ def test_lookahead_hoists_independent_phase_past_other_kind() -> None:
     # a phase that reads what the jumped-over exchange writes may not be hoisted
     p.items[2] = Phase("compute", "c->e", [copy_vertex(1, c, e)])
     assert len(schedule(p, lookahead=2).steps) == 3
+
+
+def _seq_program() -> Program:
+    """Exchanges before, inside and after a 3-trip Repeat; inside, a ping-pong
+    carry (seq source and destination), a strided parameter read and a seq
+    destination only; two independent exchanges merge into one step."""
+    p = Program()
+    a, b = (p.new_buf(0, 64, "activation", n) for n in "ab")
+    c, d = (p.new_buf(1, 64, "activation", n) for n in "cd")
+    w = p.new_buf(1, 192, "parameter", "w", persistent=True)
+    e = p.new_buf(2, 64, "activation", "e", persistent=True)
+    f = p.new_buf(3, 64, "activation", "f", persistent=True)
+    g, h = (p.new_buf(1, 64, "activation", n) for n in "gh")
+    seq_ab = ((a, 0), (b, 0), (a, 0))
+    seq_cd = ((c, 8), (d, 8), (c, 8))
+    seq_hg = ((h, 0), (g, 0), (h, 0))
+    p.items += [
+        Phase("exchange", "in", transfers=[Transfer(Ref(1, e), Ref(1, a), 64)]),
+        Phase("exchange", "side", transfers=[Transfer(Ref(1, w, 8), Ref(1, f, 16), 32),
+                                             Transfer(Ref(1, w, 40), Ref(1, f, 48), 8)]),
+        LoopMark(True, 3, "loop"),
+        Phase("exchange", "carry", transfers=[
+            Transfer(Ref(0, a, 0, 0, seq_ab), Ref(1, c, 8, 0, seq_cd), 32),
+            Transfer(Ref(0, w, 0, 64), Ref(1, b, 8), 16)]),
+        Phase("exchange", "tail", transfers=[Transfer(Ref(0, f, 4), Ref(1, h, 0, 0, seq_hg), 8)]),
+        LoopMark(False, 3, "loop"),
+        Phase("exchange", "out", transfers=[Transfer(Ref(1, c), Ref(1, e), 64)]),
+    ]
+    return p
+
+
+def test_transfer_arrays_with_seq_rows() -> None:
+    s = schedule(_seq_program())
+    assert [st.labels for st in s.steps] == [("in", "side"), ("loop",), ("carry", "tail"),
+                                             ("loop",), ("out",)]
+    x = s.transfers()
+    assert x.step.tolist() == [0, 0, 0, 2, 2, 2, 4]
+    assert x.src_buf.tolist() == [5, 4, 4, 0, 4, 6, 2]
+    assert x.src_off.tolist() == [0, 8, 40, 0, 0, 4, 0]
+    assert x.src_stride.tolist() == [0, 0, 0, 0, 64, 0, 0]
+    assert x.dst_buf.tolist() == [0, 6, 6, 2, 1, 8, 5]
+    assert x.dst_off.tolist() == [0, 16, 48, 8, 8, 0, 0]
+    assert x.dst_stride.tolist() == [0, 0, 0, 0, 0, 0, 0]
+    assert x.nbytes.tolist() == [64, 32, 8, 32, 16, 8, 64]
+    assert x.seq.tolist() == [3, 5]
+    a, b, c, d, g, h = 0, 1, 2, 3, 7, 8
+    assert x.seq_refs == (
+        (((a, 0), (b, 0), (a, 0)), ((c, 8), (d, 8), (c, 8))),
+        ((), ((h, 0), (g, 0), (h, 0))),
+    )
+    src, dst = x.refs(3)
+    assert src == Ref(0, a, 0, 0, ((a, 0), (b, 0), (a, 0)))
+    assert dst == Ref(1, c, 8, 0, ((c, 8), (d, 8), (c, 8)))
+    assert x.refs(4) == (Ref(0, 4, 0, 64), Ref(1, b, 8))
+    assert x.refs(5)[1] == Ref(1, h, 0, 0, ((h, 0), (g, 0), (h, 0)))
+    # merged steps hold the rows of their phases as columns, in program order
+    carry = s.steps[2].transfers
+    assert isinstance(carry, Xfers) and len(carry) == 3
+    assert carry.dst_buf.tolist() == [c, b, h] and [i for i, _, _ in carry.seq] == [0, 2]
+    assert carry.iterated and not s.steps[0].transfers.iterated
