@@ -1,8 +1,7 @@
-"""Exact strided memory regions: spans, live-buffer lookup, races, the static scan.
+"""Exact strided memory regions: spans, live-buffer lookup, races.
 
-Shared by the static verifier and the engine (both are `@njit` callers);
-`scan_accesses` is the verifier's jitted pass over every step and iteration.  A
-region is one row of the kernel ABI's region table (docs/contracts.md §2):
+Shared by the static verifier (simulator/verify_scan.py) and the engine (both
+are `@njit` callers).  A region is one row of the kernel ABI's region table (docs/contracts.md §2):
 `(addr, outer, outer_stride, rows, ld, row_bytes, is_write)` — the bytes
 `addr + o*outer_stride + r*ld + [0, row_bytes)` for o < outer, r < rows.
 A transfer endpoint is the region `(addr, 1, 0, 1, 0, bytes, w)`.
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.dispatch import vertex_regions
 from simulator.jit import sjit
 
 R_ADDR = 0
@@ -29,16 +27,6 @@ R_LD = 4
 R_ROW_BYTES = 5
 R_WRITE = 6
 R_LEN = 7
-
-# error codes of `scan_accesses`
-E_REGION = 1  # vertex operand region not inside one live buffer
-E_SRC = 2  # transfer source not inside one live buffer
-E_DST = 3  # transfer destination not inside one live buffer
-E_RACE = 4  # two writers / writer + reader within a step
-E_KERNEL = 5  # kernel without a region description
-E_ALIGN_V = 6  # vertex operand misaligned
-E_ALIGN_X = 7  # transfer endpoint misaligned
-E_ROWS = 8  # a region with more rows than bytes up to the tile's last buffer end
 
 
 @sjit
@@ -268,138 +256,3 @@ def find_race(regs, tiles, owner, n, out):  # type: ignore[no-untyped-def]
                 return True
         c0 = c1
     return False
-
-
-@sjit
-def _patched_value(p, i, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
-    if p_mode[p] == 0:
-        return p_base[p] + i * p_stride[p]
-    return table_values[p_table[p] + i]
-
-
-@sjit
-def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, v_args,
-                   x_src_tile, x_src_addr, x_dst_tile, x_dst_addr, x_bytes,
-                   vp_ptr, vp_list, xp_ptr, xp_list,
-                   p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
-                   t_ptr, b_order, b_addr, b_end, b_first, b_last, b_maxend,
-                   err):  # type: ignore[no-untyped-def]
-    """Check every access of every step for every combination of the counters of
-    the loops that drive its patches.  Returns 0 or an E_* code with
-    err[1:9] = step, tile, addr, item, loop, iteration, other item, bytes/granule."""
-    n_steps = step_kind.shape[0]
-    max_items = 1
-    for s in range(n_steps):
-        nv = (step_vtx[s + 1] - step_vtx[s]) * 8
-        nx = (step_xfer[s + 1] - step_xfer[s]) * 2
-        max_items = max(max_items, nv, nx)
-    regs = np.zeros((max_items, R_LEN), dtype=np.int64)
-    tiles = np.zeros(max_items, dtype=np.int64)
-    owner = np.zeros(max_items, dtype=np.int64)
-    vr = np.zeros((8, R_LEN), dtype=np.int64)
-    args = np.zeros(16, dtype=np.int64)
-    ctr = np.zeros(n_steps, dtype=np.int64)
-    loops = np.zeros(32, dtype=np.int64)
-    race = np.zeros(3, dtype=np.int64)
-    n_v = v_tile.shape[0]
-    for s in range(n_steps):
-        k = step_kind[s]
-        if k != 0 and k != 1:
-            continue
-        i0 = step_vtx[s] if k == 0 else step_xfer[s]
-        i1 = step_vtx[s + 1] if k == 0 else step_xfer[s + 1]
-        ptr = vp_ptr if k == 0 else xp_ptr
-        lst = vp_list if k == 0 else xp_list
-        n_loops = 0
-        for it in range(i0, i1):
-            for q in range(ptr[it], ptr[it + 1]):
-                lp = p_loop[lst[q]]
-                seen = False
-                for z in range(n_loops):
-                    if loops[z] == lp:
-                        seen = True
-                if not seen:
-                    loops[n_loops] = lp
-                    n_loops += 1
-        combos = 1
-        for z in range(n_loops):
-            combos *= step_trips[loops[z]]
-        for c in range(combos):
-            rem = c
-            for z in range(n_loops):
-                ctr[loops[z]] = rem % step_trips[loops[z]]
-                rem //= step_trips[loops[z]]
-            err[5] = loops[0] if n_loops > 0 else -1
-            err[6] = ctr[loops[0]] if n_loops > 0 else 0
-            n = 0
-            for it in range(i0, i1):
-                if k == 0:
-                    for j in range(16):
-                        args[j] = v_args[it, j]
-                    for q in range(ptr[it], ptr[it + 1]):
-                        p = lst[q]
-                        args[p_arg[p]] = _patched_value(p, ctr[p_loop[p]], p_mode, p_base,
-                                                        p_stride, p_table, table_values)
-                    nr = vertex_regions(v_kernel[it], args, vr)
-                    tile = v_tile[it]
-                    err[1], err[2], err[4] = s, tile, it
-                    if nr < 0:
-                        return 5
-                    for r in range(nr):
-                        lo, hi = region_span(vr[r])
-                        if hi <= lo:
-                            continue
-                        g = region_granule(vr[r])
-                        if vr[r, 0] % g != 0:
-                            err[3], err[8] = vr[r, 0], g
-                            return 6
-                        bf = find_buffer(tile, lo, hi, s, t_ptr, b_order, b_addr, b_end,
-                                         b_first, b_last, b_maxend)
-                        if bf < 0:
-                            err[3], err[8] = lo, hi - lo
-                            return 1
-                        if vr[r, 1] * vr[r, 3] > b_end[bf] - b_addr[bf]:
-                            err[3], err[8] = lo, vr[r, 1] * vr[r, 3]
-                            return E_ROWS  # more rows than its buffer has bytes: garbage
-                        for j in range(R_LEN):
-                            regs[n, j] = vr[r, j]
-                        tiles[n] = tile
-                        owner[n] = it
-                        n += 1
-                else:
-                    src, dst = x_src_addr[it], x_dst_addr[it]
-                    for q in range(ptr[it], ptr[it + 1]):
-                        p = lst[q]
-                        val = _patched_value(p, ctr[p_loop[p]], p_mode, p_base, p_stride,
-                                             p_table, table_values)
-                        if p_target[p] == 1:
-                            src = val
-                        else:
-                            dst = val
-                    nb = x_bytes[it]
-                    for side in range(2):
-                        tile = x_src_tile[it] if side == 0 else x_dst_tile[it]
-                        addr = src if side == 0 else dst
-                        regs[n, 0] = addr
-                        regs[n, 1] = 1
-                        regs[n, 2] = 0
-                        regs[n, 3] = 1
-                        regs[n, 4] = 0
-                        regs[n, 5] = nb
-                        regs[n, 6] = side
-                        err[1], err[2], err[3], err[4], err[8] = s, tile, addr, it, nb
-                        g = region_granule(regs[n])
-                        if addr % g != 0:
-                            err[8] = g
-                            return 7
-                        if find_buffer(tile, addr, addr + nb, s, t_ptr, b_order, b_addr, b_end,
-                                       b_first, b_last, b_maxend) < 0:
-                            return 2 + side
-                        tiles[n] = tile
-                        owner[n] = n_v + it
-                        n += 1
-            if find_race(regs, tiles, owner, n, race):
-                err[1], err[2], err[3] = s, tiles[race[1]], race[2]
-                err[4], err[7] = owner[race[1]], owner[race[0]]
-                return 4
-    return 0

@@ -36,19 +36,7 @@ import numpy as np
 from kernels.dtypes import DTYPE_BYTES, dtype_code
 from kernels.exceptions import PackageInvalid
 from kernels.registry import KERNELS
-from simulator.access import (
-    E_ALIGN_V,
-    E_ALIGN_X,
-    E_DST,
-    E_KERNEL,
-    E_RACE,
-    E_REGION,
-    E_ROWS,
-    E_SRC,
-    find_buffer,
-    region_span,
-    scan_accesses,
-)
+from simulator.access import find_buffer, region_span
 from simulator.device import Device
 from simulator.jit import sjit
 from simulator.package import (
@@ -68,6 +56,17 @@ from simulator.package import (
     TABLE_ENTRY_BYTES,
     TENSOR_KINDS,
     Package,
+)
+from simulator.verify_scan import (
+    E_ALIGN_V,
+    E_ALIGN_X,
+    E_DST,
+    E_KERNEL,
+    E_RACE,
+    E_REGION,
+    E_ROWS,
+    E_SRC,
+    scan_accesses,
 )
 
 MAX_DEPTH = 32
