@@ -96,6 +96,16 @@ def find_buffer(tile, lo, hi, step, t_ptr, b_order, b_addr, b_end, b_first, b_la
 
 
 @sjit
+def find_buffers(tiles, los, his, steps, t_ptr, b_order, b_addr, b_end, b_first, b_last,
+                 b_maxend, out):  # type: ignore[no-untyped-def]
+    """`find_buffer` for each k: out[k] = a buffer of tiles[k] live at steps[k]
+    holding [los[k], his[k]), or -1."""
+    for k in range(tiles.shape[0]):
+        out[k] = find_buffer(tiles[k], los[k], his[k], steps[k], t_ptr, b_order, b_addr, b_end,
+                             b_first, b_last, b_maxend)
+
+
+@sjit
 def _top2_other(hi1, own1, hi2, owner):  # type: ignore[no-untyped-def]
     """Largest end among intervals whose owner differs from `owner`."""
     if own1 != owner:

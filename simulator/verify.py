@@ -31,12 +31,14 @@ buffer of the first violation found, in this order:
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from kernels.dtypes import DTYPE_BYTES, dtype_code
 from kernels.exceptions import PackageInvalid
 from kernels.registry import KERNELS
-from simulator.access import find_buffer, region_span
+from simulator.access import find_buffers
 from simulator.device import Device
 from simulator.jit import sjit
 from simulator.package import (
@@ -72,16 +74,15 @@ from simulator.verify_scan import (
 MAX_DEPTH = 32
 
 
-
 def verify(pkg: Package) -> None:
     """Check every invariant listed in the module docstring; raise PackageInvalid."""
     check_structure(pkg)
     first, last = effective_live(pkg)
-    _check_buffers(pkg, first, last)
-    _check_patches(pkg, first, last)
+    idx = _check_buffers(pkg, first, last)
+    _check_patches(pkg, idx)
     _check_footprint(pkg)
-    _check_io(pkg, first, last)
-    _check_accesses(pkg, first, last)
+    _check_io(pkg, idx)
+    _check_accesses(pkg, idx)
 
 
 # ---- 1. structure ------------------------------------------------------------
@@ -94,9 +95,9 @@ def _fail_at(what: str, mask: np.ndarray, values: np.ndarray | None = None) -> N
         raise PackageInvalid(f"{what} at index {i}{shown}")
 
 
-def item_steps(offsets: np.ndarray, n: int) -> np.ndarray:
-    """Step index owning each of n CSR items."""
-    return np.searchsorted(offsets, np.arange(n), side="right") - 1
+def item_steps(offsets: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Step index owning each of the CSR items `items` (indices into the items)."""
+    return np.searchsorted(offsets, items, side="right") - 1
 
 
 def check_structure(pkg: Package) -> None:
@@ -152,8 +153,8 @@ def _check_patch_structure(pkg: Package) -> None:
     _fail_at("p_arg: vertex arg outside [0, 16), patch", is_v & ((arg < 0) | (arg >= N_ARGS)), arg)
     _fail_at("p_arg: must be 0 for a transfer patch, patch", ~is_v & (arg != 0), arg)
     steps = np.full(pkg.n_patches, -1, dtype=np.int64)
-    steps[is_v] = item_steps(a["step_vtx"], pkg.n_vertices)[idx[is_v]]
-    steps[~is_v] = item_steps(a["step_xfer"], pkg.n_transfers)[idx[~is_v]]
+    steps[is_v] = item_steps(a["step_vtx"], idx[is_v])
+    steps[~is_v] = item_steps(a["step_xfer"], idx[~is_v])
     ok_loop = (loop >= 0) & (loop < pkg.n_steps)
     safe = np.where(ok_loop, loop, 0)
     enclosing = ok_loop & (a["step_kind"][safe] == STEP_REPEAT_BEGIN)
@@ -205,14 +206,25 @@ class BufferIndex:
 
     def __init__(self, pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
         a = pkg.arrays
-        self.order = np.lexsort((a["buf_addr"], a["buf_tile"])).astype(np.int64)
-        self.ptr = np.searchsorted(a["buf_tile"][self.order], np.arange(pkg.tiles + 1))
-        self.ptr = self.ptr.astype(np.int64)
-        self.addr = a["buf_addr"]
-        self.end = a["buf_addr"] + a["buf_bytes"]
+        tile, addr = a["buf_tile"], a["buf_addr"]
+        lo = int(addr.min()) if addr.size else 0
+        span = int(addr.max()) - lo + 1 if addr.size else 1
+        if span * (pkg.tiles + 1) < 2**62:  # one int64 key: a stable argsort beats lexsort
+            self.order = np.argsort(tile * span + (addr - lo), kind="stable").astype(np.int64)
+        else:
+            self.order = np.lexsort((addr, tile)).astype(np.int64)
+        self.ptr = np.searchsorted(tile[self.order], np.arange(pkg.tiles + 1)).astype(np.int64)
+        self.addr = addr
+        self.end = addr + a["buf_bytes"]
         self.first, self.last = first, last
         self.maxend = np.empty_like(self.order)
         _prefix_maxend(self.ptr, self.order, self.end, self.maxend)
+
+    def live(self, first: np.ndarray, last: np.ndarray) -> BufferIndex:
+        """The same index with other live ranges (the address order is shared)."""
+        other = copy.copy(self)
+        other.first, other.last = first, last
+        return other
 
     def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                             np.ndarray, np.ndarray]:
@@ -244,7 +256,9 @@ def _buffer_overlap(ptr, order, addr, end, first, last):  # type: ignore[no-unty
     return -1, -1
 
 
-def _check_buffers(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+def _check_buffers(pkg: Package, first: np.ndarray, last: np.ndarray) -> BufferIndex:
+    """Raise PackageInvalid on a bad buffer; return the index of all buffers live
+    over [first, last] (the effective ranges)."""
     a, dev = pkg.arrays, pkg.device
     addr, nbytes = a["buf_addr"], a["buf_bytes"]
     checks = [
@@ -273,20 +287,26 @@ def _check_buffers(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
             f"{pkg.buffer_label(bj)} overlap at {lo:#x} while both live at step {s} "
             f"(live {int(first[bi])}..{int(last[bi])} and {int(first[bj])}..{int(last[bj])})"
         )
+    return idx
 
 
 # ---- 3. patches ----------------------------------------------------------------------
 
 
-def _check_patches(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+def _check_patches(pkg: Package, bidx: BufferIndex) -> None:
     a = pkg.arrays
     tgt, idx, arg = a["p_target"], a["p_index"], a["p_arg"]
-    key = np.stack([tgt, idx, arg], axis=1)
     if pkg.n_patches:
-        uniq, counts = np.unique(key, axis=0, return_counts=True)
-        if (counts > 1).any():
-            t, i, k = uniq[int(np.flatnonzero(counts > 1)[0])].tolist()
-            raise PackageInvalid(f"patches: two patches rewrite target {t} item {i} arg {k}")
+        # (target, item, arg) as one int64 in lexicographic order; check_structure
+        # bounded all three
+        items = max(pkg.n_vertices, pkg.n_transfers, 1)
+        key = np.sort((tgt * items + idx) * N_ARGS + arg)
+        dup = np.flatnonzero(key[1:] == key[:-1])
+        if dup.size:
+            k = int(key[dup[0]])
+            t, i = divmod(k // N_ARGS, items)
+            raise PackageInvalid(
+                f"patches: two patches rewrite target {t} item {i} arg {k % N_ARGS}")
     idx_v = np.where(tgt == PATCH_VERTEX_ARG, idx, 0)
     idx_x = np.where(tgt == PATCH_VERTEX_ARG, 0, idx)
     unpatched = np.zeros(pkg.n_patches, dtype=np.int64)
@@ -309,21 +329,26 @@ def _check_patches(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
     bad = np.flatnonzero(arith & ((a["p_table_tile"] != -1) | (a["p_table_addr"] != -1)))
     if bad.size:
         raise PackageInvalid(f"patch {int(bad[0])}: arithmetic patch with a table location")
-    bi = BufferIndex(pkg, first, last)
-    tlen = np.diff(a["p_table"])
-    for p in np.flatnonzero(~arith).tolist():
-        tile, addr = int(a["p_table_tile"][p]), int(a["p_table_addr"][p])
-        loop = int(a["p_loop"][p])
-        end = addr + int(tlen[p]) * TABLE_ENTRY_BYTES
-        ok = 0 <= tile < pkg.tiles
-        b = -1
-        if ok:
-            b = int(find_buffer(tile, addr, end, loop, *bi.args()))
-        if not ok or b < 0 or a["buf_kind"][b] != BUF_SUPPORT or last[b] < a["step_match"][loop]:
-            raise PackageInvalid(
-                f"patch {p}: table at tile {tile} {addr:#x}+{end - addr} is not inside a "
-                f"support buffer live over loop steps {loop}..{int(a['step_match'][loop])}"
-            )
+    tables = np.flatnonzero(~arith)
+    tile, addr = a["p_table_tile"][tables], a["p_table_addr"][tables]
+    loop = a["p_loop"][tables]
+    end = addr + np.diff(a["p_table"])[tables] * TABLE_ENTRY_BYTES
+    ok = (tile >= 0) & (tile < pkg.tiles)
+    b = np.full(tables.size, -1, dtype=np.int64)
+    find_buffers(np.where(ok, tile, 0), addr, end, loop, *bidx.args(), b)
+    b = np.where(ok, b, -1)
+    loop_end = a["step_match"][loop]
+    found = np.maximum(b, 0)  # b >= 0 somewhere means there are buffers to index
+    good = b >= 0
+    if good.any():
+        good &= (a["buf_kind"][found] == BUF_SUPPORT) & (bidx.last[found] >= loop_end)
+    if not good.all():
+        k = int(np.flatnonzero(~good)[0])
+        raise PackageInvalid(
+            f"patch {int(tables[k])}: table at tile {int(tile[k])} {int(addr[k]):#x}+"
+            f"{int(end[k] - addr[k])} is not inside a support buffer live over loop steps "
+            f"{int(loop[k])}..{int(loop_end[k])}"
+        )
 
 
 # ---- 4. footprint --------------------------------------------------------------------
@@ -337,28 +362,27 @@ def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarr
     exchange table = exchange_table_bytes_per_transfer × transfer endpoints on
     the tile (a transfer has one on its source and one on its destination).
     """
-    code = np.zeros(dev.tiles, dtype=np.int64)
-    np.add.at(code, arrays["v_tile"], dev.code_bytes_per_vertex)
-    pairs = np.unique(np.stack([arrays["v_tile"], arrays["v_kernel"]], axis=1), axis=0)
-    for tile, kid in pairs.tolist():
-        spec = KERNELS.get(kid)
-        if spec is not None:
-            code[tile] += spec.code_bytes
-    xt = np.zeros(dev.tiles, dtype=np.int64)
-    np.add.at(xt, arrays["x_src_tile"], dev.exchange_table_bytes_per_transfer)
-    np.add.at(xt, arrays["x_dst_tile"], dev.exchange_table_bytes_per_transfer)
-    return code, xt
+    tiles, kid = arrays["v_tile"], arrays["v_kernel"]
+    code = np.bincount(tiles, minlength=dev.tiles) * dev.code_bytes_per_vertex
+    known = np.array(sorted(KERNELS), dtype=np.int64)
+    image = np.array([KERNELS[k].code_bytes for k in known.tolist()], dtype=np.int64)
+    pos = np.minimum(np.searchsorted(known, kid), known.size - 1)
+    ok = known[pos] == kid  # unknown kernels have no image
+    pairs = np.unique(tiles[ok] * known.size + pos[ok])  # distinct (tile, kernel)
+    np.add.at(code, pairs // known.size, image[pairs % known.size])
+    xt = (np.bincount(arrays["x_src_tile"], minlength=dev.tiles)
+          + np.bincount(arrays["x_dst_tile"], minlength=dev.tiles))
+    return code.astype(np.int64), xt.astype(np.int64) * dev.exchange_table_bytes_per_transfer
 
 
 def _check_footprint(pkg: Package) -> None:
     a, dev = pkg.arrays, pkg.device
-    sums = {}
     for key, kind in (("fp_code", BUF_CODE), ("fp_xtable", BUF_XTABLE),
                       ("fp_support", BUF_SUPPORT)):
-        s = np.zeros(pkg.tiles, dtype=np.int64)
         m = a["buf_kind"] == kind
-        np.add.at(s, a["buf_tile"][m], a["buf_bytes"][m])
-        sums[key] = s
+        # float sums are exact: _check_buffers bounded every size by memory_end
+        s = np.bincount(a["buf_tile"][m], weights=a["buf_bytes"][m], minlength=pkg.tiles)
+        s = s.astype(np.int64)
         bad = np.flatnonzero(s != a[key])
         if bad.size:
             t = int(bad[0])
@@ -404,41 +428,53 @@ def _check_footprint(pkg: Package) -> None:
 # ---- 5. I/O map --------------------------------------------------------------------
 
 
-def io_block_span(pkg: Package, i: int) -> tuple[int, int]:
-    """[lo, hi) bytes of io block i in tile memory."""
+def io_block_spans(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi) bytes in tile memory of every io block (int64 arrays, one per
+    block), as `access.region_span` of the block's region; (0, 0) for an empty
+    block."""
     a = pkg.arrays
-    ext = a["io_hi"][i] - a["io_lo"][i]
-    esize = DTYPE_BYTES[dtype_code(pkg.io[int(a["io_tensor"][i])].dtype)]
-    reg = np.array([a["io_addr"][i], ext[0], a["io_ld0"][i], ext[1], a["io_ld1"][i],
-                    ext[2] * esize, 0], dtype=np.int64)
-    lo, hi = region_span(reg)
-    return int(lo), int(hi)
+    ext = a["io_hi"] - a["io_lo"]
+    esize = np.array([DTYPE_BYTES[dtype_code(t.dtype)] for t in pkg.io] or [1], dtype=np.int64)
+    nb = ext[:, 2] * esize[a["io_tensor"]]
+    d0, d1 = (ext[:, 0] - 1) * a["io_ld0"], (ext[:, 1] - 1) * a["io_ld1"]
+    lo = a["io_addr"] + np.minimum(d0, 0) + np.minimum(d1, 0)
+    hi = a["io_addr"] + nb + np.maximum(d0, 0) + np.maximum(d1, 0)
+    empty = (ext[:, 0] <= 0) | (ext[:, 1] <= 0) | (nb <= 0)
+    return np.where(empty, 0, lo), np.where(empty, 0, hi)
 
 
-def _check_io(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+def _check_io(pkg: Package, bidx: BufferIndex) -> None:
     a = pkg.arrays
-    bi = BufferIndex(pkg, first, last)
+    ts = a["io_tensor"]
+    n_io = ts.shape[0]
+    shapes = np.array([(1,) * (IO_DIMS - len(t.shape)) + t.shape for t in pkg.io]
+                      or [(1,) * IO_DIMS], dtype=np.int64)
+    output = np.array([t.role == "output" for t in pkg.io] or [False])
+    lo, hi = a["io_lo"], a["io_hi"]
+    bad_slice = ((lo < 0) | (hi <= lo) | (hi > shapes[ts])).any(axis=1)
+    s0, s1 = io_block_spans(pkg)
     end_step = max(pkg.n_steps - 1, 0)
+    step = np.where(output[ts], end_step, 0)
+    b = np.full(n_io, -1, dtype=np.int64)
+    find_buffers(a["io_tile"].copy(), s0, s1, step, *bidx.args(), b)  # copy: one signature
+    bad_buf = b < 0
+    if not bad_buf.all():
+        bad_buf |= ~output[ts] & (bidx.first[np.maximum(b, 0)] != 0)
+    bad = np.flatnonzero(bad_slice | bad_buf)
+    if bad.size:
+        i = int(bad[0])
+        t = pkg.io[int(ts[i])]
+        if bad_slice[i]:
+            raise PackageInvalid(
+                f"io block {i} of {t.name!r}: slice {lo[i].tolist()}..{hi[i].tolist()} "
+                f"outside shape {shapes[ts[i]].tolist()}"
+            )
+        raise PackageInvalid(
+            f"io block {i} of {t.name!r} ({t.role}): tile {int(a['io_tile'][i])} "
+            f"{int(s0[i]):#x}..{int(s1[i]):#x} is not inside a buffer live at step {int(step[i])}"
+        )
     volume = np.zeros(len(pkg.io), dtype=np.int64)
-    for i in range(a["io_tensor"].shape[0]):
-        t = pkg.io[int(a["io_tensor"][i])]
-        shape = (1,) * (IO_DIMS - len(t.shape)) + t.shape
-        lo, hi = a["io_lo"][i], a["io_hi"][i]
-        if (lo < 0).any() or (hi <= lo).any() or (hi > np.array(shape)).any():
-            raise PackageInvalid(
-                f"io block {i} of {t.name!r}: slice {lo.tolist()}..{hi.tolist()} "
-                f"outside shape {list(shape)}"
-            )
-        volume[int(a["io_tensor"][i])] += int(np.prod(hi - lo))
-        s0, s1 = io_block_span(pkg, i)
-        step = end_step if t.role == "output" else 0
-        tile = int(a["io_tile"][i])
-        b = int(find_buffer(tile, s0, s1, step, *bi.args()))
-        if b < 0 or (t.role != "output" and first[b] != 0):
-            raise PackageInvalid(
-                f"io block {i} of {t.name!r} ({t.role}): tile {tile} {s0:#x}..{s1:#x} is "
-                f"not inside a buffer live at step {step}"
-            )
+    np.add.at(volume, ts, np.prod(hi - lo, axis=1))
     for k, t in enumerate(pkg.io):
         size = int(np.prod(t.shape))
         if (t.role == "output" and volume[k] != size) or volume[k] < size:
@@ -459,20 +495,22 @@ def patch_index(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     for is_v, n in ((True, pkg.n_vertices), (False, pkg.n_transfers)):
         sel = (a["p_target"] == PATCH_VERTEX_ARG) if is_v else (a["p_target"] != 0)
         ids = np.flatnonzero(sel)
-        ids = ids[np.argsort(a["p_index"][ids], kind="stable")].astype(np.int64)
-        ptr = np.searchsorted(a["p_index"][ids], np.arange(n + 1)).astype(np.int64)
-        out += [ptr, ids]
+        item = a["p_index"][ids]
+        ids = ids[np.argsort(item, kind="stable")].astype(np.int64)
+        # ptr[i] = patches of items < i: counts of (negative, 0, .., n-1, >= n)
+        counts = np.bincount(np.clip(item, -1, n) + 1, minlength=n + 2)
+        out += [np.cumsum(counts)[:n + 1].astype(np.int64), ids]
     return out[0], out[1], out[2], out[3]
 
 
-def _check_accesses(pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
+def _check_accesses(pkg: Package, bidx: BufferIndex) -> None:
     a = pkg.arrays
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
     # vertices and transfers touch tensor buffers only: code, exchange-table and
     # support memory never count as live for them (the engine's image has none)
     tensor = np.isin(a["buf_kind"], TENSOR_KINDS)
-    bi = BufferIndex(pkg, np.where(tensor, first, np.iinfo(np.int64).max),
-                     np.where(tensor, last, -1))
+    bi = bidx.live(np.where(tensor, bidx.first, np.iinfo(np.int64).max),
+                   np.where(tensor, bidx.last, -1))
     err = np.zeros(9, dtype=np.int64)
     code = scan_accesses(
         a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"],
