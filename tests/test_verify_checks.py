@@ -1,0 +1,115 @@
+"""The verifier's array checks (patches, footprint, I/O) against slow, obvious
+twins, and the faults they name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pkgbuild import ksplit_matmul, repeat_program
+
+from kernels.exceptions import PackageInvalid
+from kernels.registry import KERNELS
+from simulator import load_device, verify
+from simulator.access import region_span
+from simulator.device import Device
+from simulator.package import Package
+from simulator.verify import io_block_spans, patch_index, required_bytes
+
+
+@pytest.fixture(scope="module")
+def dev() -> Device:
+    return load_device("tiny")
+
+
+@pytest.fixture(scope="module")
+def looped(dev: Device) -> Package:
+    return repeat_program(dev, 4)
+
+
+def _set(pkg: Package, name: str, index: tuple[int, ...] | int, value: int) -> Package:
+    arr = pkg[name].copy()
+    arr[index] = value
+    return pkg.with_arrays(**{name: arr})
+
+
+def test_required_bytes_agrees_with_a_loop(dev: Device) -> None:
+    rng = np.random.default_rng(3)
+    kinds = sorted(KERNELS) + [999]  # an unknown kernel has no image
+    arrays = {
+        "v_tile": rng.integers(0, dev.tiles, 300),
+        "v_kernel": rng.choice(kinds, 300),
+        "x_src_tile": rng.integers(0, dev.tiles, 200),
+        "x_dst_tile": rng.integers(0, dev.tiles, 200),
+    }
+    code, xt = required_bytes(dev, arrays)
+    want_code = [0] * dev.tiles
+    for tile in range(dev.tiles):
+        on = arrays["v_kernel"][arrays["v_tile"] == tile].tolist()
+        want_code[tile] = dev.code_bytes_per_vertex * len(on) + sum(
+            KERNELS[k].code_bytes for k in set(on) if k in KERNELS)
+    want_xt = [dev.exchange_table_bytes_per_transfer
+               * int((arrays["x_src_tile"] == t).sum() + (arrays["x_dst_tile"] == t).sum())
+               for t in range(dev.tiles)]
+    assert code.tolist() == want_code and xt.tolist() == want_xt
+    assert code.dtype == xt.dtype == np.int64
+
+
+def test_io_block_spans_agree_with_region_span(dev: Device, looped: Package) -> None:
+    for pkg in (looped, ksplit_matmul(dev)[0]):
+        a = pkg.arrays
+        lo, hi = io_block_spans(pkg)
+        for i in range(a["io_tensor"].shape[0]):
+            ext = a["io_hi"][i] - a["io_lo"][i]
+            esize = {"fp8": 1, "fp16": 2, "fp32": 4}[pkg.io[int(a["io_tensor"][i])].dtype]
+            reg = np.array([a["io_addr"][i], ext[0], a["io_ld0"][i], ext[1], a["io_ld1"][i],
+                            ext[2] * esize, 0], dtype=np.int64)
+            assert (int(lo[i]), int(hi[i])) == tuple(int(v) for v in region_span(reg))
+            assert hi[i] > lo[i]
+
+
+def test_patch_index_lists_each_items_patches(looped: Package) -> None:
+    a = looped.arrays
+    vp_ptr, vp_list, xp_ptr, xp_list = patch_index(looped)
+    for ptr, lst, n, is_v in ((vp_ptr, vp_list, looped.n_vertices, True),
+                              (xp_ptr, xp_list, looped.n_transfers, False)):
+        assert ptr.shape == (n + 1,) and ptr.dtype == lst.dtype == np.int64
+        for item in range(n):
+            want = [p for p in range(looped.n_patches)
+                    if (a["p_target"][p] == 0) == is_v and a["p_index"][p] == item]
+            assert lst[ptr[item]:ptr[item + 1]].tolist() == want
+
+
+def test_two_patches_of_one_argument(looped: Package) -> None:
+    p = int(np.flatnonzero(looped["p_arg"] == 2)[0])  # the w[i] patch of vertex 1
+    other = int(np.flatnonzero((looped["p_target"] == 0) & (looped["p_arg"] == 0))[0])
+    bad = _set(looped, "p_arg", other, 2)
+    assert p != other
+    with pytest.raises(PackageInvalid, match=r"patches: two patches rewrite target 0 item 1 "
+                                             r"arg 2"):
+        verify(bad)
+
+
+def test_arithmetic_patch_with_a_table_location(looped: Package) -> None:
+    p = int(np.flatnonzero(looped["p_mode"] == 0)[0])
+    bad = _set(looped, "p_table_tile", p, 0)
+    with pytest.raises(PackageInvalid, match=rf"patch {p}: arithmetic patch with a table"):
+        verify(bad)
+
+
+def test_io_slice_outside_the_shape(looped: Package) -> None:
+    bad = _set(looped, "io_hi", (1, 0), 5)  # w has 4 trips
+    with pytest.raises(PackageInvalid, match=r"io block 1 of 'w': slice \[0, 0, 0\]\.\.\[5, "
+                                             r"4, 8\] outside shape \[4, 4, 8\]"):
+        verify(bad)
+
+
+def test_output_covered_twice(dev: Device) -> None:
+    pkg = ksplit_matmul(dev)[0]
+    a = pkg.arrays
+    out = int(np.flatnonzero([t.role == "output" for t in pkg.io])[0])
+    blocks = np.flatnonzero(a["io_tensor"] == out)
+    grown = {k: np.concatenate([a[k], a[k][blocks[:1]]])
+             for k in ("io_tensor", "io_tile", "io_addr", "io_lo", "io_hi", "io_ld0", "io_ld1")}
+    with pytest.raises(PackageInvalid, match=rf"io tensor '{pkg.io[out].name}' \(output\): "
+                                             r"blocks cover \d+ of \d+ elements \(outputs"):
+        verify(pkg.with_arrays(**grown))
