@@ -11,7 +11,9 @@ blocks: rows_per_owner = max(1, target // row_bytes) with target = one 16 KiB
 SRAM element (scaled by the plan's packing), raised to ceil(R / tiles) when
 there would be more owners than tiles.  Owner o of n sits on logical tile
 o·tiles // n (spread over the device, never piled on tiles 0..n-1) and on the
-physical tile the plan's tile mapping gives.
+physical tile the plan's tile mapping gives.  An op's own row blocks may be
+shifted (`Plan.tile_shift`): owner o then sits on logical tile
+(o·tiles // n + shift) mod tiles; canonical layouts are never shifted.
 """
 
 from __future__ import annotations
@@ -121,6 +123,19 @@ class Layout:
                 out[t] = out.get(t, 0) + nbytes
         return out
 
+    def tile_load(self, elem_bytes: int, tiles: int, primary: bool = False) -> np.ndarray:
+        """`tile_bytes` as an int64 array [tiles] (only primaries: `primary`)."""
+        rows = np.diff(self._row_arr)
+        cols = np.diff(self._col_arr)
+        cell = (rows[:, None] * cols[None, :]).ravel() * elem_bytes
+        owners = [o[:1] for o in self.owners] if primary else self.owners
+        counts = np.fromiter((len(o) for o in owners), dtype=np.int64, count=len(owners))
+        where = np.fromiter((t for o in owners for t in o), dtype=np.int64,
+                            count=int(counts.sum()))
+        out = np.zeros(tiles, dtype=np.int64)
+        np.add.at(out, where, np.repeat(cell, counts))
+        return out
+
     def max_cell_bytes(self, elem_bytes: int) -> int:
         rows = max(b - a for a, b in zip(self.row_cuts, self.row_cuts[1:], strict=False))
         cols = max(b - a for a, b in zip(self.col_cuts, self.col_cuts[1:], strict=False))
@@ -149,17 +164,21 @@ def canonical_rows_per_owner(rows: int, cols: int, elem_bytes: int, element_byte
     return min(rpo, rows)
 
 
-def spread_tiles(n: int, tiles: int, plan: Plan) -> tuple[int, ...]:
-    """Physical tiles of n owners spread evenly over a device of `tiles` tiles."""
+def spread_tiles(n: int, tiles: int, plan: Plan, shift: int = 0) -> tuple[int, ...]:
+    """Physical tiles of n owners spread evenly over a device of `tiles` tiles:
+    owner o on logical tile (o·tiles // n + shift) mod tiles.  Raises
+    ValueError when n > tiles."""
     if n > tiles:
         raise ValueError(f"{n} owners on {tiles} tiles")
-    return tuple(plan.physical(o * tiles // n, tiles) for o in range(n))
+    return tuple(plan.physical((o * tiles // n + shift) % tiles, tiles) for o in range(n))
 
 
-def row_layout(rows: int, cols: int, rows_per_owner: int, tiles: int, plan: Plan) -> Layout:
-    """Contiguous row blocks of `rows_per_owner` rows, owners spread."""
+def row_layout(rows: int, cols: int, rows_per_owner: int, tiles: int, plan: Plan,
+               shift: int = 0) -> Layout:
+    """Contiguous row blocks of `rows_per_owner` rows, owners spread (and
+    shifted by `shift` logical tiles)."""
     cuts = step_cuts(rows, rows_per_owner)
-    owners = spread_tiles(len(cuts) - 1, tiles, plan)
+    owners = spread_tiles(len(cuts) - 1, tiles, plan, shift)
     return Layout(rows, cols, cuts, (0, cols), tuple((t,) for t in owners))
 
 

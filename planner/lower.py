@@ -1,7 +1,8 @@
 """Lower a Graph under a Plan: apply recipe selections, insert explicit conversions.
 
-The result (`Lowered`) is a flat list of `Step`s over `Value`s — a tensor
-materialised in one layout and dtype — that expand turns into per-tile work:
+The result (`Lowered`, types in planner.lowered) is a flat list of `Step`s
+over `Value`s — a tensor materialised in one layout and dtype — that expand
+turns into per-tile work:
 
 - `compute`: one op under its recipe; its inputs are values in the recipe's
   input layouts, its output a value in the recipe's output layout;
@@ -37,17 +38,21 @@ Policy (baseline `default`, Plan-controlled):
   chunked (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter
   (the position embedding) in whole rows over as many tiles as possible.
   The first consumer fixes the home; later consumers convert from it;
+- an op in `Plan.tile_shift` is placed that many logical tiles further on
+  (row blocks, spread grids, the matmul grid from its rotation base +
+  shift, with the weight and bias homes on its readers); the rotation
+  continues from the unshifted base, so nothing else moves;
 - Repeat: the body's arguments and yields are canonical values whose storage
   expand binds to a ping-pong pair (`Carry`); iterated parameters have
   `trips` > 0 on their home value (a sequence of per-layer blocks).
 
 Raises `Unsupported` for graph shapes outside this policy (named op and
-reason) and `BuildFailure(stage="lower")` when a recipe key is unknown.
+reason) and `BuildFailure(stage="lower")` when a recipe key is unknown or a
+tile shift names an op that lowering does not place (a heads op, an
+absorbed Cast, no such op).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from kernels.exceptions import BuildFailure, Unsupported
 from planner import catalogue as cat
@@ -74,8 +79,11 @@ from planner.layout import (
     step_cuts,
     view2d,
 )
+from planner.lowered import Carry, Lowered, Step, Value, identity_segments
 from planner.plan import Plan
 from simulator.device import Device
+
+__all__ = ["Carry", "Lowered", "Step", "Value", "identity_segments", "lower"]
 
 # LayerNorm gamma/beta homes: chunks of at most this many bytes, on rotating tiles.
 VECTOR_CHUNK_BYTES = 256
@@ -83,93 +91,6 @@ VECTOR_CHUNK_BYTES = 256
 # this many bytes: balance where it matters, few all-gather transfers (gm² per
 # block when fully sharded) where blocks are small
 HOME_SHARD_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class Value:
-    """A tensor in one layout and dtype.  `trips` > 0: an iterated parameter's
-    home (a sequence of `trips` per-layer blocks per cell)."""
-
-    name: str
-    tensor: str
-    shape: tuple[int, ...]
-    dtype: str
-    scale_exp: int
-    layout: Layout
-    role: str = "activation"  # activation | canonical | parameter | input | output
-    trips: int = 0
-
-    @property
-    def elem(self) -> int:
-        return DTYPE_BYTES[self.dtype]
-
-
-@dataclass(frozen=True)
-class Step:
-    kind: str  # compute | redistribute | cast | loop_begin | loop_end
-    label: str
-    inputs: tuple[str, ...] = ()
-    outputs: tuple[str, ...] = ()
-    op: Op | None = None
-    recipe: cat.Recipe | None = None
-    segments: tuple[tuple[int, int, int, int, int, int], ...] = ()
-    trips: int = 0
-
-
-@dataclass(frozen=True)
-class Carry:
-    """Loop-carried value k of a Repeat: `init` lives in buffer set 0,
-    iteration i reads `arg` from set i % 2 and writes `yld` to set (i+1) % 2,
-    `final` is set trips % 2."""
-
-    init: str
-    arg: str
-    yld: str
-    final: str
-    trips: int
-
-
-@dataclass
-class Lowered:
-    values: dict[str, Value] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)
-    carries: list[Carry] = field(default_factory=list)
-    # outer parameter name -> home value name; graph inputs/outputs -> value
-    homes: dict[str, str] = field(default_factory=dict)
-    inputs: dict[str, str] = field(default_factory=dict)
-    outputs: dict[str, str] = field(default_factory=dict)
-    # rotation key (parameterised op / vector parameter) -> logical base tile used
-    rotation: dict[str, int] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        """One line per step (the printable lowered op list)."""
-        lines = []
-        depth = 0
-        for s in self.steps:
-            if s.kind == "loop_end":
-                depth -= 1
-            pad = "  " * depth
-            if s.kind == "loop_begin":
-                lines.append(f"{pad}repeat x{s.trips} {s.label}")
-                depth += 1
-                continue
-            if s.kind == "loop_end":
-                lines.append(f"{pad}end {s.label}")
-                continue
-            key = f" [{s.recipe.key}]" if s.recipe else ""
-            outs = ", ".join(self._fmt(v) for v in s.outputs)
-            ins = ", ".join(self._fmt(v) for v in s.inputs)
-            lines.append(f"{pad}{s.kind} {s.label}{key}: {ins} -> {outs}")
-        return "\n".join(lines)
-
-    def _fmt(self, name: str) -> str:
-        v = self.values[name]
-        lay = v.layout
-        return f"{name}<{v.dtype} {lay.nr}x{lay.nc} cells>"
-
-
-def identity_segments(rows: int, cols: int) -> tuple[tuple[int, int, int, int, int, int], ...]:
-    return ((0, rows, 0, 0, 0, cols),)
 
 
 class _Lowerer:
@@ -188,6 +109,8 @@ class _Lowerer:
         self.scope = ""
         self.loop_depth = 0
         self.loop_values: set[str] = set()
+        self.op_shift = 0  # logical tile shift of the op being lowered
+        self.shifted: set[str] = set()  # ops whose placement honoured a shift
 
     # ------------------------------------------------------------ values
 
@@ -232,6 +155,11 @@ class _Lowerer:
         self.lower_ops(g, g.ops)
         for name in g.outputs:
             self.out.outputs[name] = self.source[name]
+        for op, _ in self.plan.tile_shift:
+            if op not in self.shifted:
+                raise BuildFailure("lower", -1, 0, 0,
+                                   f"tile shift of {op}: lowering places no op of that name "
+                                   f"(heads ops and absorbed casts have no placement)")
         return self.out
 
     def qual(self, name: str) -> str:
@@ -281,7 +209,11 @@ class _Lowerer:
 
     def lower_compute(self, g: Graph, op: Op) -> None:
         recipe = self.recipe_of(g, op)
+        self.op_shift = self.plan.shift(self.qual(op.name)) % self.device.tiles
+        if self.op_shift:
+            self.shifted.add(self.qual(op.name))
         in_layouts, out_layout, homes = self.recipe_layouts(g, op, recipe)
+        self.op_shift = 0
         ins = []
         for name, lay in zip(op.inputs, in_layouts, strict=True):
             q = self.qual(name)
@@ -411,7 +343,7 @@ class _Lowerer:
         mc, kc, nc = even_cuts(m, gm), even_cuts(k, gk), even_cuts(n, gn)
         gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
         base = self.rotate(gm * gn * gk, self.qual(op.name))
-        tl = grid_tiles(base, gm * gn * gk, self.device.tiles, self.plan)
+        tl = grid_tiles(base + self.op_shift, gm * gn * gk, self.device.tiles, self.plan)
 
         def tile(i: int, j: int, l: int) -> int:
             return tl[(i * gn + j) * gk + l]
@@ -521,13 +453,19 @@ class _Lowerer:
         return (a, lay_b), out, {}
 
     def spread(self, count: int) -> tuple[int, ...]:
+        """Physical tiles of `count` places spread over the device (shifted
+        by the op's tile shift)."""
         tiles = self.device.tiles
-        return tuple(self.plan.physical(q * tiles // count, tiles) for q in range(count))
+        return tuple(self.plan.physical((q * tiles // count + self.op_shift) % tiles, tiles)
+                     for q in range(count))
 
     def heads_layouts(self, g: Graph, op: SplitHeads | MergeHeads):
         # the redistribution itself is the op: it reads its input where the
         # source value is (canonical, or the producer's layout when that
         # boundary is open) and writes the canonical layout of its output
+        if self.op_shift:
+            raise BuildFailure("lower", -1, 0, 0, f"tile shift of {self.qual(op.name)}: a "
+                                                  f"heads op has no placement of its own")
         src = self.source.get(self.qual(op.x))
         lay = self.out.values[src].layout if src else self.canonical(self.qual(op.x))
         return (lay,), self.canonical(self.qual(op.out)), {}
@@ -540,7 +478,8 @@ class _Lowerer:
             n = (len(rc) - 1) * (len(cc) - 1)
             lay = Layout(rows, cols, rc, cc, tuple((t,) for t in self.spread(n)))
         else:
-            lay = row_layout(rows, cols, r.grid[0], self.device.tiles, self.plan)
+            lay = row_layout(rows, cols, r.grid[0], self.device.tiles, self.plan,
+                             self.op_shift)
         homes: dict[str, Layout] = {}
         if isinstance(op, LayerNorm):
             vec = Layout(1, cols, (0, 1), (0, cols), (tuple(o[0] for o in lay.owners),))

@@ -26,6 +26,17 @@ A Plan says *what* to build; lower/expand say *how*.  It holds
   not listed continue the running rotation.  The optimizer pins the
   incumbent's bases so that a recipe change of one op leaves every other
   op's parameter homes where they were.
+- `tile_shift`: op qualified name → logical tile offset (1 ≤ shift) added to
+  the placement of that op alone: a row op's row blocks, a batched matmul's
+  or elementwise grid's spread tiles, a matmul's grid (rotation base +
+  shift).  A shifted matmul takes its weight and bias homes along (they
+  live on the tiles that read them), but its rotation base and the running
+  rotation stay, so no other op's homes move; LayerNorm vectors and the
+  position embedding keep their rotating homes and are multicast to the
+  shifted tiles; canonical layouts never shift.  Lowering raises
+  `BuildFailure("lower")` for a shift of an op it does not place (heads
+  ops, absorbed casts, unknown names).  The field is left out of `repr`
+  while empty, so plans without shifts keep the digest they had before it.
 
 Tuples are kept sorted by key, so equal decisions give equal Plans (and equal
 hashes) whatever order the `with_*` helpers were applied in.
@@ -34,7 +45,7 @@ hashes) whatever order the `with_*` helpers were applied in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 CAST_ORDERS = ("after", "before")
 PACKINGS = ("element", "half", "double", "rows")
@@ -57,6 +68,7 @@ class Plan:
     tile_offset: int = 0
     tile_stride: int = 1
     rotation: tuple[tuple[str, int], ...] = ()
+    tile_shift: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.packing not in PACKINGS:
@@ -68,13 +80,24 @@ class Plan:
             raise ValueError(
                 f"plan tile mapping offset {self.tile_offset} stride {self.tile_stride}"
             )
+        for op, shift in self.tile_shift:
+            if not isinstance(shift, int) or shift < 1:
+                raise ValueError(f"plan tile shift of {op}: {shift!r} is not a positive int "
+                                 f"(no shift: leave the op out)")
         for name, items in (("recipes", self.recipes), ("cast_order", self.cast_order),
-                            ("rotation", self.rotation)):
+                            ("rotation", self.rotation), ("tile_shift", self.tile_shift)):
             keys = [k for k, _ in items]
             if keys != sorted(set(keys)):
                 raise ValueError(f"plan {name} must be sorted with unique keys: {keys}")
         if list(self.open_boundaries) != sorted(set(self.open_boundaries)):
             raise ValueError(f"plan open_boundaries must be sorted unique: {self.open_boundaries}")
+
+    def __repr__(self) -> str:
+        # the dataclass repr, without `tile_shift` while it is empty: plan
+        # digests (build.plan_digest hashes the repr) of plans without shifts
+        # are what they were before the field existed
+        shown = [f for f in fields(self) if f.name != "tile_shift" or self.tile_shift]
+        return f"Plan({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     # ------------------------------------------------------------ queries
 
@@ -91,6 +114,13 @@ class Plan:
             if k == key:
                 return v
         return None
+
+    def shift(self, op: str) -> int:
+        """The logical tile shift of `op`'s placement (0: not shifted)."""
+        for k, v in self.tile_shift:
+            if k == op:
+                return v
+        return 0
 
     def cast_before(self, cast_op: str) -> bool:
         for k, v in self.cast_order:
@@ -150,6 +180,17 @@ class Plan:
     def with_tile_mapping(self, offset: int, stride: int = 1) -> Plan:
         return replace(self, tile_offset=offset, tile_stride=stride)
 
+    def with_tile_shift(self, op: str, shift: int) -> Plan:
+        """`op` placed `shift` logical tiles further on (taken mod `tiles`
+        when lowered; 0 removes the shift).  Raises ValueError when negative."""
+        if shift < 0:
+            raise ValueError(f"tile shift of {op}: {shift} < 0")
+        d = dict(self.tile_shift)
+        d.pop(op, None)
+        if shift:
+            d[op] = shift
+        return replace(self, tile_shift=tuple(sorted(d.items())))
+
     def with_rotation(self, bases: dict[str, int]) -> Plan:
         """Pin rotation bases (merged over the plan's existing pins)."""
         d = dict(self.rotation)
@@ -162,6 +203,7 @@ class Plan:
         lines += [f"open {t}" for t in self.open_boundaries]
         lines += [f"cast {op} {order}" for op, order in self.cast_order]
         lines += [f"rotation {key} at {base}" for key, base in self.rotation]
+        lines += [f"shift {op} by {n} tiles" for op, n in self.tile_shift]
         lines.append(f"packing {self.packing}; reduction_overlap {self.reduction_overlap}; "
                      f"tiles (offset {self.tile_offset}, stride {self.tile_stride})")
         return "\n".join(lines)

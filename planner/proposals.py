@@ -36,36 +36,55 @@ Kinds (`KINDS`):
   Row ops that ran on the canonical owners follow them (`follow_packing`).
 - `overlap`: let independent K-split reductions overlap (schedule flag).
   Gain = half the measured reduction cycles.
-- `tiles`: another logical→physical tile mapping.  The device model has
-  homogeneous tiles and a uniform all-to-all exchange, so a permutation of
-  tiles cannot change cycles; its estimated gain is 0 and it sorts after
-  every proposal expected to help.
+- `tiles`: shift one op's placement (`Plan.tile_shift`) off the tiles of
+  the phases it shares a merged step with.  For every measured merged step
+  (`merged <kind>: …` profile entries) the phases' per-tile loads are
+  modelled from the lowered layouts (planner.tileload); an op owns its
+  compute phases, the destination side of the moves into it (inputs,
+  parameters, absorbed casts) and the source side of the moves out of its
+  result (and, for a matmul, both sides of its parameter moves: its homes
+  follow it).  Gain = Σ over the merged steps it takes part in of measured
+  step cycles × (modelled − shifted modelled) / modelled, for the best of
+  a few shifts (half the spacing of its tiles, its tile count, half the
+  device), plus the measured cycles of moves the shift removes (the op
+  lands where its input already is).  A shift that adds a move is not
+  proposed: the new exchange phase sits between the phases that merged, so
+  they no longer share a step (measured on the tiny device: two 1-tile
+  GELUs merged on tile 0, one moved away, cost 14% more).  The best
+  merged-step estimates are lowered first (at most TILE_LOWERINGS per
+  round); at most TILE_PROPOSALS with a positive gain are proposed.  A
+  global logical→physical mapping
+  (`Plan.tile_offset`/`tile_stride`) is not proposed: tiles are homogeneous
+  and the exchange uniform all-to-all, so a permutation of all tiles never
+  changes cycles (tests/test_proposals.py shows it).
 
 Unaffected parameter ownership stays fixed: every proposal pins the
 incumbent's parameter-home rotation bases (`Plan.rotation`, read from one
 lowering of the incumbent), so a recipe change moves only the homes of the op
-whose recipe changes; other decisions (packing, tile mapping) change the
-layout of every value by design.
+whose recipe changes, and a tile shift only those of the shifted matmul;
+packing changes the layout of every value by design.
 
 Measured cycles (`profile`) come from `step_profile`, which maps the
 incumbent's simulated per-step cycles back to op and move names through the
-schedule's step labels.
+schedule's step labels, and keeps every merged step's own cycles under
+`merged <kind>: <label> | <label> …`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from planner import catalogue as cat
-from planner.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
+from planner.graph import DTYPE_BYTES, Cast, Graph, MatMul, MergeHeads, Op, Repeat, SplitHeads
 from planner.layout import canonical_rows_per_owner, view2d
 from planner.lower import Lowered, lower
+from planner.lowered import Step
 from planner.plan import PACKINGS, Plan
-from planner.schedule import Schedule
+from planner.schedule import EXCHANGE, Schedule
+from planner.tileload import PhaseLoad, is_heads, phase_load, shifted, step_cycles
 from simulator.device import Device
 
 KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
@@ -73,6 +92,13 @@ KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
 _SUFFIXES = (" partial sums", " partials", " reduce", " unpack", " pack")
 # consumer alternatives tried per boundary by `joint` (best estimates first)
 JOINT_ALTERNATIVES = 2
+# `tiles` proposals per round, and shifts lowered per round to find them (best
+# merged-step estimates first; a lowering shows which moves appear or vanish)
+TILE_PROPOSALS = 3
+TILE_LOWERINGS = 6
+# profile entries of merged steps: f"{MERGED}{kind}: " + MERGED_SEP.join(labels)
+MERGED = "merged "
+MERGED_SEP = " | "
 
 
 @dataclass(frozen=True)
@@ -126,11 +152,16 @@ def base_label(label: str) -> str:
 def step_profile(sched: Schedule, cycles_per_step: np.ndarray) -> dict[str, int]:
     """Measured cycles per base label: each step's cycles (summed over Repeat
     iterations) split evenly among the phases merged into it.  K-split
-    reduction phases are also counted under `reduce:<op>`."""
+    reduction phases are also counted under `reduce:<op>`, and a step of
+    several phases under `merged <kind>: <label> | <label> …` (its full
+    labels, in program order)."""
     prof: dict[str, int] = {}
     for st, c in zip(sched.steps, cycles_per_step.tolist(), strict=True):
         if not st.labels:
             continue
+        if len(st.labels) > 1:
+            key = f"{MERGED}{st.kind}: {MERGED_SEP.join(st.labels)}"
+            prof[key] = prof.get(key, 0) + int(c)
         share = int(c) // len(st.labels)
         for lab in st.labels:
             key = base_label(lab)
@@ -174,6 +205,7 @@ class _Generator:
         self.g = g
         self.device = device
         lowered = lower(g, device, plan, limit)
+        self.lowered = lowered
         # every proposal starts from the incumbent with its rotation pinned
         self.plan = plan.with_rotation(lowered.rotation)
         self.prof = prof
@@ -365,19 +397,134 @@ class _Generator:
                          self.plan.with_reduction_overlap(True))]
 
     def tiles(self) -> list[Proposal]:
+        steps = self.merged_steps()
+        ops = sorted({op for _, _, phases in steps for _, owners in phases for op in owners})
+        ranked = []
+        for op in ops:
+            best = max(((self.shift_gain(steps, op, s), s) for s in self.shift_choices(op)),
+                       default=(0, 0))
+            if best[0] > 0:
+                ranked.append((-best[0], op, best[1]))
+        out: list[Proposal] = []
         n = self.device.tiles
-        out = []
-        offset = (self.plan.tile_offset + n // 2) % n
-        out.append(Proposal("tiles", f"tile mapping offset {offset} stride "
-                                     f"{self.plan.tile_stride}", 0,
-                            self.plan.with_tile_mapping(offset, self.plan.tile_stride)))
-        stride = next((s for s in range(self.plan.tile_stride + 2, n)
-                       if math.gcd(s, n) == 1), None)
-        if stride is not None:
-            out.append(Proposal("tiles", f"tile mapping offset {self.plan.tile_offset} "
-                                         f"stride {stride}", 0,
-                                self.plan.with_tile_mapping(self.plan.tile_offset, stride)))
+        for neg_gain, op, s in sorted(ranked)[:TILE_LOWERINGS]:
+            if len(out) == TILE_PROPOSALS:
+                break
+            cur = self.plan.shift(op)
+            plan = self.plan.with_tile_shift(op, (cur + s) % n)
+            removed = self.moves_removed(lower(self.g, self.device, plan, self.limit))
+            if removed is None:
+                continue  # a move appears: outside the estimate (module docstring)
+            gain = -neg_gain + removed
+            if gain > 0:
+                out.append(Proposal("tiles", f"shift {op} by {s} tiles (now {(cur + s) % n})",
+                                    gain, plan))
         return out
+
+    def moves_removed(self, shifted_lowering: Lowered) -> int | None:
+        """The measured cycles of the moves a placement change removes (the
+        op lands where its input already is), or None when it adds a move."""
+        old = _moves(self.lowered)
+        new = _moves(shifted_lowering)
+        if any(len(new[key]) > len(old.get(key, ())) for key in new):
+            return None
+        return sum(self.measured(st.label) for key in sorted(old)
+                   for st in old[key][len(new.get(key, ())):])
+
+    def merged_steps(self) -> list[tuple[int, bool, list[tuple[PhaseLoad, dict]]]]:
+        """(measured cycles, exchange?, [(phase load, {op: owned parts})]) of
+        every measured merged step whose phases all map to one lowered step."""
+        by_label: dict[str, list[Step]] = {}
+        for st in self.lowered.steps:
+            key = f"cast {st.label}" if st.kind == "cast" else st.label
+            by_label.setdefault(key, []).append(st)
+        out = []
+        for key, cycles in sorted(self.prof.items()):
+            if not key.startswith(MERGED):
+                continue
+            kind, _, labels = key[len(MERGED):].partition(": ")
+            exchange = kind == EXCHANGE
+            phases = []
+            for lab in labels.split(MERGED_SEP):
+                found = by_label.get(lab if lab.startswith("cast ") else base_label(lab), [])
+                if len(found) != 1:
+                    break  # unknown or ambiguous label: the step is not modelled
+                st = found[0]
+                phases.append((phase_load(self.lowered, st, lab, exchange, self.device),
+                               self.owners(st, lab, exchange)))
+            else:
+                out.append((cycles, exchange, phases))
+        return out
+
+    def owners(self, st: Step, label: str, exchange: bool) -> dict[str, tuple[str, ...]]:
+        """Which parts of a phase's load move with which op's placement."""
+        if st.kind == "compute" and not is_heads(st):
+            return {st.label: ("compute",)}
+        src = self.producer(st.inputs[0])
+        dst = None if is_heads(st) else self.consumer(st.outputs[0])
+        if exchange:
+            parts: dict[str, tuple[str, ...]] = {}
+            if dst is not None:
+                parts[dst] = ("bytes_in",)
+            if src is not None:
+                parts[src] = parts.get(src, ()) + ("bytes_out",)
+            return parts
+        if label.endswith(" pack"):
+            return {src: ("compute",)} if src is not None else {}
+        return {dst: ("compute",)} if dst is not None else {}
+
+    def producer(self, value: str) -> str | None:
+        """The op whose placement a value's tiles follow: its compute
+        producer, or the matmul reading it when it is a weight or bias home."""
+        lw = self.lowered
+        for st in lw.steps:
+            if value in st.outputs and st.kind == "compute" and not is_heads(st):
+                return st.label
+        if lw.values[value].role == "parameter":
+            readers = [self.consumer(st.outputs[0]) for st in lw.steps
+                       if st.kind == "redistribute" and st.inputs == (value,)]
+            ops = {st.label: st for st in lw.steps if st.kind == "compute"}
+            if len(readers) == 1 and readers[0] is not None and \
+                    isinstance(ops[readers[0]].op, MatMul):
+                return readers[0]
+        return None
+
+    def consumer(self, value: str) -> str | None:
+        """The one op whose placement decides a converted value's layout
+        (through an absorbed cast), or None when several read it."""
+        users = [st for st in self.lowered.steps if value in st.inputs]
+        if len(users) != 1:
+            return None
+        if users[0].kind == "cast":
+            return self.consumer(users[0].outputs[0])
+        if users[0].kind != "compute" or is_heads(users[0]):
+            return None
+        return users[0].label
+
+    def shift_choices(self, op: str) -> list[int]:
+        """Candidate shifts of `op`: half the spacing of its tiles, its tile
+        count, half the device (distinct, 0 < shift < tiles)."""
+        st = next(s for s in self.lowered.steps if s.kind == "compute" and s.label == op)
+        lay = self.lowered.values[st.outputs[0]].layout
+        count = len({t for o in lay.owners for t in o})
+        n = self.device.tiles
+        return sorted({s for s in ((n // count) // 2, count, n // 2) if 0 < s < n})
+
+    def shift_gain(self, steps: list[tuple[int, bool, list[tuple[PhaseLoad, dict]]]],
+                   op: str, shift: int) -> int:
+        """Estimated cycles saved by shifting `op` `shift` logical tiles."""
+        n = self.device.tiles
+        by = shift * self.plan.tile_stride % n  # the logical shift, as physical tiles
+        gain = 0.0
+        for cycles, exchange, phases in steps:
+            if not any(op in owners for _, owners in phases):
+                continue
+            old = step_cycles([ld for ld, _ in phases], exchange, self.device)
+            new = step_cycles([shifted(ld, owners.get(op, ()), by)
+                               for ld, owners in phases], exchange, self.device)
+            if old > 0:
+                gain += cycles * (old - new) / old
+        return int(round(gain))
 
 
 def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Plan:
@@ -388,10 +535,13 @@ def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT)
 
 def _merged(base: tuple, changed: tuple, onto: tuple) -> tuple:
     """Sorted (key, value) items of `onto` updated with the items in which
-    `changed` differs from `base`."""
+    `changed` differs from `base`, without the keys `changed` dropped."""
     b = dict(base)
+    c = dict(changed)
     out = dict(onto)
     out.update({k: v for k, v in changed if b.get(k) != v})
+    for k in b.keys() - c.keys():  # a key `changed` removed
+        out.pop(k, None)
     return tuple(sorted(out.items()))
 
 
@@ -417,7 +567,21 @@ def apply_change(base: Plan, changed: Plan, onto: Plan) -> Plan:
         tile_offset=pick("tile_offset"),
         tile_stride=pick("tile_stride"),
         rotation=_merged(base.rotation, changed.rotation, onto.rotation),
+        tile_shift=_merged(base.tile_shift, changed.tile_shift, onto.tile_shift),
     )
+
+
+def _moves(lw: Lowered) -> dict[tuple[str, str, str], list[Step]]:
+    """The redistribute steps of a lowering by (kind of move, source tensor,
+    destination tensor): names that do not depend on placement (value names
+    count the values made before them)."""
+    out: dict[tuple[str, str, str], list[Step]] = {}
+    for st in lw.steps:
+        if st.kind == "redistribute":
+            key = (st.label.split(" ")[0], lw.values[st.inputs[0]].tensor,
+                   lw.values[st.outputs[0]].tensor)
+            out.setdefault(key, []).append(st)
+    return out
 
 
 def _feeds_repeat(g: Graph, tensor: str) -> bool:
