@@ -40,6 +40,7 @@ difference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ import numpy as np
 from kernels.exceptions import BuildFailure
 from kernels.registry import KERNELS
 from planner.allocate import Allocation, Overheads
-from planner.program import NARGS, TENSOR_KINDS, Program, Ref
+from planner.program import TENSOR_KINDS, Program, Ref
 from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
 from simulator.device import Device
 from simulator.package import (
@@ -76,6 +77,9 @@ _STEP_CODES = {
 }
 
 TableKey = tuple[int, tuple[tuple[int, int], ...]]
+
+# buffer kind code in the memory map: its index in TENSOR_KINDS
+_KIND_CODES = {k: i for i, k in enumerate(TENSOR_KINDS)}
 
 
 @dataclass(frozen=True)
@@ -107,28 +111,24 @@ def _kernel_code_bytes(kid: int) -> int:
 def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     """Size code, exchange-table and support bytes per tile (module docstring)."""
     tiles = device.tiles
-    nvtx = np.zeros(tiles, dtype=np.int64)
     xends = np.zeros(tiles, dtype=np.int64)
     used = np.zeros(tiles, dtype=bool)
-    kernel_pairs: set[tuple[int, int]] = set()
     table_bytes = np.zeros(tiles, dtype=np.int64)
     tables: dict[TableKey, int] = {}
-    tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64,
-                          count=len(program.bufs))
+    tile_of = _tile_of(program)
     used[tile_of] = True
 
     def trips_at(step: int) -> int:
         loop = sched.loop_of[step]
         return sched.steps[loop].trips if loop >= 0 else 0
 
-    for s, st in enumerate(sched.steps):
-        for v in st.vertices:
-            nvtx[v.tile] += 1
-            used[v.tile] = True
-            kernel_pairs.add((v.tile, v.kernel))
-            for r in v.refs:
-                if r.seq:
-                    _reserve_table(tables, table_bytes, v.tile, r, trips_at(s))
+    v = sched.vertex_arrays()
+    nvtx = np.bincount(v.tile, minlength=tiles)
+    used[v.tile] = True
+    for k, r in zip(v.iterated.tolist(), v.iter_refs, strict=True):
+        if r.seq:
+            vi = int(v.ref_vertex[k])
+            _reserve_table(tables, table_bytes, int(v.tile[vi]), r, trips_at(int(v.step[vi])))
     x = sched.transfers()
     ts, td = tile_of[x.src_buf], tile_of[x.dst_buf]
     np.add.at(xends, ts, 1)
@@ -141,14 +141,39 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
             _reserve_table(tables, table_bytes, int(ts[i]), src, trips_at(int(x.step[i])))
         if dst.seq:
             _reserve_table(tables, table_bytes, int(td[i]), dst, trips_at(int(x.step[i])))
-    kcode = np.zeros(tiles, dtype=np.int64)
-    for tile, kid in sorted(kernel_pairs):
-        kcode[tile] += _kernel_code_bytes(kid)
+    kcode = _kernel_code(v.tile, v.kernel, tiles)
     a = device.alignment
     code = _round(nvtx * device.code_bytes_per_vertex + kcode, a)
     xtable = _round(xends * device.exchange_table_bytes_per_transfer, a)
     support = np.where(used, _round(device.support_bytes + table_bytes, a), 0).astype(np.int64)
     return Reservation(Overheads(code, xtable, support), tables, used)
+
+
+def _tile_of(program: Program) -> np.ndarray:
+    return np.fromiter(map(attrgetter("tile"), program.bufs), dtype=np.int64,
+                       count=len(program.bufs))
+
+
+def _kernel_code(tile: np.ndarray, kernel: np.ndarray, tiles: int) -> np.ndarray:
+    """Per tile, the summed `code_bytes` of the distinct kernels its vertices
+    run.  Raises BuildFailure on an unknown kernel id (the first in (tile,
+    kernel) order)."""
+    if tile.size == 0:
+        return np.zeros(tiles, dtype=np.int64)
+    order = np.lexsort((kernel, tile))
+    t, k = tile[order], kernel[order]
+    first = np.ones(t.size, dtype=bool)
+    first[1:] = (t[1:] != t[:-1]) | (k[1:] != k[:-1])
+    t, k = t[first], k[first]
+    ids, inverse = np.unique(k, return_inverse=True)
+    known = [KERNELS.get(kid) is not None for kid in ids.tolist()]
+    if not all(known):
+        bad = np.flatnonzero(~np.asarray(known)[inverse])[0]
+        _kernel_code_bytes(int(k[bad]))
+    code = np.asarray([_kernel_code_bytes(kid) for kid in ids.tolist()], dtype=np.int64)
+    out = np.zeros(tiles, dtype=np.int64)
+    np.add.at(out, t, code[inverse])
+    return out
 
 
 def _reserve_table(tables: dict[TableKey, int], table_bytes: np.ndarray, tile: int, r: Ref,
@@ -250,7 +275,7 @@ def link(
     """Lower to a Package; raises BuildFailure("link", ...) on a seq whose length
     differs from its loop's trips or an iterated ref outside a loop."""
     addr = alloc.addr
-    tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64, count=len(program.bufs))
+    tile_of = _tile_of(program)
     support_addr = res.support_addr(device)
     patches = _Patches()
 
@@ -273,32 +298,24 @@ def link(
         patches.arith_row(target, index, arg, loop, a0, r.iter_stride)
         return a0
 
-    kinds: list[int] = []
-    nv: list[int] = []
-    nx: list[int] = []
-    trips_col: list[int] = []
-    match_col: list[int] = []
-    v_tile: list[int] = []
-    v_kernel: list[int] = []
-    v_args: list[list[int]] = []
-    addr_l = [int(x) for x in addr.tolist()]
-    for s, st in enumerate(sched.steps):
-        kinds.append(_STEP_CODES[st.kind])
-        trips_col.append(st.trips if st.kind == REPEAT_BEGIN else 0)
-        match_col.append(st.match)
-        nv.append(len(st.vertices))
-        nx.append(len(st.transfers))
-        for v in st.vertices:
-            args = list(v.args)
-            vi = len(v_tile)
-            for r in v.refs:
-                if r.iter_stride or r.seq:
-                    args[r.arg] = resolve(r, s, v.tile, PATCH_VERTEX_ARG, vi, r.arg)
-                else:
-                    args[r.arg] = addr_l[r.buf] + r.offset
-            v_tile.append(v.tile)
-            v_kernel.append(v.kernel)
-            v_args.append(args)
+    steps = sched.steps
+    kinds = [_STEP_CODES[st.kind] for st in steps]
+    trips_col = [st.trips if st.kind == REPEAT_BEGIN else 0 for st in steps]
+    match_col = [st.match for st in steps]
+    nv = [len(st.vertices) for st in steps]
+    nx = [len(st.transfers) for st in steps]
+    addr_l = addr.tolist()
+    v = sched.vertex_arrays()
+    # plain refs in bulk; then the iterated ones in (vertex, ref) order, as
+    # their patches are numbered
+    v_args = v.args.copy()
+    plain = np.ones(v.ref_arg.size, dtype=bool)
+    plain[v.iterated] = False
+    v_args[v.ref_vertex[plain], v.ref_arg[plain]] = addr[v.ref_buf[plain]] + v.ref_off[plain]
+    for k, r in zip(v.iterated.tolist(), v.iter_refs, strict=True):
+        vi = int(v.ref_vertex[k])
+        v_args[vi, r.arg] = resolve(r, int(v.step[vi]), int(v.tile[vi]), PATCH_VERTEX_ARG, vi,
+                                    r.arg)
     x = sched.transfers()
     x_src_tile, x_dst_tile = tile_of[x.src_buf], tile_of[x.dst_buf]
     x_src_addr = addr[x.src_buf] + x.src_off
@@ -326,9 +343,9 @@ def link(
         "step_xfer": np.concatenate([[0], np.cumsum(nx)]).astype(i64),
         "step_trips": np.asarray(trips_col, dtype=i64),
         "step_match": np.asarray(match_col, dtype=i64),
-        "v_tile": np.asarray(v_tile, dtype=i64),
-        "v_kernel": np.asarray(v_kernel, dtype=i64),
-        "v_args": np.asarray(v_args, dtype=i64).reshape(-1, NARGS),
+        "v_tile": v.tile.copy(),
+        "v_kernel": v.kernel.copy(),
+        "v_args": v_args,
     }
     a.update(x_src_tile=x_src_tile.astype(i64), x_src_addr=x_src_addr.astype(i64),
              x_dst_tile=x_dst_tile.astype(i64), x_dst_addr=x_dst_addr.astype(i64),
@@ -350,12 +367,12 @@ def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reser
                 device: Device, tile_of: np.ndarray) -> tuple[list[str], dict[str, np.ndarray]]:
     nb = len(program.bufs)
     last_step = max(len(sched.steps) - 1, 0)
-    names = [b.name for b in program.bufs]
+    names = list(map(attrgetter("name"), program.bufs))
     tiles_l = [tile_of]
     addr_l = [alloc.addr]
-    bytes_l = [np.fromiter((b.nbytes for b in program.bufs), dtype=np.int64, count=nb)]
-    kind_l = [np.fromiter((TENSOR_KINDS.index(b.kind) for b in program.bufs), dtype=np.int64,
-                          count=nb)]
+    bytes_l = [np.fromiter(map(attrgetter("nbytes"), program.bufs), dtype=np.int64, count=nb)]
+    kind_l = [np.fromiter(map(_KIND_CODES.__getitem__, map(attrgetter("kind"), program.bufs)),
+                          dtype=np.int64, count=nb)]
     first_l = [alloc.first]
     last_l = [alloc.last]
     o = res.overheads

@@ -32,11 +32,13 @@ Empty phases are dropped (an empty exchange would still pay a sync).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from kernels.exceptions import BuildFailure
-from planner.program import LoopMark, Phase, Program, Ref, Seq, Vertex, Xfers
+from planner.program import NARGS, LoopMark, Phase, Program, Ref, Seq, Vertex, Xfers
 
 COMPUTE = "compute"
 EXCHANGE = "exchange"
@@ -113,23 +115,102 @@ def transfer_arrays(steps: tuple[Step, ...]) -> XferArrays:
                       seq_refs=tuple((a, b) for _, a, b in x.seq))
 
 
+@dataclass(frozen=True, eq=False)
+class VertexArrays:
+    """All vertices of a schedule in step order as int64 arrays [V]: owning
+    `step`, `tile`, `kernel`, and `args` [V, NARGS] (`Vertex.args`: address
+    args 0).  Their refs flattened in (vertex, ref) order [R]: `ref_vertex`
+    (index into the vertex arrays), `ref_arg`, `ref_buf`, `ref_off`;
+    `iterated` the indices (ascending) of the refs with an `iter_stride` or a
+    `seq`, and `iter_refs` those `Ref`s."""
+
+    step: np.ndarray
+    tile: np.ndarray
+    kernel: np.ndarray
+    args: np.ndarray
+    ref_vertex: np.ndarray
+    ref_arg: np.ndarray
+    ref_buf: np.ndarray
+    ref_off: np.ndarray
+    iterated: np.ndarray
+    iter_refs: tuple[Ref, ...]
+
+
+def _ints(values: object, n: int) -> np.ndarray:
+    a = np.fromiter(values, dtype=np.int64, count=n)  # type: ignore[call-overload]
+    a.flags.writeable = False
+    return a
+
+
+def _distinct_rows(rows: list[tuple[int, ...]]) -> np.ndarray:
+    """int64 [len(rows), NARGS] from NARGS-tuples; vertices share few distinct
+    args tuples (one per kernel shape), so convert each distinct one once."""
+    code = {r: i for i, r in enumerate(dict.fromkeys(rows))}
+    index = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
+    table = np.asarray(list(code), dtype=np.int64).reshape(len(code), NARGS)
+    out = table[index]
+    out.flags.writeable = False
+    return out
+
+
+def vertex_arrays(steps: tuple[Step, ...]) -> VertexArrays:
+    """Flatten the vertices of `steps` and their refs (one pass per field).
+    Raises ValueError on a vertex without NARGS args."""
+    counts = np.fromiter((len(st.vertices) for st in steps), dtype=np.int64, count=len(steps))
+    verts = list(chain.from_iterable(st.vertices for st in steps))
+    n = len(verts)
+    args = list(map(attrgetter("args"), verts))
+    if set(map(len, args)) - {NARGS}:
+        bad = next(v for v in verts if len(v.args) != NARGS)
+        raise ValueError(f"tile {bad.tile}: vertex of kernel {bad.kernel} has "
+                         f"{len(bad.args)} args, not {NARGS} (a builder bug)")
+    per = list(map(attrgetter("refs"), verts))
+    nref = np.fromiter(map(len, per), dtype=np.int64, count=n)
+    refs = list(chain.from_iterable(per))
+    r = len(refs)
+    stride = np.fromiter(map(attrgetter("iter_stride"), refs), dtype=np.int64, count=r)
+    has_seq = np.fromiter(map(bool, map(attrgetter("seq"), refs)), dtype=bool, count=r)
+    iterated = np.flatnonzero((stride != 0) | has_seq)
+    step = np.repeat(np.arange(len(steps), dtype=np.int64), counts)
+    ref_vertex = np.repeat(np.arange(n, dtype=np.int64), nref)
+    for a in (step, ref_vertex, iterated):
+        a.flags.writeable = False
+    return VertexArrays(
+        step=step,
+        tile=_ints(map(attrgetter("tile"), verts), n),
+        kernel=_ints(map(attrgetter("kernel"), verts), n),
+        args=_distinct_rows(args),
+        ref_vertex=ref_vertex,
+        ref_arg=_ints(map(attrgetter("arg"), refs), r),
+        ref_buf=_ints(map(attrgetter("buf"), refs), r),
+        ref_off=_ints(map(attrgetter("offset"), refs), r),
+        iterated=iterated,
+        iter_refs=tuple(refs[i] for i in iterated.tolist()),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """Ordered steps.  `loop_of[s]` is the index of the innermost REPEAT_BEGIN
     enclosing step s (-1 outside every loop; a BEGIN/END step belongs to the
     enclosing loop, not its own).  `merged` counts phases that joined an
     earlier phase's step; `delayed` counts reductions moved past exchanges;
-    `xfers` the flat transfer arrays."""
+    `xfers` and `verts` the flat transfer and vertex arrays."""
 
     steps: tuple[Step, ...]
     loop_of: tuple[int, ...]
     merged: int = 0
     delayed: int = 0
     xfers: XferArrays | None = None
+    verts: VertexArrays | None = None
 
     def transfers(self) -> XferArrays:
         """The flat transfer arrays (computed by `schedule`; else on demand)."""
         return self.xfers if self.xfers is not None else transfer_arrays(self.steps)
+
+    def vertex_arrays(self) -> VertexArrays:
+        """The flat vertex arrays (computed by `schedule`; else on demand)."""
+        return self.verts if self.verts is not None else vertex_arrays(self.steps)
 
     def loops(self) -> list[tuple[int, int, int]]:
         """(begin, end, trips) of every Repeat, ordered by begin index."""
@@ -264,7 +345,8 @@ def schedule(program: Program, reduction_overlap: bool = False,
     """Turn `program.items` into supersteps.
 
     Raises BuildFailure("schedule", ...) on unbalanced loop marks, a phase of
-    unknown kind, or an iterated ref outside every Repeat.
+    unknown kind, or an iterated ref outside every Repeat; ValueError on a
+    vertex without NARGS args (a builder bug).
     """
     steps: list[Step] = []
     loop_of: list[int] = []
@@ -324,7 +406,7 @@ def schedule(program: Program, reduction_overlap: bool = False,
         raise BuildFailure("schedule", -1, 0, 0, f"loop {label} never ends")
     frozen = tuple(steps)
     return Schedule(frozen, tuple(loop_of), merged_total, delayed_total,
-                    transfer_arrays(frozen))
+                    transfer_arrays(frozen), vertex_arrays(frozen))
 
 
 def _has_iterated(st: Step) -> bool:

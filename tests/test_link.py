@@ -166,3 +166,32 @@ def test_iterated_transfer_endpoints(trips: int) -> None:
     sim = run(built.package, params={"w": w.astype(np.float32)}, numerics=True)
     assert not sim.faults
     assert np.array_equal(sim.outputs["y"], w[-1].astype(np.float32))
+
+
+def test_vertex_args_match_per_ref_resolution() -> None:
+    """v_args against the obvious walk: every ref's iteration-0 address
+    written into its arg, the other args as the vertex holds them."""
+    p, _, alloc, pkg, _ = _linked(3)
+    s = schedule(p)
+    want = []
+    for st in s.steps:
+        for v in st.vertices:
+            args = list(v.args)
+            for r in v.refs:
+                b, o = r.seq[0] if r.seq else (r.buf, r.offset)
+                args[r.arg] = int(alloc.addr[b]) + o
+            want.append(args)
+    assert pkg.arrays["v_args"].tolist() == want
+    assert pkg.arrays["v_tile"].tolist() == [1, 2, 1]
+
+
+def test_unknown_kernel_fails_in_reserve() -> None:
+    from planner.program import Vertex
+
+    p = loop_program(2)
+    for it in p.items:
+        if getattr(it, "label", "") == "side copy":
+            v = it.vertices[0]
+            it.vertices[0] = Vertex(v.tile, 999, v.args, v.refs, v.reads, v.writes)
+    with pytest.raises(BuildFailure, match="unknown kernel id 999"):
+        reserve(p, schedule(p), TINY)

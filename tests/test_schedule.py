@@ -8,7 +8,14 @@ from handprog import copy_vertex, loop_program
 from kernels.exceptions import BuildFailure
 from kernels.ids import REDUCE
 from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
-from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, schedule
+from planner.schedule import (
+    COMPUTE,
+    EXCHANGE,
+    REPEAT_BEGIN,
+    REPEAT_END,
+    schedule,
+    vertex_arrays,
+)
 
 
 def test_loop_program_steps_and_merge() -> None:
@@ -174,3 +181,52 @@ def test_transfer_arrays_with_seq_rows() -> None:
     assert isinstance(carry, Xfers) and len(carry) == 3
     assert carry.dst_buf.tolist() == [c, b, h] and [i for i, _, _ in carry.seq] == [0, 2]
     assert carry.iterated and not s.steps[0].transfers.iterated
+
+
+def test_vertex_arrays_of_loop_program() -> None:
+    s = schedule(loop_program(3))
+    v = s.vertex_arrays()
+    # copies on tiles 1 and 2 (step 1), the body's add on tile 1 (step 3)
+    assert v.step.tolist() == [1, 1, 3]
+    assert v.tile.tolist() == [1, 2, 1]
+    assert v.kernel.tolist() == [st.kernel for st in (*s.steps[1].vertices, *s.steps[3].vertices)]
+    assert v.args.shape == (3, 16)
+    assert v.args.tolist() == [list(x.args) for st in s.steps for x in st.vertices]
+    # buffers: x 0, y 1, w 2, land 3, ping 4, pong 5, side_in 6, side_out 7
+    assert v.ref_vertex.tolist() == [0, 0, 1, 1, 2, 2, 2]
+    assert v.ref_arg.tolist() == [0, 2, 0, 2, 0, 2, 4]
+    assert v.ref_buf.tolist() == [3, 4, 6, 7, 4, 2, 5]
+    assert v.ref_off.tolist() == [0] * 7
+    assert v.iterated.tolist() == [4, 5, 6]
+    assert v.iter_refs == s.steps[3].vertices[0].refs
+
+
+def test_vertex_arrays_match_per_vertex_reading() -> None:
+    """The flat columns against an obvious per-object walk (the slow twin)."""
+    p = _seq_program()
+    a, c, w = 0, 2, 4
+    p.items.insert(3, Phase("compute", "in loop", [
+        Vertex(1, 10, tuple(range(16)), (Ref(0, w, 8, 64), Ref(2, c, 4)), (w,), (c,)),
+        Vertex(0, 11, (7,) * 16, (Ref(1, a, 0, 0, ((a, 0), (1, 0), (a, 0))),), (a, 1), ())]))
+    s = schedule(p)
+    v = vertex_arrays(s.steps)
+    rows = [(i, x) for i, st in enumerate(s.steps) for x in st.vertices]
+    refs = [(k, r) for k, (_, x) in enumerate(rows) for r in x.refs]
+    assert v.step.tolist() == [i for i, _ in rows]
+    assert v.tile.tolist() == [x.tile for _, x in rows]
+    assert v.kernel.tolist() == [x.kernel for _, x in rows]
+    assert v.args.tolist() == [list(x.args) for _, x in rows]
+    assert v.ref_vertex.tolist() == [k for k, _ in refs]
+    assert v.ref_arg.tolist() == [r.arg for _, r in refs]
+    assert v.ref_buf.tolist() == [r.buf for _, r in refs]
+    assert v.ref_off.tolist() == [r.offset for _, r in refs]
+    assert v.iterated.tolist() == [j for j, (_, r) in enumerate(refs) if r.iterated] == [0, 2]
+    assert v.iter_refs == tuple(r for _, r in refs if r.iterated)
+
+
+def test_vertex_without_nargs_args_fails() -> None:
+    p = Program()
+    a = p.new_buf(0, 64, "activation", "a", persistent=True)
+    p.items.append(Phase("compute", "short", [Vertex(0, 10, (0,) * 15, (Ref(0, a),), (a,), ())]))
+    with pytest.raises(ValueError, match="15 args, not 16"):
+        schedule(p)
