@@ -33,7 +33,9 @@ that are distinct operands of a common vertex) sharing an element with it,
 then the best fit.  That can fragment memory, so if it fails on a tile the
 plain best-fit order and two other deterministic orders (first asc; then
 lifetime length desc) are tried before the tile is declared infeasible.
-The hot loop is one jitted function over flat arrays.
+Operands are read once into flat arrays (buffer columns, vertex reads/writes,
+ref buffers, the schedule's transfer columns); live ranges, partner pairs
+and the placement of all tiles are jitted functions over them.
 
 Failure raises `BuildFailure("allocate", tile, need, have, detail, profile)`
 where `profile` maps kinds (code, exchange-table, support, parameter,
@@ -43,12 +45,14 @@ activation, scratch, exchange-landing) and `peak_live_tensor` to bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from kernels.exceptions import BuildFailure
 from kernels.jit import kjit
-from planner.program import TENSOR_KINDS, Program
+from planner.program import TENSOR_KINDS, Program, Ref
 from planner.schedule import Schedule
 from simulator.device import Device
 
@@ -86,106 +90,232 @@ class Allocation:
     element_conflicts: int = -1
 
 
+# touch flags: the step reads the buffer; the reference is iterated (its
+# address changes with the Repeat counter)
+READ = 1
+ITERATED = 2
+
+
+@dataclass(frozen=True, eq=False)
+class _Operands:
+    """A schedule's buffer references as flat int64 arrays.
+
+    Touches (buffer, step, flags): vertex reads (READ) and writes, iterated
+    vertex refs inside loops (ITERATED) and both ends of transfers with a
+    per-iteration seq (every buffer of the seq).  Transfers without a seq stay
+    in the schedule's columns: `xsrc`/`xdst` are their buffers, -1 on seq rows.
+    `vbuf` lists every buffer each vertex's refs touch, grouped by vertex
+    (`vptr[V+1]` offsets, duplicates allowed)."""
+
+    tb: np.ndarray
+    ts: np.ndarray
+    tf: np.ndarray
+    xstep: np.ndarray
+    xsrc: np.ndarray
+    xdst: np.ndarray
+    xss: np.ndarray
+    xds: np.ndarray
+    vptr: np.ndarray
+    vbuf: np.ndarray
+
+
 def _align_up(x: np.ndarray | int, a: int) -> np.ndarray | int:
     return -(-x // a) * a
 
 
-def _touches(sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every (buffer, step) reference as arrays: buffer, step, is-read,
-    is-iterated.  Vertex reads/writes name the buffers (Program contract);
-    refs are scanned only for iterated bindings (inside loops), which count
-    as extra touches flagged iterated."""
-    rb: list[int] = []  # read touches
-    rs: list[int] = []
-    wb: list[int] = []  # write touches
-    ws: list[int] = []
-    ib: list[int] = []  # iterated-ref touches
-    is_: list[int] = []
-    for s, st in enumerate(sched.steps):
-        n_r, n_w = len(rb), len(wb)
-        for v in st.vertices:
-            rb.extend(v.reads)
-            wb.extend(v.writes)
-        rs.extend([s] * (len(rb) - n_r))
-        ws.extend([s] * (len(wb) - n_w))
-        if sched.loop_of[s] < 0:
-            continue
-        for r in (r for v in st.vertices for r in v.refs):
-            if r.iter_stride or r.seq:
-                bs = r.buffers()
-                ib.extend(bs)
-                is_.extend([s] * len(bs))
-    # transfers from the flat arrays; seq endpoints touch every buffer of the seq
+def _flatten(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """(values, lengths) of a list of int tuples."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    values = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return values, lengths
+
+
+def _operands(sched: Schedule) -> _Operands:
+    """Read every buffer reference of `sched` once (see `_Operands`).  Vertex
+    reads/writes name the buffers (Program contract); refs are scanned for
+    the partner groups and, inside loops, for iterated bindings."""
+    steps = sched.steps
+    per_step = list(map(attrgetter("vertices"), steps))
+    verts = list(chain.from_iterable(per_step))
+    nv = len(verts)
+    vstep = np.repeat(np.arange(len(steps), dtype=np.int64),
+                      np.fromiter(map(len, per_step), dtype=np.int64, count=len(steps)))
+    rb, n_r = _flatten(list(map(attrgetter("reads"), verts)))
+    wb, n_w = _flatten(list(map(attrgetter("writes"), verts)))
+    ref_rows = list(map(attrgetter("refs"), verts))
+    refs: list[Ref] = list(chain.from_iterable(ref_rows))
+    n_ref = np.fromiter(map(len, ref_rows), dtype=np.int64, count=nv)
+    ref_vertex = np.repeat(np.arange(nv, dtype=np.int64), n_ref)
+    vbuf = np.fromiter(map(attrgetter("buf"), refs), dtype=np.int64, count=len(refs))
+
+    odd = [i for i, r in enumerate(refs) if r.iter_stride or r.seq]
+    iterated = np.asarray(odd, dtype=np.int64)
+    odd_refs = [refs[i] for i in odd]
+    it_step = vstep[ref_vertex[iterated]]
+    in_loop = np.asarray(sched.loop_of, dtype=np.int64).reshape(-1)[it_step] >= 0
+    has_seq = np.fromiter(map(bool, map(attrgetter("seq"), odd_refs)), dtype=bool,
+                          count=len(odd_refs))
+    # iterated refs inside loops touch their buffer; seq refs every buffer of the seq
+    tb: list[np.ndarray] = [vbuf[iterated[in_loop & ~has_seq]]]
+    ts: list[np.ndarray] = [it_step[in_loop & ~has_seq]]
+    tf: list[np.ndarray] = [np.full(tb[0].size, ITERATED, dtype=np.int64)]
+    if has_seq.any():
+        seq_at = np.flatnonzero(has_seq)
+        bufs = [np.asarray(odd_refs[k].buffers(), dtype=np.int64) for k in seq_at.tolist()]
+        n_seq = np.fromiter(map(len, bufs), dtype=np.int64, count=len(bufs))
+        seq_buf = np.concatenate(bufs)
+        at = np.repeat(seq_at, n_seq)
+        touch = in_loop[at]
+        tb.append(seq_buf[touch])
+        ts.append(it_step[at][touch])
+        tf.append(np.full(int(touch.sum()), ITERATED, dtype=np.int64))
+        # partner groups: a seq ref's buffers are its seq's (not its `buf`)
+        keep = np.ones(vbuf.size, dtype=bool)
+        keep[iterated[seq_at]] = False
+        ref_vertex = np.concatenate([ref_vertex[keep], ref_vertex[iterated[at]]])
+        vbuf = np.concatenate([vbuf[keep], seq_buf])[np.argsort(ref_vertex, kind="stable")]
+    vptr = np.zeros(nv + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ref_vertex, minlength=nv), out=vptr[1:])
+
     x = sched.transfers()
-    keep = np.ones(x.step.size, dtype=bool)
-    keep[x.seq] = False
-    for i in x.seq.tolist():
+    xsrc, xdst = x.src_buf, x.dst_buf
+    if x.seq.size:
+        xsrc, xdst = xsrc.copy(), xdst.copy()
+        xsrc[x.seq] = -1
+        xdst[x.seq] = -1
+    for i in x.seq.tolist():  # seq transfer ends touch every buffer of the seq
         (src, dst), s = x.refs(i), int(x.step[i])
-        for r, into_b, into_s in ((src, rb, rs), (dst, wb, ws)):
-            bs = r.buffers()
-            into_b.extend(bs)
-            into_s.extend([s] * len(bs))
-            if r.iter_stride or r.seq:
-                ib.extend(bs)
-                is_.extend([s] * len(bs))
-    xsrc, xdst, xs_r, xs_w = x.src_buf[keep], x.dst_buf[keep], x.step[keep], x.step[keep]
-    s_it = keep & (x.src_stride != 0)
-    d_it = keep & (x.dst_stride != 0)
-    ib_x = np.concatenate([x.src_buf[s_it], x.dst_buf[d_it]])
-    is_x = np.concatenate([x.step[s_it], x.step[d_it]])
-    pb = np.concatenate([np.asarray(rb, dtype=np.int64), xsrc,
-                         np.asarray(wb, dtype=np.int64), xdst, np.asarray(ib, dtype=np.int64),
-                         ib_x])
-    ps = np.concatenate([np.asarray(rs, dtype=np.int64), xs_r,
-                         np.asarray(ws, dtype=np.int64), xs_w, np.asarray(is_, dtype=np.int64),
-                         is_x])
-    n_read = len(rb) + xsrc.size
-    n_write = len(wb) + xdst.size
-    pr = np.zeros(pb.size, dtype=bool)
-    pr[:n_read] = True
-    pi = np.zeros(pb.size, dtype=bool)
-    pi[n_read + n_write:] = True
-    return pb, ps, pr, pi
+        for r, flag in ((src, READ), (dst, 0)):
+            bs = np.asarray(r.buffers(), dtype=np.int64)
+            tb.append(bs)
+            ts.append(np.full(bs.size, s, dtype=np.int64))
+            tf.append(np.full(bs.size, flag | (ITERATED if r.iterated else 0), dtype=np.int64))
+    return _Operands(
+        tb=np.concatenate([rb, wb, *tb]),
+        ts=np.concatenate([np.repeat(vstep, n_r), np.repeat(vstep, n_w), *ts]),
+        tf=np.concatenate([np.full(rb.size, READ, dtype=np.int64),
+                           np.zeros(wb.size, dtype=np.int64), *tf]),
+        xstep=x.step, xsrc=xsrc, xdst=xdst, xss=x.src_stride, xds=x.dst_stride,
+        vptr=vptr, vbuf=vbuf)
+
+
+@kjit
+def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, persistent, nsteps, loop_b,
+          loop_e):  # pragma: no cover - jitted
+    """(first, last) per the module rules: touches (tb, ts, tf flags) plus
+    transfers (xstep, xsrc/xdst buffers or -1, xss/xds iter strides);
+    `loop_b`/`loop_e` the Repeats, innermost first.  The loops are written
+    out per source: inlined helpers taking arrays cost ~40 ns per touch in
+    reference counting."""
+    nb = persistent.shape[0]
+    big = nsteps + 1
+    first = np.full(nb, big, dtype=np.int64)
+    last = np.full(nb, -1, dtype=np.int64)
+    for i in range(tb.shape[0]):
+        b, s = tb[i], ts[i]
+        first[b] = min(first[b], s)
+        last[b] = max(last[b], s)
+    for i in range(xstep.shape[0]):
+        s = xstep[i]
+        for b in (xsrc[i], xdst[i]):
+            if b >= 0:
+                first[b] = min(first[b], s)
+                last[b] = max(last[b], s)
+    for b in range(nb):
+        if last[b] < 0:
+            first[b] = 0
+            last[b] = 0
+        if persistent[b]:
+            first[b] = 0
+            last[b] = max(nsteps - 1, 0)
+    fin = np.empty(nb, dtype=np.int64)  # earliest step inside the loop
+    carried = np.empty(nb, dtype=np.bool_)
+    for k in range(loop_b.shape[0]):
+        b0, e0 = loop_b[k], loop_e[k]
+        fin[:] = big
+        carried[:] = False
+        for i in range(tb.shape[0]):
+            b, s = tb[i], ts[i]
+            if b0 < s < e0:
+                fin[b] = min(fin[b], s)
+                carried[b] |= (tf[i] & ITERATED) != 0
+        for i in range(xstep.shape[0]):
+            s = xstep[i]
+            if b0 < s < e0:
+                b = xsrc[i]
+                if b >= 0:
+                    fin[b] = min(fin[b], s)
+                    carried[b] |= xss[i] != 0
+                b = xdst[i]
+                if b >= 0:
+                    fin[b] = min(fin[b], s)
+                    carried[b] |= xds[i] != 0
+        # read at its earliest step inside the loop: a loop-carried value
+        for i in range(tb.shape[0]):
+            b, s = tb[i], ts[i]
+            if b0 < s < e0 and s == fin[b] and (tf[i] & READ) != 0:
+                carried[b] = True
+        for i in range(xstep.shape[0]):
+            b, s = xsrc[i], xstep[i]
+            if b >= 0 and b0 < s < e0 and s == fin[b]:
+                carried[b] = True
+        for b in range(nb):
+            crosses = first[b] < e0 and last[b] > b0 and (first[b] <= b0 or last[b] >= e0)
+            if carried[b] or crosses:
+                first[b] = min(first[b], b0)
+                last[b] = max(last[b], e0)
+    return first, last
+
+
+def _live_ranges(ops: _Operands, persistent: np.ndarray,
+                 sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    # innermost loops first: a range extended to an inner loop that then
+    # crosses an outer boundary is extended again by the outer loop
+    loops = sorted(sched.loops(), key=lambda x: (x[1] - x[0], x[0]))
+    loop_b = np.asarray([b for b, _, _ in loops], dtype=np.int64)
+    loop_e = np.asarray([e for _, e, _ in loops], dtype=np.int64)
+    return _live(ops.tb, ops.ts, ops.tf, ops.xstep, ops.xsrc, ops.xdst, ops.xss, ops.xds,
+                 persistent, len(sched.steps), loop_b, loop_e)
 
 
 def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) int64[B] inclusive step ranges, per the module rules."""
-    nb = len(program.bufs)
-    nsteps = len(sched.steps)
-    pb, ps, pr, pi = _touches(sched)
-    big = np.int64(nsteps + 1)
-    first = np.full(nb, big, dtype=np.int64)
-    last = np.full(nb, -1, dtype=np.int64)
-    np.minimum.at(first, pb, ps)
-    np.maximum.at(last, pb, ps)
-    unused = last < 0
-    first[unused] = 0
-    last[unused] = 0
-    persistent = np.fromiter((b.persistent for b in program.bufs), dtype=bool, count=nb)
-    first[persistent] = 0
-    last[persistent] = max(nsteps - 1, 0)
-
-    # innermost loops first: a range extended to an inner loop that then
-    # crosses an outer boundary is extended again by the outer loop
-    loops = sorted(sched.loops(), key=lambda x: (x[1] - x[0], x[0]))
-    for b, e, _trips in loops:
-        inside = (ps > b) & (ps < e)
-        carried = np.zeros(nb, dtype=bool)
-        carried[pb[inside & pi]] = True
-        if inside.any():
-            fin = np.full(nb, big, dtype=np.int64)
-            np.minimum.at(fin, pb[inside], ps[inside])
-            at_first = inside & (ps == fin[pb]) & pr
-            carried[pb[at_first]] = True
-        crosses = (first < e) & (last > b) & ((first <= b) | (last >= e))
-        grow = carried | crosses
-        first[grow] = np.minimum(first[grow], b)
-        last[grow] = np.maximum(last[grow], e)
-    return first, last
+    persistent = np.fromiter(map(attrgetter("persistent"), program.bufs), dtype=np.bool_,
+                             count=len(program.bufs))
+    return _live_ranges(_operands(sched), persistent, sched)
 
 
 # element-boundary positions tried per free gap when avoiding element conflicts
 MAX_ELEMENT_CANDIDATES = 8
+
+
+@kjit
+def _pair_keys(vptr, vbuf, nb):  # pragma: no cover - jitted
+    """owner * nb + partner for every ordered pair of distinct buffers in one
+    vertex group (with repeats)."""
+    n = 0
+    for v in range(vptr.shape[0] - 1):
+        k = vptr[v + 1] - vptr[v]
+        n += k * (k - 1)
+    keys = np.empty(n, dtype=np.int64)
+    m = 0
+    for v in range(vptr.shape[0] - 1):
+        for x in range(vptr[v], vptr[v + 1]):
+            for y in range(vptr[v], vptr[v + 1]):
+                if vbuf[x] != vbuf[y]:
+                    keys[m] = vbuf[x] * nb + vbuf[y]
+                    m += 1
+    return keys[:m]
+
+
+def _partners(ops: _Operands, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (ptr[nb+1], list) of buffers that are distinct operands of one vertex."""
+    keys = np.sort(_pair_keys(ops.vptr, ops.vbuf, nb))
+    if keys.size:
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+    ptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // nb, minlength=nb), out=ptr[1:])
+    return ptr, keys % nb
 
 
 @kjit
@@ -219,19 +349,9 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
     n = order.shape[0]
     for k in range(n):
         placed[order[k]] = 0
-    done = np.empty(n, dtype=np.int64)
-    starts = np.empty(n, dtype=np.int64)
-    ends = np.empty(n, dtype=np.int64)
+    by_addr = np.empty(n, dtype=np.int64)  # placed buffers, ascending address
     for k in range(n):
         i = order[k]
-        m = 0
-        for j in range(k):
-            p = done[j]
-            if first[p] <= last[i] and first[i] <= last[p]:
-                starts[m] = addr[p]
-                ends[m] = addr[p] + size[p]
-                m += 1
-        idx = np.argsort(starts[:m], kind="mergesort")
         a = align[i]
         sz = size[i]
         partners = avoid and p_ptr[i + 1] > p_ptr[i]
@@ -241,8 +361,14 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
         best_gap = hi - lo + 1
         best_rank = 2
         largest = 0
-        for q in range(m + 1):
-            nxt = hi if q == m else starts[idx[q]]
+        for q in range(k + 1):
+            p = -1
+            nxt = hi
+            if q < k:
+                p = by_addr[q]
+                if first[p] > last[i] or first[i] > last[p]:
+                    continue  # not live at the same time
+                nxt = addr[p]
             start = -(-cursor // a) * a
             if nxt > start:
                 room = nxt - start
@@ -255,13 +381,16 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
                         n_cand = 1 + MAX_ELEMENT_CANDIDATES
                     for c in range(n_cand):
                         rank = 0 if c == 0 else 1
+                        if best_conf == 0 and (gap > best_gap or (gap == best_gap
+                                                                  and rank >= best_rank)):
+                            break  # conflicts are never negative: nothing here can win
                         if c == 0:
                             cand = start
-                        else:
+                        else:  # element boundaries, ascending
                             eb = base + (-(-(start - base) // elem) + c - 1) * elem
                             cand = -(-eb // a) * a
-                        if cand < start or cand + sz > nxt:
-                            continue
+                        if cand + sz > nxt:
+                            break
                         conf = 0
                         if partners:
                             conf = _conflicts(i, cand, size, addr, p_ptr, p_list, placed, base,
@@ -270,56 +399,95 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
                             gap < best_gap or (gap == best_gap and rank < best_rank)))
                         if better:
                             best, best_conf, best_gap, best_rank = cand, conf, gap, rank
-            if q < m and ends[idx[q]] > cursor:
-                cursor = ends[idx[q]]
+            if p >= 0 and addr[p] + size[p] > cursor:
+                cursor = addr[p] + size[p]
         if best < 0:
             return k, largest
         addr[i] = best
         placed[i] = 1
-        done[k] = i
+        j = k
+        while j > 0 and addr[by_addr[j - 1]] > best:
+            by_addr[j] = by_addr[j - 1]
+            j -= 1
+        by_addr[j] = i
     return -1, 0
 
 
-def _partners(sched: Schedule, nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (ptr[nb+1], list) of buffers that are distinct operands of one vertex."""
-    pairs: list[tuple[int, int]] = []
-    for st in sched.steps:
-        for v in st.vertices:
-            bs = sorted({b for r in v.refs for b in r.buffers()})
-            for x in range(len(bs)):
-                for y in range(x + 1, len(bs)):
-                    pairs.append((bs[x], bs[y]))
-                    pairs.append((bs[y], bs[x]))
-    if not pairs:
-        return np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    raw = np.asarray(pairs, dtype=np.int64)
-    key = np.unique(raw[:, 0] * nb + raw[:, 1])  # sorted by (owner, partner)
-    ptr = np.searchsorted(key // nb, np.arange(nb + 1)).astype(np.int64)
-    return ptr, key % nb
+@kjit
+def _stable_by(ids, key):  # pragma: no cover - jitted
+    return ids[np.argsort(key[ids], kind="mergesort")]
 
 
-def _orders(ids: np.ndarray, size: np.ndarray, first: np.ndarray,
-            last: np.ndarray) -> list[np.ndarray]:
-    s, f, ln = size[ids], first[ids], last[ids] - first[ids]
-    return [
-        ids[np.lexsort((ids, f, -s))],
-        ids[np.lexsort((ids, -s, f))],
-        ids[np.lexsort((ids, f, -s, -ln))],
-    ]
+@kjit
+def _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi, addr, p_ptr, p_list, base,
+                 elem, avoid):  # pragma: no cover - jitted
+    """Place every tile's buffers (`tile_ids[bounds[t]:bounds[t+1]]`, ids
+    ascending): with `avoid`, element-aware in order (size desc, first, id),
+    then plain best fit in that order, (first, size desc, id) and (lifetime
+    length desc, size desc, first, id).  Returns (fallback tiles, failing
+    tile, the buffer whose plain best-fit placement failed first there, the
+    largest free gap then); tile -1 when every tile fits."""
+    placed = np.zeros(size.shape[0], dtype=np.int8)
+    neg_size = -size
+    neg_len = first - last
+    fallback = 0
+    for t in range(bounds.shape[0] - 1):
+        ids = tile_ids[bounds[t]:bounds[t + 1]]
+        if ids.shape[0] == 0:
+            continue
+        by_size = _stable_by(_stable_by(ids, first), neg_size)
+        if avoid:
+            k, _ = _place(by_size, size, align, first, last, lo[t], hi[t], addr, p_ptr, p_list,
+                          placed, base, elem, True)
+            if k < 0:
+                continue
+        fail_buf = -1
+        fail_gap = 0
+        for o in range(3):
+            if o == 0:
+                order = by_size
+            elif o == 1:
+                order = _stable_by(_stable_by(ids, neg_size), first)
+            else:
+                order = _stable_by(by_size, neg_len)
+            k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr, p_ptr,
+                                p_list, placed, base, elem, False)
+            if k < 0:
+                fallback += 1 if avoid or o > 0 else 0
+                fail_buf = -1
+                break
+            if fail_buf < 0:
+                fail_buf = order[k]
+                fail_gap = largest
+        if fail_buf >= 0:
+            return fallback, t, fail_buf, fail_gap
+    return fallback, -1, -1, 0
 
 
-def _profile(tile: int, program: Program, kinds: np.ndarray, size: np.ndarray,
-             tile_of: np.ndarray, ovh: Overheads, peak: int) -> dict[str, int]:
+def _kinds(program: Program) -> np.ndarray:
+    index = {k: n for n, k in enumerate(TENSOR_KINDS)}
+    return np.fromiter((index[b.kind] for b in program.bufs), dtype=np.int64,
+                       count=len(program.bufs))
+
+
+def _profile(tile: int, program: Program, size: np.ndarray, tile_of: np.ndarray,
+             ovh: Overheads, peak: int) -> dict[str, int]:
     prof = {
         "code": int(ovh.code[tile]),
         "exchange-table": int(ovh.xtable[tile]),
         "support": int(ovh.support[tile]),
     }
     on = tile_of == tile
+    kinds = _kinds(program)
     for k, name in enumerate(TENSOR_KINDS):
         prof[name] = int(size[on & (kinds == k)].sum())
     prof["peak_live_tensor"] = peak
     return prof
+
+
+def _column(program: Program, name: str) -> np.ndarray:
+    return np.fromiter(map(attrgetter(name), program.bufs), dtype=np.int64,
+                       count=len(program.bufs))
 
 
 def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
@@ -330,18 +498,16 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
     (module docstring); the plain best-fit orders remain the fallback."""
     nb = len(program.bufs)
     tiles = device.tiles
-    tile_of = np.fromiter((b.tile for b in program.bufs), dtype=np.int64, count=nb)
-    size = np.fromiter((b.nbytes for b in program.bufs), dtype=np.int64, count=nb)
-    align = np.fromiter((max(b.align, device.alignment) for b in program.bufs),
-                        dtype=np.int64, count=nb)
-    kinds = np.fromiter((TENSOR_KINDS.index(b.kind) for b in program.bufs),
-                        dtype=np.int64, count=nb)
+    tile_of = _column(program, "tile")
+    size = _column(program, "nbytes")
+    align = np.maximum(_column(program, "align"), device.alignment)
     if nb and (tile_of.min() < 0 or tile_of.max() >= tiles):
         bad = int(np.flatnonzero((tile_of < 0) | (tile_of >= tiles))[0])
         raise BuildFailure("allocate", int(tile_of[bad]), 0, 0,
                            f"buffer {program.bufs[bad].name} on tile {tile_of[bad]} "
                            f"outside the device's {tiles} tiles")
-    first, last = live_ranges(program, sched)
+    ops = _operands(sched)
+    first, last = _live_ranges(ops, _column(program, "persistent").astype(np.bool_), sched)
     nsteps = max(len(sched.steps), 1)
 
     lo = np.asarray(_align_up(device.memory_base + ovh.total(), device.alignment), dtype=np.int64)
@@ -352,7 +518,7 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
         raise BuildFailure("allocate", t, int(ovh.total()[t]), device.memory_size,
                            f"code, exchange tables and support need {int(ovh.total()[t])} bytes "
                            f"of a {device.memory_size}-byte tile",
-                           _profile(t, program, kinds, size, tile_of, ovh, 0))
+                           _profile(t, program, size, tile_of, ovh, 0))
 
     # peak live tensor bytes per tile over steps (inclusive ranges)
     delta = np.zeros((tiles, nsteps + 1), dtype=np.int64)
@@ -373,43 +539,24 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
                            f"{int(peak[t])} live tensor bytes at step {s} but the "
                            f"tensor range {int(lo[t]):#x}..{int(hi[t]):#x} holds {int(room[t])}; "
                            f"largest live: {names}",
-                           _profile(t, program, kinds, size, tile_of, ovh, int(peak[t])))
+                           _profile(t, program, size, tile_of, ovh, int(peak[t])))
 
     addr = np.full(nb, -1, dtype=np.int64)
-    placed = np.zeros(nb, dtype=np.int8)
-    p_ptr, p_list = _partners(sched, nb) if avoid_conflicts else (
+    p_ptr, p_list = _partners(ops, nb) if avoid_conflicts else (
         np.zeros(nb + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    fallback = 0
-    order_by_tile = np.argsort(tile_of, kind="stable")
-    bounds = np.searchsorted(tile_of[order_by_tile], np.arange(tiles + 1))
-    for t in range(tiles):
-        ids = order_by_tile[bounds[t]:bounds[t + 1]]
-        if ids.size == 0:
-            continue
-        failure: tuple[int, int] | None = None
-        orders = _orders(ids, size, first, last)
-        attempts = [(o, False) for o in orders]
-        if avoid_conflicts:
-            attempts.insert(0, (orders[0], True))
-        for n_try, (order, avoid) in enumerate(attempts):
-            k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr, p_ptr,
-                                p_list, placed, device.memory_base, device.element_bytes,
-                                avoid)
-            if k < 0:
-                failure = None
-                fallback += n_try > 0
-                break
-            if failure is None and not avoid:  # report the plain best-fit failure
-                failure = (int(order[k]), int(largest))
-        if failure is not None:
-            b, largest = failure
-            buf = program.bufs[b]
-            raise BuildFailure(
-                "allocate", t, buf.nbytes, largest,
-                f"cannot place a {buf.nbytes}-byte {buf.kind} ({buf.name}, live steps "
-                f"{int(first[b])}..{int(last[b])}) into the remaining tensor range "
-                f"{int(lo[t]):#x}..{int(hi[t]):#x}",
-                _profile(t, program, kinds, size, tile_of, ovh, int(peak[t])))
+    tile_ids = np.argsort(tile_of, kind="stable")
+    bounds = np.searchsorted(tile_of[tile_ids], np.arange(tiles + 1))
+    fallback, t, b, largest = _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi,
+                                           addr, p_ptr, p_list, device.memory_base,
+                                           device.element_bytes, avoid_conflicts)
+    if t >= 0:
+        buf = program.bufs[b]
+        raise BuildFailure(
+            "allocate", t, buf.nbytes, largest,
+            f"cannot place a {buf.nbytes}-byte {buf.kind} ({buf.name}, live steps "
+            f"{int(first[b])}..{int(last[b])}) into the remaining tensor range "
+            f"{int(lo[t]):#x}..{int(hi[t]):#x}",
+            _profile(t, program, size, tile_of, ovh, int(peak[t])))
 
     ends = np.where(addr >= 0, addr + size, 0)
     top = lo.copy()

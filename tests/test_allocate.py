@@ -7,9 +7,17 @@ import pytest
 from handprog import NBYTES, copy_vertex, loop_program
 
 from kernels.exceptions import BuildFailure
-from planner.allocate import Overheads, allocate, live_ranges
-from planner.program import Phase, Program
-from planner.schedule import schedule
+from kernels.ids import ADD, COPY
+from planner.allocate import (
+    MAX_ELEMENT_CANDIDATES,
+    Overheads,
+    _operands,
+    _partners,
+    allocate,
+    live_ranges,
+)
+from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
+from planner.schedule import Schedule, schedule
 from simulator.device import load_device
 
 TINY = load_device("tiny")
@@ -223,3 +231,196 @@ def test_jitted_placement_matches_naive_twin(seed: int) -> None:
     alloc = allocate(p, s, TINY, _ovh(), avoid_conflicts=False)
     want = _naive_best_fit(p, alloc.first, alloc.last, TINY.memory_base, TINY.memory_end)
     assert [int(alloc.addr[b]) for b in ids] == [want[b] for b in ids]
+
+
+def _looped_program(seed: int, nbuf: int = 40, nphases: int = 30) -> Program:
+    """Random compute and exchange phases on 3 tiles, some inside (nested)
+    Repeats, with iterated refs: `iter_stride` and per-iteration `seq` on
+    vertex operands and transfer ends (a seq ref's buffers need not be in the
+    vertex's reads)."""
+    rng = np.random.default_rng(seed)
+    p = Program()
+    ids = [p.new_buf(int(rng.integers(0, 3)), int(rng.integers(1, 40)) * 8, "activation",
+                     f"b{i}", persistent=bool(rng.random() < 0.1)) for i in range(nbuf)]
+    by_tile = {t: [b for b in ids if p.bufs[b].tile == t] for t in range(3)}
+    open_trips: list[int] = []
+    for k in range(nphases):
+        u = rng.random()
+        if u < 0.1 and len(open_trips) < 2:
+            open_trips.append(int(rng.integers(2, 4)))
+            p.items.append(LoopMark(True, open_trips[-1], f"L{k}"))
+            continue
+        if u < 0.2 and open_trips:
+            p.items.append(LoopMark(False, open_trips.pop(), f"E{k}"))
+            continue
+        trips = open_trips[-1] if open_trips else 0
+        tile = int(rng.integers(0, 3))
+        a, b, c = (int(v) for v in rng.choice(by_tile[tile], size=3, replace=False))
+        kind = int(rng.integers(0, 3)) if trips else 0  # 1: stride, 2: seq
+        src = Ref(0, a, iter_stride=8 * (kind == 1),
+                  seq=tuple(((a, c)[i % 2], 0) for i in range(trips)) if kind == 2 else ())
+        if rng.random() < 0.6:
+            v = Vertex(tile, COPY, (0,) * 16, (src, Ref(2, b)), (a,), (b,))
+            p.items.append(Phase("compute", f"c{k}", [v]))
+            continue
+        dst_tile = int(rng.integers(0, 3))
+        d = int(rng.choice(by_tile[dst_tile]))
+        dst = Ref(1, d, iter_stride=8 * (kind == 2),
+                  seq=tuple((d, 0) for _ in range(trips)) if kind == 1 else ())
+        p.items.append(Phase("exchange", f"x{k}", transfers=Xfers.of([Transfer(src, dst, 8)])))
+    while open_trips:
+        p.items.append(LoopMark(False, open_trips.pop(), "end"))
+    return p
+
+
+def _naive_live_ranges(p: Program, s: Schedule) -> list[tuple[int, int]]:
+    """The slow, obvious twin of `live_ranges`, from the module rules: touches
+    (buffer, step, read, iterated) read off the Step objects, then every loop
+    (innermost first) extends carried and crossing ranges."""
+    touches: list[tuple[int, int, bool, bool]] = []
+    for k, st in enumerate(s.steps):
+        for v in st.vertices:
+            touches += [(b, k, True, False) for b in v.reads]
+            touches += [(b, k, False, False) for b in v.writes]
+            if s.loop_of[k] >= 0:
+                touches += [(b, k, False, True) for r in v.refs if r.iterated
+                            for b in r.buffers()]
+        for t in st.transfers:
+            for r, read in ((t.src, True), (t.dst, False)):
+                touches += [(b, k, read, r.iterated) for b in r.buffers()]
+    n = len(s.steps)
+    ranges = []
+    for b, buf in enumerate(p.bufs):
+        steps = [k for bb, k, _, _ in touches if bb == b]
+        if buf.persistent:
+            ranges.append((0, max(n - 1, 0)))
+        else:
+            ranges.append((min(steps), max(steps)) if steps else (0, 0))
+    for b0, e0, _ in sorted(s.loops(), key=lambda x: (x[1] - x[0], x[0])):
+        for b in range(len(p.bufs)):
+            inside = [t for t in touches if t[0] == b and b0 < t[1] < e0]
+            start = min((t[1] for t in inside), default=-1)
+            carried = any(t[3] or (t[2] and t[1] == start) for t in inside)
+            f, last = ranges[b]
+            crosses = f < e0 and last > b0 and (f <= b0 or last >= e0)
+            if carried or crosses:
+                ranges[b] = (min(f, b0), max(last, e0))
+    return ranges
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_live_ranges_match_naive_twin(seed: int) -> None:
+    p = _looped_program(seed)
+    s = schedule(p)
+    assert s.loops(), "every seed opens a Repeat"
+    first, last = live_ranges(p, s)
+    assert list(zip(first.tolist(), last.tolist(), strict=True)) == _naive_live_ranges(p, s)
+    _assert_valid(p, allocate(p, s, TINY, _ovh()), *_range(0))
+
+
+@pytest.mark.parametrize("trips", [2, 3])
+def test_loop_program_live_ranges_match_naive_twin(trips: int) -> None:
+    p = loop_program(trips)
+    s = schedule(p)
+    first, last = live_ranges(p, s)
+    assert list(zip(first.tolist(), last.tolist(), strict=True)) == _naive_live_ranges(p, s)
+
+
+def test_partners_are_distinct_ref_buffers_of_one_vertex() -> None:
+    """Partner pairs against sets: seq refs contribute their seq's buffers,
+    not `buf` (the seq ref of `_looped_program` names a and c, never b)."""
+    for seed in range(6):
+        p = _looped_program(seed)
+        s = schedule(p)
+        ptr, lst = _partners(_operands(s), len(p.bufs))
+        got = [(o, int(q)) for o in range(len(p.bufs)) for q in lst[ptr[o]:ptr[o + 1]]]
+        want = set()
+        for st in s.steps:
+            for v in st.vertices:
+                bs = {b for r in v.refs for b in r.buffers()}
+                want |= {(x, y) for x in bs for y in bs if x != y}
+        assert got == sorted(want)
+
+
+def _naive_element_aware(p: Program, first: np.ndarray, last: np.ndarray,
+                         partners: set[tuple[int, int]], lo: int, hi: int) -> dict[int, int]:
+    """The slow twin of element-aware placement on one tile: every candidate
+    (each fitting gap's aligned start, and for a buffer with partners the
+    first MAX_ELEMENT_CANDIDATES element boundaries inside the gap) scored
+    by (placed partners sharing an element, gap size, start before
+    boundary), the first such minimum in address order."""
+    el, base = TINY.element_bytes, TINY.memory_base
+    size = [b.nbytes for b in p.bufs]
+
+    def elems(a: int, n: int) -> tuple[int, int]:
+        return (a - base) // el, (a + n - 1 - base) // el
+
+    order = sorted(range(len(p.bufs)), key=lambda b: (-size[b], first[b], b))
+    addr: dict[int, int] = {}
+    for b in order:
+        mine = [q for q in addr if (b, q) in partners]
+        busy = sorted((addr[o], addr[o] + size[o]) for o in addr
+                      if first[o] <= last[b] and first[b] <= last[o])
+        cands: list[tuple[int, int, int, int, int]] = []
+        cursor = lo
+        for start, end in [*busy, (hi, hi)]:
+            a = -(-cursor // 8) * 8
+            if start - a >= size[b]:
+                pos = [a]
+                if any(bb == b for bb, _ in partners):
+                    k0 = -(-(a - base) // el)
+                    pos += [base + (k0 + c) * el for c in range(MAX_ELEMENT_CANDIDATES)]
+                for rank, x in enumerate(pos):
+                    if x + size[b] <= start:
+                        e0, e1 = elems(x, size[b])
+                        conf = sum(1 for q in mine if elems(addr[q], size[q])[0] <= e1
+                                   and e0 <= elems(addr[q], size[q])[1])
+                        cands.append((conf, start - cursor, min(rank, 1), len(cands), x))
+            cursor = max(cursor, end)
+        addr[b] = min(cands)[-1]
+    return addr
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_element_aware_placement_matches_naive_twin(seed: int) -> None:
+    rng = np.random.default_rng(200 + seed)
+    p = Program()
+    ids = [p.new_buf(0, int(rng.integers(1, 200)) * 16, "activation", f"b{i}",
+                     persistent=bool(rng.random() < 0.1)) for i in range(24)]
+    for k in range(20):
+        a, b, c = (int(v) for v in rng.choice(ids, size=3, replace=False))
+        v = Vertex(0, ADD, (0,) * 16, (Ref(0, a), Ref(2, b), Ref(4, c)), (a, b), (c,))
+        p.items.append(Phase("compute", f"s{k}", [v]))
+    s = schedule(p)
+    alloc = allocate(p, s, TINY, _ovh())
+    assert alloc.fallback_tiles == 0
+    ptr, lst = _partners(_operands(s), len(p.bufs))
+    partners = {(o, int(q)) for o in ids for q in lst[ptr[o]:ptr[o + 1]]}
+    want = _naive_element_aware(p, alloc.first, alloc.last, partners, TINY.memory_base,
+                                TINY.memory_end)
+    assert [int(alloc.addr[b]) for b in ids] == [want[b] for b in ids]
+
+
+def test_iterated_transfer_ends_are_live_for_the_whole_loop() -> None:
+    """Inside a Repeat, w is first written (plain copy) and then read by a
+    strided transfer, and y only written by a strided transfer: neither is
+    read first, yet both change address with the counter, so both are live
+    BEGIN..END; the plain landing buffer t is not."""
+    p = Program()
+    x = p.new_buf(0, 16, "activation", "x", persistent=True)
+    w = p.new_buf(0, 16, "activation", "w")
+    y = p.new_buf(1, 16, "activation", "y")
+    t = p.new_buf(1, 8, "exchange-landing", "t")
+    p.items.append(LoopMark(True, 2, "L"))
+    p.items.append(Phase("compute", "w", [copy_vertex(0, x, w)]))
+    p.items.append(Phase("exchange", "w to t", transfers=Xfers.of([
+        Transfer(Ref(0, w, iter_stride=8), Ref(1, t), 8)])))
+    p.items.append(Phase("exchange", "x to y", transfers=Xfers.of([
+        Transfer(Ref(0, x), Ref(1, y, iter_stride=8), 8)])))
+    p.items.append(LoopMark(False, 2, "L"))
+    s = schedule(p)
+    first, last = live_ranges(p, s)
+    end = len(s.steps) - 1  # steps: BEGIN, copy, exchange(s), END
+    assert (first[w], last[w]) == (0, end) and (first[y], last[y]) == (0, end)
+    assert first[t] == last[t] and 0 < first[t] < end
+    assert list(zip(first.tolist(), last.tolist(), strict=True)) == _naive_live_ranges(p, s)
