@@ -458,8 +458,8 @@ class _Generator:
 
     def owners(self, st: Step, label: str, exchange: bool) -> dict[str, tuple[str, ...]]:
         """Which parts of a phase's load move with which op's placement."""
-        if st.kind == "compute" and not is_heads(st):
-            return {st.label: ("compute",)}
+        if st.kind == "compute" and not is_heads(st):  # its own phases move with it
+            return {st.label: ("bytes_in", "bytes_out") if exchange else ("compute",)}
         src = self.producer(st.inputs[0])
         dst = None if is_heads(st) else self.consumer(st.outputs[0])
         if exchange:
@@ -491,9 +491,10 @@ class _Generator:
 
     def consumer(self, value: str) -> str | None:
         """The one op whose placement decides a converted value's layout
-        (through an absorbed cast), or None when several read it."""
+        (through an absorbed cast), or None when several read it or the value
+        is canonical (canonical layouts never shift)."""
         users = [st for st in self.lowered.steps if value in st.inputs]
-        if len(users) != 1:
+        if len(users) != 1 or self.lowered.values[value].role != "activation":
             return None
         if users[0].kind == "cast":
             return self.consumer(users[0].outputs[0])

@@ -11,7 +11,9 @@ the `Lowered` steps alone (no expansion), with the engine's cost model
   (`Layout.tile_bytes`, replicas included) and sends every byte of the
   source's primary cells once (multicast); a tile's exchange load is
   max(ceil(bytes in / in_bw), ceil(bytes out / out_bw)) over the phases of
-  the step summed per direction, plus one sync per step;
+  the step summed per direction, plus one sync per step; a K-split
+  matmul's `partial sums` exchange is modelled as its output layout's bytes
+  into and out of each of its tiles (it stays within the op's tiles);
 - a compute phase of an op (its own label or a K-split `partials` /
   `partial sums` / `reduce` phase) costs its recipe's `compute_cycles` on
   every tile of its output layout (an overestimate for the reduce phase);
@@ -64,6 +66,10 @@ def phase_load(lowered: Lowered, step: Step, label: str, exchange: bool,
     n = device.tiles
     zero = np.zeros(n, dtype=np.int64)
     overhead = device.vertex_overhead_cycles
+    if exchange and step.kind == "compute" and not is_heads(step):
+        # a K-split matmul's `partial sums`: within the op's own tiles
+        on = _tiles_of(lowered, step.outputs[0], n)
+        return PhaseLoad(zero, on, on)
     if exchange:
         src, dst = step.inputs[0], step.outputs[0]
         return PhaseLoad(zero, _tiles_of(lowered, dst, n), _tiles_of(lowered, src, n, True))

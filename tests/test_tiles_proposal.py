@@ -18,6 +18,7 @@ from planner.pipeline import PipelineConfig, evaluate
 from planner.plan import Plan
 from planner.proposals import MERGED, apply_change, proposals
 from planner.report import REL_FRO_TOLERANCE, compare
+from planner.tileload import phase_load, shifted, step_cycles
 from simulator.device import Device
 
 TINY = simulator.load_device("tiny")
@@ -151,6 +152,25 @@ def test_profile_keeps_merged_steps(micro_graph: Graph) -> None:
     assert merged and len(merged) == len(multi)
     for st in multi:
         assert f"{MERGED}{st.kind}: {' | '.join(st.labels)}" in merged
+
+
+def test_tile_load_model_matches_the_measured_merged_step() -> None:
+    """The modelled per-tile loads of the one merged step (y1 to its
+    canonical owners, x2 into g2's blocks) give its measured cycles; moving
+    g2's side by 2 tiles takes 16 KiB off the busiest tiles."""
+    g = two_gelus()
+    inc = evaluate(g, SMALL, _colliding(g))
+    merged = [(k, v) for k, v in profile(inc).items() if k.startswith(MERGED)]
+    assert len(merged) == 1
+    key, cycles = merged[0]
+    assert key.startswith(f"{MERGED}exchange: canon y1 | to x2@")
+    lw = lower(g, SMALL, inc.plan)
+    labels = key.partition(": ")[2].split(" | ")
+    loads = [phase_load(lw, next(s for s in lw.steps if s.label == lab), lab, True, SMALL)
+             for lab in labels]
+    assert step_cycles(loads, True, SMALL) == cycles == SMALL.sync_cycles + 3 * 16384 // 4
+    moved = [loads[0], shifted(loads[1], ("bytes_in",), 2)]
+    assert step_cycles(moved, True, SMALL) == cycles - 16384 // 4
 
 
 def test_estimate_is_the_measured_gain_on_colliding_branches() -> None:
