@@ -343,13 +343,12 @@ def link(
         "step_xfer": np.concatenate([[0], np.cumsum(nx)]).astype(i64),
         "step_trips": np.asarray(trips_col, dtype=i64),
         "step_match": np.asarray(match_col, dtype=i64),
-        "v_tile": v.tile.copy(),
-        "v_kernel": v.kernel.copy(),
+        "v_tile": v.tile,  # read-only schedule columns: the package may share them
+        "v_kernel": v.kernel,
         "v_args": v_args,
     }
-    a.update(x_src_tile=x_src_tile.astype(i64), x_src_addr=x_src_addr.astype(i64),
-             x_dst_tile=x_dst_tile.astype(i64), x_dst_addr=x_dst_addr.astype(i64),
-             x_bytes=x.nbytes.astype(i64))
+    a.update(x_src_tile=x_src_tile, x_src_addr=x_src_addr, x_dst_tile=x_dst_tile,
+             x_dst_addr=x_dst_addr, x_bytes=x.nbytes)
     a.update(patches.arrays())
     names, bufs = _memory_map(program, sched, alloc, res, device, tile_of)
     a.update(bufs)
@@ -393,12 +392,12 @@ def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reser
         last_l.append(np.full(ts.size, last_step, dtype=np.int64))
     cat = np.concatenate
     return names, {
-        "buf_tile": cat(tiles_l).astype(np.int64),
-        "buf_addr": cat(addr_l).astype(np.int64),
-        "buf_bytes": cat(bytes_l).astype(np.int64),
-        "buf_kind": cat(kind_l).astype(np.int64),
-        "buf_first": cat(first_l).astype(np.int64),
-        "buf_last": cat(last_l).astype(np.int64),
+        "buf_tile": cat(tiles_l).astype(np.int64, copy=False),
+        "buf_addr": cat(addr_l).astype(np.int64, copy=False),
+        "buf_bytes": cat(bytes_l).astype(np.int64, copy=False),
+        "buf_kind": cat(kind_l).astype(np.int64, copy=False),
+        "buf_first": cat(first_l).astype(np.int64, copy=False),
+        "buf_last": cat(last_l).astype(np.int64, copy=False),
     }
 
 

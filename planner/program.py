@@ -18,6 +18,7 @@ allocator read them.  Buffer ids are dense indices into `Program.bufs`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -103,6 +104,10 @@ class Transfer:
 
 Seq = tuple[tuple[int, int], ...]
 _COLUMNS = ("src_buf", "src_off", "src_stride", "dst_buf", "dst_off", "dst_stride", "nbytes")
+
+
+def _seq_row(entry: tuple[int, Seq, Seq]) -> int:
+    return entry[0]
 
 
 def _column(values: object, n: int | None = None) -> np.ndarray:
@@ -194,6 +199,14 @@ class Xfers:
 
     def __getitem__(self, i: int) -> Transfer:
         return next(iter(self.take(np.asarray([i]))))
+
+    def rows(self, lo: int, hi: int) -> Xfers:
+        """Rows `lo`..`hi`-1 as views of these columns (no copy; seq rows
+        renumbered from 0)."""
+        a = bisect_left(self.seq, lo, key=_seq_row)
+        b = bisect_left(self.seq, hi, key=_seq_row)
+        seq = tuple((i - lo, s, d) for i, s, d in self.seq[a:b])
+        return Xfers._make([getattr(self, c)[lo:hi] for c in _COLUMNS], seq)
 
     def take(self, rows: np.ndarray) -> Xfers:
         """The rows `rows` (int indices, in the given order)."""

@@ -31,7 +31,7 @@ Empty phases are dropped (an empty exchange would still pay a sync).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from operator import attrgetter
 
@@ -104,8 +104,12 @@ class XferArrays:
 def transfer_arrays(steps: tuple[Step, ...]) -> XferArrays:
     """Concatenate the transfer columns of `steps` (the back end's hot lists)."""
     counts = np.fromiter((len(st.transfers) for st in steps), dtype=np.int64, count=len(steps))
-    x = Xfers.concat([st.transfers for st in steps])
-    step = np.repeat(np.arange(len(steps), dtype=np.int64), counts)
+    return _xfer_arrays(Xfers.concat([st.transfers for st in steps]), counts)
+
+
+def _xfer_arrays(x: Xfers, counts: np.ndarray) -> XferArrays:
+    """`x`: the rows of all steps in order, `counts[s]` of them in step s."""
+    step = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     step.flags.writeable = False
     seq = np.asarray([i for i, _, _ in x.seq], dtype=np.int64)
     seq.flags.writeable = False
@@ -234,7 +238,8 @@ class _Group:
     def absorbs(self, kind: str, reads: frozenset[int], writes: frozenset[int]) -> bool:
         if kind != self.kind:
             return False
-        return not (writes & (self.reads | self.writes) or reads & self.writes)
+        return (writes.isdisjoint(self.reads) and writes.isdisjoint(self.writes)
+            and reads.isdisjoint(self.writes))
 
     def add(self, phase: Phase, reads: frozenset[int], writes: frozenset[int]) -> None:
         self.labels.append(phase.label)
@@ -245,8 +250,8 @@ class _Group:
         self.reduction = self.reduction and _is_reduction(phase)
 
     def step(self) -> Step:
-        return Step(self.kind, tuple(self.labels), tuple(self.vertices),
-                    Xfers.concat(self.transfers))
+        """The step without its transfers (`schedule` attaches them)."""
+        return Step(self.kind, tuple(self.labels), tuple(self.vertices))
 
 
 def _is_reduction(phase: Phase) -> bool:
@@ -256,18 +261,34 @@ def _is_reduction(phase: Phase) -> bool:
 class _Effects:
     """(reads, writes) buffer sets of phases, as `Phase.reads/writes` define
     them, computed once per phase object during one `schedule` call
-    (reduction delay and merging ask again for the same phases)."""
+    (reduction delay and merging ask again for the same phases).  An
+    exchange phase's buffers are found with a mask over the `nbufs` buffer
+    ids (10^5 transfer rows, a few thousand distinct buffers)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nbufs: int) -> None:
         self._memo: dict[int, tuple[Phase, Effects]] = {}
+        self._seen = np.zeros(nbufs, dtype=bool)  # scratch: all False between calls
 
     def __call__(self, phase: Phase) -> Effects:
         hit = self._memo.get(id(phase))
         if hit is not None and hit[0] is phase:
             return hit[1]
-        eff = frozenset(phase.reads()), frozenset(phase.writes())
+        if phase.kind == COMPUTE:
+            eff = frozenset(phase.reads()), frozenset(phase.writes())
+        else:
+            x = phase.transfers
+            eff = (self._distinct(x.src_buf, [b for _, s, _ in x.seq for b, _ in s]),
+                   self._distinct(x.dst_buf, [b for _, _, d in x.seq for b, _ in d]))
         self._memo[id(phase)] = (phase, eff)  # holding the phase keeps its id unique
         return eff
+
+    def _distinct(self, bufs: np.ndarray, more: list[int]) -> frozenset[int]:
+        seen = self._seen
+        seen[bufs] = True
+        seen[np.asarray(more, dtype=np.int64)] = True
+        found = np.flatnonzero(seen)
+        seen[found] = False
+        return frozenset(found.tolist())
 
 
 def _independent(a: Effects, b: Effects) -> bool:
@@ -302,7 +323,7 @@ def _delay_reductions(segment: list[Phase], effects: _Effects) -> tuple[list[Pha
 
 
 def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
-           effects_of: _Effects) -> tuple[list[Step], int]:
+           effects_of: _Effects) -> tuple[list[_Group], int]:
     """Greedy superstep packing: each step starts with the first pending
     phase and absorbs later pending phases of its kind, looking at most
     `lookahead` phases past the last one it could not take, provided the
@@ -310,7 +331,7 @@ def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
     jumps over (so every dependency still runs in an earlier step)."""
     pending = [ph for ph in segment if ph.vertices or ph.transfers]
     effects = [effects_of(ph) for ph in pending]
-    steps: list[Step] = []
+    groups: list[_Group] = []
     merged = 0
     while pending:
         head = pending.pop(0)
@@ -325,7 +346,8 @@ def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
             reads, writes = effects[j]
             ok = group.absorbs(ph.kind, reads, writes) and (
                 reduction_overlap or not (group.reduction or _is_reduction(ph)))
-            ok = ok and not (writes & (skipped_r | skipped_w) or reads & skipped_w)
+            ok = ok and (writes.isdisjoint(skipped_r) and writes.isdisjoint(skipped_w)
+                         and reads.isdisjoint(skipped_w))
             if ok:
                 group.add(ph, reads, writes)
                 pending.pop(j)
@@ -336,8 +358,8 @@ def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
             skipped_w |= writes
             j += 1
             misses += 1
-        steps.append(group.step())
-    return steps, merged
+        groups.append(group)
+    return groups, merged
 
 
 def schedule(program: Program, reduction_overlap: bool = False,
@@ -349,12 +371,13 @@ def schedule(program: Program, reduction_overlap: bool = False,
     vertex without NARGS args (a builder bug).
     """
     steps: list[Step] = []
+    parts: list[list[Xfers]] = []  # each step's transfers, one part per merged phase
     loop_of: list[int] = []
     open_loops: list[int] = []
     merged_total = 0
     delayed_total = 0
     segment: list[Phase] = []
-    effects = _Effects()
+    effects = _Effects(len(program.bufs))
 
     def flush() -> None:
         nonlocal merged_total, delayed_total
@@ -366,13 +389,15 @@ def schedule(program: Program, reduction_overlap: bool = False,
         new, merged = _merge(phases, reduction_overlap, window, effects)
         merged_total += merged
         enclosing = open_loops[-1] if open_loops else -1
-        for st in new:
-            if enclosing < 0 and _has_iterated(st):
+        for group in new:
+            st = group.step()
+            if enclosing < 0 and _has_iterated(st.vertices, group.transfers):
                 raise BuildFailure(
                     "schedule", _first_tile(st), 0, 0,
                     f"step {len(steps)} ({st.labels[0]}) has an iterated ref outside any Repeat",
                 )
             steps.append(st)
+            parts.append(group.transfers)
             loop_of.append(enclosing)
         segment.clear()
 
@@ -390,6 +415,7 @@ def schedule(program: Program, reduction_overlap: bool = False,
                 raise BuildFailure("schedule", -1, 0, 0, f"loop {item.label}: trips {item.trips}")
             open_loops.append(len(steps))
             steps.append(Step(REPEAT_BEGIN, (item.label,), trips=item.trips))
+            parts.append([])
             loop_of.append(enclosing)
             continue
         if not open_loops:
@@ -399,20 +425,36 @@ def schedule(program: Program, reduction_overlap: bool = False,
         b = steps[begin]
         steps[begin] = Step(REPEAT_BEGIN, b.labels, trips=b.trips, match=end)
         steps.append(Step(REPEAT_END, (item.label,), trips=0, match=begin))
+        parts.append([])
         loop_of.append(open_loops[-1] if open_loops else -1)
     flush()
     if open_loops:
         label = steps[open_loops[-1]].labels[0]
         raise BuildFailure("schedule", -1, 0, 0, f"loop {label} never ends")
-    frozen = tuple(steps)
-    return Schedule(frozen, tuple(loop_of), merged_total, delayed_total,
-                    transfer_arrays(frozen), vertex_arrays(frozen))
+    frozen, xfers = _attach_transfers(steps, parts)
+    return Schedule(frozen, tuple(loop_of), merged_total, delayed_total, xfers,
+                    vertex_arrays(frozen))
 
 
-def _has_iterated(st: Step) -> bool:
-    if any(r.iterated for v in st.vertices for r in v.refs):
+def _attach_transfers(steps: list[Step],
+                      parts: list[list[Xfers]]) -> tuple[tuple[Step, ...], XferArrays]:
+    """Concatenate every step's transfer parts once, in step order; each
+    step's `transfers` is then a view of its rows."""
+    counts = np.fromiter((sum(map(len, ps)) for ps in parts), dtype=np.int64, count=len(parts))
+    x = Xfers.concat([p for ps in parts for p in ps])
+    out = []
+    lo = 0
+    for st, n in zip(steps, counts.tolist(), strict=True):
+        out.append(replace(st, transfers=x.rows(lo, lo + n)) if n else st)
+        lo += n
+    return tuple(out), _xfer_arrays(x, counts)
+
+
+def _has_iterated(vertices: tuple[Vertex, ...], transfers: list[Xfers]) -> bool:
+    refs = list(chain.from_iterable(map(attrgetter("refs"), vertices)))
+    if any(map(attrgetter("iter_stride"), refs)) or any(map(attrgetter("seq"), refs)):
         return True
-    return st.transfers.iterated
+    return any(x.iterated for x in transfers)
 
 
 def _first_tile(st: Step) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from handprog import copy_vertex, loop_program
 
@@ -230,3 +231,32 @@ def test_vertex_without_nargs_args_fails() -> None:
     p.items.append(Phase("compute", "short", [Vertex(0, 10, (0,) * 15, (Ref(0, a),), (a,), ())]))
     with pytest.raises(ValueError, match="15 args, not 16"):
         schedule(p)
+
+
+def test_xfers_rows_are_views_with_seq_renumbered() -> None:
+    seq = ((0, 0), (1, 0))
+    x = Xfers.of([Transfer(Ref(0, 2), Ref(1, 3), 8),
+                  Transfer(Ref(0, 0, 0, 0, seq), Ref(1, 4), 16),
+                  Transfer(Ref(0, 5), Ref(1, 6, 8), 24),
+                  Transfer(Ref(0, 7), Ref(1, 1, 0, 0, seq), 32)])
+    part = x.rows(1, 3)
+    assert part.src_buf.tolist() == [0, 5] and part.dst_off.tolist() == [0, 8]
+    assert part.nbytes.tolist() == [16, 24]
+    assert part.seq == ((0, seq, ()),)
+    assert np.shares_memory(part.nbytes, x.nbytes) and not part.nbytes.flags.writeable
+    assert x.rows(3, 4).seq == ((0, (), seq),)
+    assert len(x.rows(2, 2)) == 0 and x.rows(2, 2).seq == ()
+    whole = x.rows(0, 4)
+    assert [t for t in whole] == [t for t in x]
+
+
+def test_step_transfers_are_rows_of_the_flat_arrays() -> None:
+    s = schedule(_seq_program())
+    x = s.transfers()
+    lo = 0
+    for i, st in enumerate(s.steps):
+        n = len(st.transfers)
+        assert (x.step[lo:lo + n] == i).all()
+        assert st.transfers.dst_buf.tolist() == x.dst_buf[lo:lo + n].tolist()
+        lo += n
+    assert lo == x.step.size
