@@ -30,19 +30,20 @@ R_LEN = 7
 
 
 @sjit
-def region_span(reg):  # type: ignore[no-untyped-def]
-    """(lo, hi) byte bounds of one region row; (0, 0) if it touches no byte."""
-    outer, rows, nb = reg[R_OUTER], reg[R_ROWS], reg[R_ROW_BYTES]
+def span_of(addr, outer, ostride, rows, ld, nb):  # type: ignore[no-untyped-def]
+    """`region_span` of the region (addr, outer, ostride, rows, ld, nb, *) given as
+    scalars (a call with scalars costs nothing in a hot loop; one with an array
+    view costs reference counting)."""
     if outer <= 0 or rows <= 0 or nb <= 0:
         return 0, 0
-    lo = reg[R_ADDR]
-    hi = reg[R_ADDR] + nb
-    d = (outer - 1) * reg[R_OSTRIDE]
+    lo = addr
+    hi = addr + nb
+    d = (outer - 1) * ostride
     if d < 0:
         lo += d
     else:
         hi += d
-    d = (rows - 1) * reg[R_LD]
+    d = (rows - 1) * ld
     if d < 0:
         lo += d
     else:
@@ -51,15 +52,13 @@ def region_span(reg):  # type: ignore[no-untyped-def]
 
 
 @sjit
-def region_granule(reg):  # type: ignore[no-untyped-def]
-    """Natural alignment of a region: the largest power of two <= 4 dividing its
-    row bytes and (when used) its strides.  Word-organised data (fp32, or fp16
-    rows of even length) must start on a word; byte data may start anywhere."""
-    g = reg[R_ROW_BYTES]
-    if reg[R_ROWS] > 1:
-        g = g | reg[R_LD]
-    if reg[R_OUTER] > 1:
-        g = g | reg[R_OSTRIDE]
+def granule_of(outer, ostride, rows, ld, nb):  # type: ignore[no-untyped-def]
+    """`region_granule` of a region given as scalars."""
+    g = nb
+    if rows > 1:
+        g = g | ld
+    if outer > 1:
+        g = g | ostride
     if g % 4 == 0:
         return 4
     if g % 2 == 0:
@@ -68,41 +67,72 @@ def region_granule(reg):  # type: ignore[no-untyped-def]
 
 
 @sjit
-def find_buffer(tile, lo, hi, step, t_ptr, b_order, b_addr, b_end, b_first, b_last,
-                b_maxend):  # type: ignore[no-untyped-def]
-    """Index of a buffer of `tile` live at `step` (first <= step <= last) that holds
-    [lo, hi), or -1.
+def region_span(reg):  # type: ignore[no-untyped-def]
+    """(lo, hi) byte bounds of one region row; (0, 0) if it touches no byte."""
+    return span_of(reg[R_ADDR], reg[R_OUTER], reg[R_OSTRIDE], reg[R_ROWS], reg[R_LD],
+                   reg[R_ROW_BYTES])
 
-    Buffers of a tile are `b_order[t_ptr[tile]:t_ptr[tile+1]]` sorted by
-    address; `b_maxend[k]` is the largest end among sorted positions
-    t_ptr[tile]..k, which bounds the backward scan.
+
+@sjit
+def region_granule(reg):  # type: ignore[no-untyped-def]
+    """Natural alignment of a region: the largest power of two <= 4 dividing its
+    row bytes and (when used) its strides.  Word-organised data (fp32, or fp16
+    rows of even length) must start on a word; byte data may start anywhere."""
+    return granule_of(reg[R_OUTER], reg[R_OSTRIDE], reg[R_ROWS], reg[R_LD], reg[R_ROW_BYTES])
+
+
+# columns of a buffer table (`verify.BufferIndex.table`): one row per buffer, rows
+# of a tile consecutive and sorted by address
+B_ADDR = 0
+B_END = 1
+B_MAXEND = 2  # largest end among the tile's rows up to this one
+B_FIRST = 3  # live steps first..last
+B_LAST = 4
+B_ID = 5  # buffer index in the package
+B_LEN = 6
+
+
+@sjit
+def find_row(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
+    """Row of `table` of a buffer of `tile` live at `step` (first <= step <= last)
+    that holds [lo, hi), or -1.
+
+    The buffers of a tile are rows t_ptr[tile]:t_ptr[tile+1] of `table`
+    (int64 [buffers, B_LEN]) sorted by address; the B_MAXEND column bounds the
+    backward scan.  One table instead of one array per column: the rows a
+    lookup touches share cache lines, and a jitted caller passes two arrays.
     """
     start, stop = t_ptr[tile], t_ptr[tile + 1]
-    # last position with addr <= lo
+    # last row with addr <= lo
     a, b = start, stop
     while a < b:
         m = (a + b) // 2
-        if b_addr[b_order[m]] <= lo:
+        if table[m, B_ADDR] <= lo:
             a = m + 1
         else:
             b = m
     k = a - 1
-    while k >= start and b_maxend[k] >= hi:
-        j = b_order[k]
-        if b_end[j] >= hi and b_first[j] <= step and step <= b_last[j]:
-            return j
+    while k >= start and table[k, B_MAXEND] >= hi:
+        if table[k, B_END] >= hi and table[k, B_FIRST] <= step and step <= table[k, B_LAST]:
+            return k
         k -= 1
     return -1
 
 
 @sjit
-def find_buffers(tiles, los, his, steps, t_ptr, b_order, b_addr, b_end, b_first, b_last,
-                 b_maxend, out):  # type: ignore[no-untyped-def]
+def find_buffer(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
+    """Index of a buffer of `tile` live at `step` that holds [lo, hi), or -1
+    (`find_row`'s row, as the package's buffer index)."""
+    k = find_row(tile, lo, hi, step, t_ptr, table)
+    return table[k, B_ID] if k >= 0 else -1
+
+
+@sjit
+def find_buffers(tiles, los, his, steps, t_ptr, table, out):  # type: ignore[no-untyped-def]
     """`find_buffer` for each k: out[k] = a buffer of tiles[k] live at steps[k]
     holding [los[k], his[k]), or -1."""
     for k in range(tiles.shape[0]):
-        out[k] = find_buffer(tiles[k], los[k], his[k], steps[k], t_ptr, b_order, b_addr, b_end,
-                             b_first, b_last, b_maxend)
+        out[k] = find_buffer(tiles[k], los[k], his[k], steps[k], t_ptr, table)
 
 
 @sjit
@@ -187,28 +217,72 @@ def _exact_race(regs, owner, idx, out):  # type: ignore[no-untyped-def]
 
 
 @sjit
-def tile_order(tiles, keys, n):  # type: ignore[no-untyped-def]
-    """Permutation of range(n) sorting by (tiles, keys): a counting sort by tile
-    (linear), then each tile's few entries by key.  Several times faster than
-    numba's argsort of combined keys for the ~1e5 entries of a big step."""
+def _merge_runs(order, a, b, keys, tmp):  # type: ignore[no-untyped-def]
+    """Stable sort of order[a:b] by keys[order]: natural merge sort (one pass
+    per halving of the ascending runs; an already sorted segment costs one scan)."""
+    while True:
+        groups = 0
+        i = a
+        while i < b:
+            j = i + 1
+            while j < b and keys[order[j - 1]] <= keys[order[j]]:
+                j += 1
+            if i == a and j == b:
+                return  # one ascending run: sorted
+            k = j
+            if k < b:
+                k += 1
+                while k < b and keys[order[k - 1]] <= keys[order[k]]:
+                    k += 1
+            p, q, o = i, j, i  # merge runs [i, j) and [j, k) into tmp[i:k]
+            while p < j and q < k:
+                if keys[order[q]] < keys[order[p]]:
+                    tmp[o] = order[q]
+                    q += 1
+                else:
+                    tmp[o] = order[p]
+                    p += 1
+                o += 1
+            while p < j:
+                tmp[o] = order[p]
+                p += 1
+                o += 1
+            while q < k:
+                tmp[o] = order[q]
+                q += 1
+                o += 1
+            groups += 1
+            i = k
+        for i in range(a, b):
+            order[i] = tmp[i]
+        if groups == 1:
+            return
+
+
+@sjit
+def tile_order_into(tiles, keys, n, order, tmp, start):  # type: ignore[no-untyped-def]
+    """Fill order[:n] with the permutation of range(n) sorting stably by (tiles,
+    keys): a counting sort by tile (linear), then each tile's entries by key
+    (insertion sort for a few, else a natural merge sort: planner output is
+    mostly sorted already).  Scratch: tmp[:n], start[:max tile + 2].  Several
+    times faster than numba's argsort of combined keys for the ~1e5 entries of
+    a big step."""
     t_max = 0
     for k in range(n):
         if tiles[k] > t_max:
             t_max = tiles[k]
-    start = np.zeros(t_max + 2, dtype=np.int64)
+    for t in range(t_max + 2):
+        start[t] = 0
     for k in range(n):
         start[tiles[k] + 1] += 1
     for t in range(t_max + 1):
         start[t + 1] += start[t]
-    fill = start[:-1].copy()
-    order = np.empty(n, dtype=np.int64)
-    for k in range(n):
-        order[fill[tiles[k]]] = k
-        fill[tiles[k]] += 1
+    for k in range(n):  # afterwards start[t] is where tile t ends
+        order[start[tiles[k]]] = k
+        start[tiles[k]] += 1
+    a = 0
     for t in range(t_max + 1):
-        a, b = start[t], start[t + 1]
-        if b - a <= 1:
-            continue
+        b = start[t]
         if b - a <= 32:  # insertion sort: stable, no allocation
             for i in range(a + 1, b):
                 cur = order[i]
@@ -218,13 +292,20 @@ def tile_order(tiles, keys, n):  # type: ignore[no-untyped-def]
                     j -= 1
                 order[j + 1] = cur
         else:
-            seg = order[a:b].copy()
-            sub = np.empty(b - a, dtype=np.int64)
-            for i in range(b - a):
-                sub[i] = keys[seg[i]]
-            perm = np.argsort(sub, kind="mergesort")
-            for i in range(b - a):
-                order[a + i] = seg[perm[i]]
+            _merge_runs(order, a, b, keys, tmp)
+        a = b
+
+
+@sjit
+def tile_order(tiles, keys, n):  # type: ignore[no-untyped-def]
+    """`tile_order_into` with fresh arrays; returns the permutation."""
+    order = np.empty(n, dtype=np.int64)
+    t_max = 0
+    for k in range(n):
+        if tiles[k] > t_max:
+            t_max = tiles[k]
+    tile_order_into(tiles, keys, n, order, np.empty(n, dtype=np.int64),
+                    np.empty(t_max + 2, dtype=np.int64))
     return order
 
 

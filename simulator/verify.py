@@ -32,13 +32,24 @@ buffer of the first violation found, in this order:
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 
 from kernels.dtypes import DTYPE_BYTES, dtype_code
 from kernels.exceptions import PackageInvalid
 from kernels.registry import KERNELS
-from simulator.access import find_buffers
+from simulator.access import (
+    B_ADDR,
+    B_END,
+    B_FIRST,
+    B_ID,
+    B_LAST,
+    B_LEN,
+    B_MAXEND,
+    R_LEN,
+    find_buffers,
+)
 from simulator.device import Device
 from simulator.jit import sjit
 from simulator.package import (
@@ -68,6 +79,10 @@ from simulator.verify_scan import (
     E_REGION,
     E_ROWS,
     E_SRC,
+    PT_LEN,
+    TS_LEN,
+    VS_LEN,
+    XS_LEN,
     scan_accesses,
 )
 
@@ -202,7 +217,12 @@ def effective_live(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
 
 
 class BufferIndex:
-    """Buffers of each tile sorted by address, for `access.find_buffer`."""
+    """Buffers of each tile sorted by address, for `access.find_buffer`.
+
+    `order` (sorted position -> buffer), `ptr` (tile -> first position, CSR)
+    and `table` (int64 [buffers, access.B_LEN], one row per sorted position:
+    addr, end, running max end within the tile, first, last, buffer id);
+    `first`/`last` are the live ranges the table holds."""
 
     def __init__(self, pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
         a = pkg.arrays
@@ -216,29 +236,38 @@ class BufferIndex:
         self.ptr = np.searchsorted(tile[self.order], np.arange(pkg.tiles + 1)).astype(np.int64)
         self.addr = addr
         self.end = addr + a["buf_bytes"]
+        self.table = np.empty((self.order.size, B_LEN), dtype=np.int64)
+        self.table[:, B_ADDR] = addr[self.order]
+        self.table[:, B_END] = self.end[self.order]
+        self.table[:, B_ID] = self.order
+        _prefix_maxend(self.ptr, self.table)
+        self._set_live(first, last)
+
+    def _set_live(self, first: np.ndarray, last: np.ndarray) -> None:
         self.first, self.last = first, last
-        self.maxend = np.empty_like(self.order)
-        _prefix_maxend(self.ptr, self.order, self.end, self.maxend)
+        self.table[:, B_FIRST] = first[self.order]
+        self.table[:, B_LAST] = last[self.order]
 
     def live(self, first: np.ndarray, last: np.ndarray) -> BufferIndex:
         """The same index with other live ranges (the address order is shared)."""
         other = copy.copy(self)
-        other.first, other.last = first, last
+        other.table = self.table.copy()
+        other._set_live(first, last)
         return other
 
-    def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                            np.ndarray, np.ndarray]:
-        return (self.ptr, self.order, self.addr, self.end, self.first, self.last, self.maxend)
+    def args(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ptr, table): the arguments `access.find_buffer` takes after the step."""
+        return self.ptr, self.table
 
 
 @sjit
-def _prefix_maxend(ptr, order, end, out):  # type: ignore[no-untyped-def]
+def _prefix_maxend(ptr, table):  # type: ignore[no-untyped-def]
     for t in range(ptr.shape[0] - 1):
         m = np.int64(-1)
         for k in range(ptr[t], ptr[t + 1]):
-            if end[order[k]] > m:
-                m = end[order[k]]
-            out[k] = m
+            if table[k, B_END] > m:
+                m = table[k, B_END]
+            table[k, B_MAXEND] = m
 
 
 @sjit
@@ -499,26 +528,64 @@ def patch_index(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         ids = ids[np.argsort(item, kind="stable")].astype(np.int64)
         # ptr[i] = patches of items < i: counts of (negative, 0, .., n-1, >= n)
         counts = np.bincount(np.clip(item, -1, n) + 1, minlength=n + 2)
-        out += [np.cumsum(counts)[:n + 1].astype(np.int64), ids]
+        out += [np.cumsum(counts)[:n + 1].astype(np.int64, copy=False), ids]
+    return out[0], out[1], out[2], out[3]
+
+
+class _Scratch(threading.local):
+    """Per-thread int64 scratch memory reused across `verify` calls.
+
+    Fresh memory costs a page fault per 4 KiB touched (~2 µs each measured on
+    the shared 2-core VM): for the access scan's scratch that was more than
+    the scan's own work on the biggest steps."""
+
+    def __init__(self) -> None:
+        self.flat: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, int]) -> np.ndarray:
+        size = shape[0] * shape[1]
+        flat = self.flat.get(name)
+        if flat is None or flat.size < size:
+            flat = self.flat[name] = np.empty(max(size, 1), dtype=np.int64)
+        return flat[:size].reshape(shape)
+
+
+_SCRATCH = _Scratch()
+
+
+def _patch_lists(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ids of the vertex patches sorted by vertex and the position of each step's
+    first one (pv_list, pv_step: n_steps + 1 entries); the same for transfers."""
+    a = pkg.arrays
+    out = []
+    for is_v, offsets in ((True, a["step_vtx"]), (False, a["step_xfer"])):
+        ids = np.flatnonzero((a["p_target"] == PATCH_VERTEX_ARG) == is_v)
+        ids = ids[np.argsort(a["p_index"][ids], kind="stable")].astype(np.int64)
+        out += [ids, np.searchsorted(a["p_index"][ids], offsets).astype(np.int64)]
     return out[0], out[1], out[2], out[3]
 
 
 def _check_accesses(pkg: Package, bidx: BufferIndex) -> None:
     a = pkg.arrays
-    vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
+    pv_list, pv_step, px_list, px_step = _patch_lists(pkg)
+    pt = np.stack([a["p_target"], a["p_index"], a["p_arg"], a["p_loop"], a["p_mode"],
+                   a["p_base"], a["p_stride"], a["p_table"][:-1]], axis=1)
+    assert pt.shape[1] == PT_LEN
     # vertices and transfers touch tensor buffers only: code, exchange-table and
     # support memory never count as live for them (the engine's image has none)
     tensor = np.isin(a["buf_kind"], TENSOR_KINDS)
     bi = bidx.live(np.where(tensor, bidx.first, np.iinfo(np.int64).max),
                    np.where(tensor, bidx.last, -1))
+    max_x = max(int(np.diff(a["step_xfer"]).max(initial=0)), 1)
+    max_r = max(8 * int(np.diff(a["step_vtx"]).max(initial=0)), 1)
     err = np.zeros(9, dtype=np.int64)
     code = scan_accesses(
         a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"],
         a["v_tile"], a["v_kernel"], a["v_args"],
         a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
-        vp_ptr, vp_list, xp_ptr, xp_list,
-        a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
-        a["p_table"], a["table_values"], *bi.args(), err,
+        pv_list, pv_step, px_list, px_step, pt, a["table_values"], *bi.args(),
+        _SCRATCH.get("xs", (XS_LEN, max_x)), _SCRATCH.get("ts", (TS_LEN, pkg.tiles + 2)),
+        _SCRATCH.get("regs", (max_r, R_LEN)), _SCRATCH.get("vs", (VS_LEN, max_r)), err,
     )
     if code == 0:
         return

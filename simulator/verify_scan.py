@@ -7,7 +7,7 @@ patches once.  Per step and combination:
 
 - COMPUTE: each vertex operand region (`kernels.dispatch.vertex_regions`) is
   aligned (`access.region_granule`) and inside one live tensor buffer of its
-  tile (`access.find_buffer`), with no more rows than that buffer has bytes;
+  tile (`access.find_row`), with no more rows than that buffer has bytes;
   then the exact strided race check `access.find_race` over all regions.
 - EXCHANGE: every endpoint is one byte interval `[addr, addr + bytes)`.
   Bounds and alignment in transfer order, source before destination; an
@@ -31,12 +31,14 @@ import numpy as np
 
 from kernels.dispatch import vertex_regions
 from simulator.access import (
+    B_ADDR,
+    B_END,
     R_LEN,
-    find_buffer,
     find_race,
-    region_granule,
-    region_span,
-    tile_order,
+    find_row,
+    granule_of,
+    span_of,
+    tile_order_into,
 )
 from simulator.jit import sjit
 
@@ -51,11 +53,44 @@ E_ALIGN_X = 7  # transfer endpoint misaligned
 E_ROWS = 8  # a region with more rows than bytes up to the tile's last buffer end
 
 
+# columns of the patch table `scan_accesses` takes (int64 [patches, PT_LEN])
+PT_TARGET = 0
+PT_INDEX = 1
+PT_ARG = 2
+PT_LOOP = 3
+PT_MODE = 4
+PT_BASE = 5
+PT_STRIDE = 6
+PT_TABLE = 7  # first entry in table_values
+PT_LEN = 8
+
+# rows of the exchange scratch `scan_accesses` takes (int64 [XS_LEN, transfers of
+# the biggest EXCHANGE step])
+XS_SRC = 0  # patched source addresses
+XS_DST = 1  # patched destination addresses
+XS_LO = 2  # destinations sorted by (tile, address): start
+XS_HI = 3  # ... end
+XS_ORDER = 4  # ... transfer (offset in the step)
+XS_TMP = 5
+XS_LEN = 6
+# rows of the tile scratch (int64 [TS_LEN, tiles + 2])
+TS_LO = 0  # per-tile cache of the last live buffer found: [lo, hi)
+TS_HI = 1
+TS_PTR = 2  # destinations of tile t: sorted rows TS_PTR[t]..TS_PTR[t+1]
+TS_START = 3
+TS_LEN = 4
+# the compute scratch: regions (int64 [8 × vertices of the biggest COMPUTE step,
+# access.R_LEN]) and per region (int64 [VS_LEN, same]) its tile and its vertex
+VS_TILE = 0
+VS_OWNER = 1
+VS_LEN = 2
+
+
 @sjit
-def _patched_value(p, i, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
-    if p_mode[p] == 0:
-        return p_base[p] + i * p_stride[p]
-    return table_values[p_table[p] + i]
+def _patched_value(p, i, pt, table_values):  # type: ignore[no-untyped-def]
+    if pt[p, PT_MODE] == 0:
+        return pt[p, PT_BASE] + i * pt[p, PT_STRIDE]
+    return table_values[pt[p, PT_TABLE] + i]
 
 
 @sjit
@@ -70,7 +105,7 @@ def _interval_granule(nb):  # type: ignore[no-untyped-def]
 
 @sjit
 def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, c_hi,
-                     t_ptr, b_order, b_addr, b_end, b_first, b_last, b_maxend,
+                     t_ptr, table,
                      err):  # type: ignore[no-untyped-def]
     """Alignment and buffer of the n endpoint pairs (src[k], dst[k]) of transfers
     i0 + k at step s, in transfer order.  Returns 0 or an E_* code (err filled).
@@ -78,7 +113,7 @@ def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, 
     c_lo/c_hi[tile] cache [addr, end) of the last buffer found on the tile at
     this step (empty when reset): two buffers of a tile live at one step never
     overlap (`verify._check_buffers`), so a cached buffer holding the endpoint
-    is the one `find_buffer` would find.  The check is written out here, not
+    is the one `find_row` would find.  The check is written out here, not
     called: a call with array arguments in this loop costs more than the
     lookup it saves (reference counting)."""
     for k in range(n):
@@ -93,17 +128,16 @@ def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, 
                 return E_ALIGN_X
             if addr >= c_lo[tile] and addr + nb <= c_hi[tile]:
                 continue
-            j = find_buffer(tile, addr, addr + nb, s, t_ptr, b_order, b_addr, b_end, b_first,
-                            b_last, b_maxend)
+            j = find_row(tile, addr, addr + nb, s, t_ptr, table)
             if j < 0:
                 err[1], err[2], err[3], err[4], err[8] = s, tile, addr, it, nb
                 return E_SRC + side
-            c_lo[tile], c_hi[tile] = b_addr[j], b_end[j]
+            c_lo[tile], c_hi[tile] = table[j, B_ADDR], table[j, B_END]
     return 0
 
 
 @sjit
-def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_tiles, n_v,
+def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs, ts,
                     err):  # type: ignore[no-untyped-def]
     """Race check of the n transfers i0 + k (endpoints src[k] -> dst[k]) of step s.
     Returns 0 or E_RACE with err[1:4] = step, tile, address, err[4] the
@@ -111,10 +145,9 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_tiles
     if n < 2:
         return 0
     d_tile = x_dst_tile[i0:i0 + n]
-    order = tile_order(d_tile, dst, n)
-    w_lo = np.empty(n, dtype=np.int64)
-    w_hi = np.empty(n, dtype=np.int64)
-    w_ptr = np.zeros(n_tiles + 1, dtype=np.int64)
+    order, w_lo, w_hi, w_ptr = xs[XS_ORDER], xs[XS_LO], xs[XS_HI], ts[TS_PTR]
+    tile_order_into(d_tile, dst, n, order, xs[XS_TMP], ts[TS_START])
+    w_ptr[:] = 0
     for q in range(n):
         k = order[q]
         w_lo[q] = dst[k]
@@ -125,7 +158,7 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_tiles
             err[1], err[2], err[3] = s, d_tile[k], w_lo[q]
             err[4], err[7] = n_v + i0 + k, n_v + i0 + order[q - 1]
             return E_RACE
-    for t in range(n_tiles):
+    for t in range(w_ptr.shape[0] - 1):
         w_ptr[t + 1] += w_ptr[t]
     last_tile, last_lo, last_hi = np.int64(-1), np.int64(0), np.int64(0)
     for k in range(n):
@@ -159,45 +192,47 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_tiles
 
 
 @sjit
-def _compute_step(s, i0, i1, ptr, lst, ctr, v_tile, v_kernel, v_args, p_arg, p_loop, p_mode,
-                  p_base, p_stride, p_table, table_values, c_lo, c_hi,
-                  t_ptr, b_order, b_addr, b_end, b_first, b_last, b_maxend,
-                  regs, tiles, owner, err):  # type: ignore[no-untyped-def]
+def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kernel, v_args,
+                  c_lo, c_hi, t_ptr, table, regs, vs, err):  # type: ignore[no-untyped-def]
     """Regions, bounds and races of vertices i0..i1 at step s under loop counters
-    ctr.  Returns 0 or an E_* code (err filled)."""
+    ctr; their patches are lst[q0:q1], sorted by vertex.  Returns 0 or an E_*
+    code (err filled)."""
     vr = np.zeros((8, R_LEN), dtype=np.int64)
     args = np.zeros(16, dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
+    tiles, owner = vs[VS_TILE], vs[VS_OWNER]
     n = 0
+    q = q0
     for it in range(i0, i1):
         for j in range(16):
             args[j] = v_args[it, j]
-        for q in range(ptr[it], ptr[it + 1]):
+        while q < q1 and pt[lst[q], PT_INDEX] == it:
             p = lst[q]
-            args[p_arg[p]] = _patched_value(p, ctr[p_loop[p]], p_mode, p_base, p_stride,
-                                            p_table, table_values)
+            args[pt[p, PT_ARG]] = _patched_value(p, ctr[pt[p, PT_LOOP]], pt, table_values)
+            q += 1
         nr = vertex_regions(v_kernel[it], args, vr)
         tile = v_tile[it]
         err[1], err[2], err[4] = s, tile, it
         if nr < 0:
             return E_KERNEL
         for r in range(nr):
-            lo, hi = region_span(vr[r])
+            addr, outer, ostride, rows, ld, nb = (vr[r, 0], vr[r, 1], vr[r, 2], vr[r, 3],
+                                                  vr[r, 4], vr[r, 5])
+            lo, hi = span_of(addr, outer, ostride, rows, ld, nb)
             if hi <= lo:
                 continue
-            g = region_granule(vr[r])
-            if vr[r, 0] % g != 0:
-                err[3], err[8] = vr[r, 0], g
+            g = granule_of(outer, ostride, rows, ld, nb)
+            if addr % g != 0:
+                err[3], err[8] = addr, g
                 return E_ALIGN_V
             if lo < c_lo[tile] or hi > c_hi[tile]:
-                bf = find_buffer(tile, lo, hi, s, t_ptr, b_order, b_addr, b_end,
-                                 b_first, b_last, b_maxend)
+                bf = find_row(tile, lo, hi, s, t_ptr, table)
                 if bf < 0:
                     err[3], err[8] = lo, hi - lo
                     return E_REGION
-                c_lo[tile], c_hi[tile] = b_addr[bf], b_end[bf]
-            if vr[r, 1] * vr[r, 3] > c_hi[tile] - c_lo[tile]:
-                err[3], err[8] = lo, vr[r, 1] * vr[r, 3]
+                c_lo[tile], c_hi[tile] = table[bf, B_ADDR], table[bf, B_END]
+            if outer * rows > c_hi[tile] - c_lo[tile]:
+                err[3], err[8] = lo, outer * rows
                 return E_ROWS  # more rows than its buffer has bytes: garbage
             for j in range(R_LEN):
                 regs[n, j] = vr[r, j]
@@ -212,48 +247,25 @@ def _compute_step(s, i0, i1, ptr, lst, ctr, v_tile, v_kernel, v_args, p_arg, p_l
 
 
 @sjit
-def _step_loops(i0, i1, ptr, lst, p_loop, loops):  # type: ignore[no-untyped-def]
-    """Distinct loops driving the patches of items i0..i1, in first-seen order,
-    into loops[:n]; returns n."""
-    n_loops = 0
-    for it in range(i0, i1):
-        for q in range(ptr[it], ptr[it + 1]):
-            lp = p_loop[lst[q]]
-            seen = False
-            for z in range(n_loops):
-                if loops[z] == lp:
-                    seen = True
-            if not seen:
-                loops[n_loops] = lp
-                n_loops += 1
-    return n_loops
-
-
-@sjit
 def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, v_args,
                   x_src_tile, x_src_addr, x_dst_tile, x_dst_addr, x_bytes,
-                  vp_ptr, vp_list, xp_ptr, xp_list,
-                  p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
-                  t_ptr, b_order, b_addr, b_end, b_first, b_last, b_maxend,
-                  err):  # type: ignore[no-untyped-def]
+                  pv_list, pv_step, px_list, px_step, pt, table_values, t_ptr, table,
+                  xs, ts, regs, vs, err):  # type: ignore[no-untyped-def]
     """Check every access of every step for every combination of the counters of
     the loops that drive its patches.  Returns 0 or an E_* code with
-    err[1:9] = step, tile, addr, item, loop, iteration, other item, bytes/granule."""
+    err[1:9] = step, tile, addr, item, loop, iteration, other item, bytes/granule.
+
+    Patches: `pt` (int64 [patches, PT_LEN]); pv_list / px_list the ids of the
+    vertex / transfer patches sorted by item, those of step s at positions
+    pv_step[s]:pv_step[s+1] (px_step).  Buffers: `access.find_row`'s t_ptr and
+    table (tensor buffers only).  Scratch, contents ignored: xs (int64
+    [XS_LEN, >= transfers of any step]), ts (int64 [TS_LEN, tiles + 2]), regs
+    (int64 [>= 8 × vertices of any step, R_LEN]) and vs (int64 [VS_LEN, as many])."""
     n_steps = step_kind.shape[0]
-    n_tiles = t_ptr.shape[0] - 1
-    max_v, max_x = 1, 1
-    for s in range(n_steps):
-        max_v = max(max_v, (step_vtx[s + 1] - step_vtx[s]) * 8)
-        max_x = max(max_x, step_xfer[s + 1] - step_xfer[s])
-    regs = np.zeros((max_v, R_LEN), dtype=np.int64)
-    tiles = np.zeros(max_v, dtype=np.int64)
-    owner = np.zeros(max_v, dtype=np.int64)
-    src = np.zeros(max_x, dtype=np.int64)
-    dst = np.zeros(max_x, dtype=np.int64)
     ctr = np.zeros(n_steps, dtype=np.int64)
     loops = np.zeros(32, dtype=np.int64)
-    c_lo = np.zeros(n_tiles, dtype=np.int64)
-    c_hi = np.zeros(n_tiles, dtype=np.int64)
+    c_lo, c_hi = ts[TS_LO], ts[TS_HI]
+    src, dst = xs[XS_SRC], xs[XS_DST]
     n_v = v_tile.shape[0]
     for s in range(n_steps):
         k = step_kind[s]
@@ -261,9 +273,18 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
             continue
         i0 = step_vtx[s] if k == 0 else step_xfer[s]
         i1 = step_vtx[s + 1] if k == 0 else step_xfer[s + 1]
-        ptr = vp_ptr if k == 0 else xp_ptr
-        lst = vp_list if k == 0 else xp_list
-        n_loops = _step_loops(i0, i1, ptr, lst, p_loop, loops)
+        lst = pv_list if k == 0 else px_list
+        q0 = pv_step[s] if k == 0 else px_step[s]
+        q1 = pv_step[s + 1] if k == 0 else px_step[s + 1]
+        n_loops = 0  # distinct loops driving the step's patches, first seen first
+        for q in range(q0, q1):
+            lp = pt[lst[q], PT_LOOP]
+            seen = False
+            for z in range(n_loops):
+                seen = seen or loops[z] == lp
+            if not seen:
+                loops[n_loops] = lp
+                n_loops += 1
         combos = 1
         for z in range(n_loops):
             combos *= step_trips[loops[z]]
@@ -277,10 +298,8 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
             c_lo[:] = 0
             c_hi[:] = 0
             if k == 0:
-                code = _compute_step(s, i0, i1, ptr, lst, ctr, v_tile, v_kernel, v_args,
-                                     p_arg, p_loop, p_mode, p_base, p_stride, p_table,
-                                     table_values, c_lo, c_hi, t_ptr, b_order, b_addr,
-                                     b_end, b_first, b_last, b_maxend, regs, tiles, owner,
+                code = _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile,
+                                     v_kernel, v_args, c_lo, c_hi, t_ptr, table, regs, vs,
                                      err)
                 if code != 0:
                     return code
@@ -289,22 +308,18 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
             for q in range(n):
                 src[q] = x_src_addr[i0 + q]
                 dst[q] = x_dst_addr[i0 + q]
-            for it in range(i0, i1):
-                for q in range(ptr[it], ptr[it + 1]):
-                    p = lst[q]
-                    val = _patched_value(p, ctr[p_loop[p]], p_mode, p_base, p_stride,
-                                         p_table, table_values)
-                    if p_target[p] == 1:
-                        src[it - i0] = val
-                    else:
-                        dst[it - i0] = val
+            for q in range(q0, q1):
+                p = lst[q]
+                val = _patched_value(p, ctr[pt[p, PT_LOOP]], pt, table_values)
+                if pt[p, PT_TARGET] == 1:
+                    src[pt[p, PT_INDEX] - i0] = val
+                else:
+                    dst[pt[p, PT_INDEX] - i0] = val
             code = _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes,
-                                    c_lo, c_hi, t_ptr, b_order, b_addr, b_end, b_first,
-                                    b_last, b_maxend, err)
+                                    c_lo, c_hi, t_ptr, table, err)
             if code == 0:
                 code = _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes,
-                                       n_tiles, n_v, err)
+                                       n_v, xs, ts, err)
             if code != 0:
                 return code
     return 0
-
