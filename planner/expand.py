@@ -54,7 +54,7 @@ from planner.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
 from planner.layout import view2d
 from planner.lower import Lowered, Step, Value, lower
 from planner.plan import Plan
-from planner.program import IOBlock, LoopMark, Phase, Program, Xfers
+from planner.program import IOBlock, LoopMark, Phase, Program
 from simulator.device import Device
 
 
@@ -257,7 +257,7 @@ class Expander:
         mv = moves(self.prog, label, sv.layout, self.placed[src], dv.layout, self.placed[dst],
                    sv.elem, segments, set(skip))
         self.emit(Phase("compute", f"{label} pack", vertices=mv.pack))
-        self.emit(Phase("exchange", label, transfers=Xfers.of(mv.transfers)))
+        self.emit(Phase("exchange", label, transfers=mv.transfers))
         self.emit(Phase("compute", f"{label} unpack", vertices=mv.unpack))
 
     # ------------------------------------------------------------ I/O

@@ -23,15 +23,24 @@ element bytes) at a `Loc`.  Moving a rectangle between two cells is
 the same source bytes (a multicast: the simulator counts the bytes out once).
 A destination replica on the tile that already holds the identical source
 cell shares its storage instead (no transfer).
+
+A move emits 10⁴–10⁶ transfers, so pieces, panel offsets and transfer rows
+are computed over arrays (one jitted loop enumerates the pieces, numpy does
+the rest); only the few COPY vertices and the rare endpoints with a
+per-iteration `seq` (ping-pong loop carries) are built one object at a time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
 
 from kernels import ids
+from kernels.jit import kjit
 from planner.layout import Layout
-from planner.program import Program, Ref, Transfer, Vertex
+from planner.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
 
 # (buf, offset, iter_stride, seq): where a cell lives; seq for ping-pong carries
 Loc = tuple[int, int, int, tuple[tuple[int, int], ...]]
@@ -65,85 +74,153 @@ class Moves:
     destination tiles."""
 
     pack: list[Vertex] = field(default_factory=list)
-    transfers: list[Transfer] = field(default_factory=list)
+    transfers: Xfers = field(default_factory=Xfers.empty)
     unpack: list[Vertex] = field(default_factory=list)
 
 
-# (src cell, src replica, a0, a1, b0, b1, dst cell, dst replica, dst row, dst col)
-_Piece = tuple[int, int, int, int, int, int, int, int, int, int]
+# columns of the piece array `pieces` returns
+PIECE_COLUMNS = ("scell", "rep", "a0", "a1", "b0", "b1", "cell", "k", "row", "col")
+
+
+def _owners(lay: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the owner tuples: replica j of cell c is `tiles[off[c] + j]`."""
+    sizes = np.fromiter(map(len, lay.owners), dtype=np.int64, count=len(lay.owners))
+    off = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    tiles = np.fromiter(chain.from_iterable(lay.owners), dtype=np.int64, count=int(off[-1]))
+    return off, tiles
 
 
 def pieces(src: Layout, dst: Layout, segments: tuple,
-           skip: set[tuple[int, int]]) -> list[_Piece]:
+           skip: set[tuple[int, int]]) -> np.ndarray:
     """Every source rectangle (in source coordinates) that lands in a
-    destination cell replica, with its top-left destination coordinates."""
-    out: list[_Piece] = []
-    for dr0, dr1, dc0, sr0, sc0, ncols in segments:
-        for ri in dst.row_span(dr0, dr1):
-            for ci in dst.col_span(dc0, dc0 + ncols):
-                cell = ri * dst.nc + ci
-                todo = [k for k in range(len(dst.owners[cell])) if (cell, k) not in skip]
-                if not todo:
+    destination cell replica, with its top-left destination coordinates:
+    int64 [10, n], one row per field of `PIECE_COLUMNS` = (source cell, source replica
+    (the one on the destination tile, else 0), source rows [a0, a1), source
+    columns [b0, b1), destination cell, destination replica, destination row,
+    destination column), ordered by segment, destination row cell, column
+    cell, source row cell, column cell, destination replica."""
+    doff, dtile = _owners(dst)
+    soff, stile = _owners(src)
+    todo = np.ones(dtile.size, dtype=np.bool_)
+    for cell, k in skip:
+        todo[doff[cell] + k] = False
+    segs = np.asarray(segments, dtype=np.int64).reshape(-1, 6)
+    args = (segs, np.asarray(dst.row_cuts, dtype=np.int64),
+            np.asarray(dst.col_cuts, dtype=np.int64), doff, dtile, todo,
+            np.asarray(src.row_cuts, dtype=np.int64), np.asarray(src.col_cuts, dtype=np.int64),
+            soff, stile)
+    out = np.empty((len(PIECE_COLUMNS), 0), dtype=np.int64)
+    n = _pieces(*args, out)
+    out = np.empty((len(PIECE_COLUMNS), n), dtype=np.int64)
+    _pieces(*args, out)
+    return out
+
+
+@kjit
+def _pieces(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile,
+            out):  # pragma: no cover - jitted
+    """Fill `out` with the pieces (as `pieces` documents) while they fit;
+    return how many there are (call with an empty `out` to count)."""
+    n = 0
+    dnr, dnc = drc.shape[0] - 1, dcc.shape[0] - 1
+    snr, snc = src.shape[0] - 1, scc.shape[0] - 1
+    for g in range(segs.shape[0]):
+        dr0, dr1, dc0, sr0, sc0, ncols = segs[g]
+        ri0 = max(np.searchsorted(drc, dr0, side="right") - 1, 0)
+        ri1 = min(np.searchsorted(drc, dr1, side="left"), dnr)
+        ci0 = max(np.searchsorted(dcc, dc0, side="right") - 1, 0)
+        ci1 = min(np.searchsorted(dcc, dc0 + ncols, side="left"), dnc)
+        for ri in range(ri0, ri1):
+            for ci in range(ci0, ci1):
+                cell = ri * dnc + ci
+                if not todo[doff[cell]:doff[cell + 1]].any():
                     continue
-                d_r0, d_r1, d_c0, d_c1 = dst.rect(ri, ci)
-                r_lo, r_hi = max(d_r0, dr0), min(d_r1, dr1)
-                c_lo, c_hi = max(d_c0, dc0), min(d_c1, dc0 + ncols)
+                r_lo, r_hi = max(drc[ri], dr0), min(drc[ri + 1], dr1)
+                c_lo, c_hi = max(dcc[ci], dc0), min(dcc[ci + 1], dc0 + ncols)
                 if r_lo >= r_hi or c_lo >= c_hi:
                     continue
                 s_lo, s_hi = r_lo - dr0 + sr0, r_hi - dr0 + sr0
                 t_lo, t_hi = c_lo - dc0 + sc0, c_hi - dc0 + sc0
-                for sri in src.row_span(s_lo, s_hi):
-                    for sci in src.col_span(t_lo, t_hi):
-                        s_r0, s_r1, s_c0, s_c1 = src.rect(sri, sci)
-                        a0, a1 = max(s_r0, s_lo), min(s_r1, s_hi)
-                        b0, b1 = max(s_c0, t_lo), min(s_c1, t_hi)
-                        if a0 >= a1 or b0 >= b1:
+                sri0 = max(np.searchsorted(src, s_lo, side="right") - 1, 0)
+                sri1 = min(np.searchsorted(src, s_hi, side="left"), snr)
+                sci0 = max(np.searchsorted(scc, t_lo, side="right") - 1, 0)
+                sci1 = min(np.searchsorted(scc, t_hi, side="left"), snc)
+                for sri in range(sri0, sri1):
+                    a0, a1 = max(src[sri], s_lo), min(src[sri + 1], s_hi)
+                    if a0 >= a1:
+                        continue
+                    for sci in range(sci0, sci1):
+                        b0, b1 = max(scc[sci], t_lo), min(scc[sci + 1], t_hi)
+                        if b0 >= b1:
                             continue
-                        scell = sri * src.nc + sci
-                        owners = src.owners[scell]
-                        for k in todo:
-                            tile = dst.owners[cell][k]
-                            rep = owners.index(tile) if tile in owners else 0
-                            out.append((scell, rep, a0, a1, b0, b1, cell, k,
-                                        a0 - sr0 + dr0, b0 - sc0 + dc0))
-    return out
+                        scell = sri * snc + sci
+                        for kk in range(doff[cell], doff[cell + 1]):
+                            if not todo[kk]:
+                                continue
+                            rep = 0
+                            for m in range(soff[scell], soff[scell + 1]):
+                                if stile[m] == dtile[kk]:
+                                    rep = m - soff[scell]
+                                    break
+                            if n < out.shape[1]:
+                                out[0, n], out[1, n], out[2, n], out[3, n] = scell, rep, a0, a1
+                                out[4, n], out[5, n], out[6, n] = b0, b1, cell
+                                out[7, n], out[8, n] = kk - doff[cell], a0 - sr0 + dr0
+                                out[9, n] = b0 - sc0 + dc0
+                            n += 1
+    return n
 
 
-def _runs(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Maximal runs of consecutive rows covered by `spans` (row intervals)."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(set(spans)):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
+@dataclass(frozen=True)
+class _Panels:
+    """Column panels of one side of a move (see `_panels`)."""
+
+    runs: np.ndarray      # int64 [r, 7]: cell, replica, c0, c1, lo, hi, byte offset
+    run_owner: np.ndarray  # int64 [r]: each run's owner's index in `owners`
+    owners: np.ndarray    # int64 [o, 3]: cell, replica, buffer bytes
+    owner_of: np.ndarray  # int64 [m]: per entry, its owner's index in `owners`
+    at: np.ndarray        # int64 [m]: per entry, byte offset of its row `lo`
 
 
-def _panels(groups: dict[tuple, list[tuple[int, int]]], width: dict[tuple, int], elem: int
-            ) -> tuple[dict[tuple, list[tuple[int, int, int]]], dict[tuple, int]]:
-    """Lay out column panels: per group key (cell, replica, c0, c1) its row runs
-    (lo, hi, byte offset) in the owner's buffer, and that buffer's size per
-    (cell, replica).  Keys are visited sorted: deterministic offsets."""
-    runs: dict[tuple, list[tuple[int, int, int]]] = {}
-    size: dict[tuple, int] = {}
-    for key in sorted(groups):
-        owner = key[:2]
-        off = size.get(owner, 0)
-        placed = []
-        for lo, hi in _runs(groups[key]):
-            placed.append((lo, hi, off))
-            off = _up4(off + (hi - lo) * width[key] * elem)
-        runs[key] = placed
-        size[owner] = off
-    return runs, size
-
-
-def _at(runs: list[tuple[int, int, int]], row: int, row_bytes: int) -> int:
-    for lo, hi, off in runs:
-        if lo <= row < hi:
-            return off + (row - lo) * row_bytes
-    raise AssertionError(f"row {row} not in a panel run")
+def _panels(keys: np.ndarray, elem: int) -> _Panels:
+    """Lay out column panels.  `keys` int64 [m, 6] = (cell, replica, c0, c1,
+    lo, hi): entry i needs rows [lo, hi) of columns [c0, c1) of that cell
+    replica in a panel.  Per group (cell, replica, c0, c1) the maximal runs of
+    consecutive rows are placed one after another (each rounded up to 4
+    bytes) in the owner's (cell, replica) buffer; groups are visited sorted,
+    so offsets are deterministic."""
+    order = np.lexsort(keys.T[::-1])
+    s = keys[order]
+    m = s.shape[0]
+    new_group = np.ones(m, dtype=np.bool_)
+    new_group[1:] = (s[1:, :4] != s[:-1, :4]).any(axis=1)
+    gid = np.cumsum(new_group) - 1
+    big = int(s[:, 5].max()) + 1
+    # per group running max of `hi`: groups are contiguous and gid·big
+    # exceeds every hi of an earlier group
+    reach = np.maximum.accumulate(gid * big + s[:, 5]) - gid * big
+    new_run = new_group.copy()
+    new_run[1:] |= s[1:, 4] > reach[:-1]
+    starts = np.flatnonzero(new_run)
+    run_of = np.cumsum(new_run) - 1
+    lo = s[starts, 4]
+    hi = np.maximum.reduceat(s[:, 5], starts)
+    width = (s[starts, 3] - s[starts, 2]) * elem
+    nbytes = ((hi - lo) * width + 3) & ~3
+    new_owner = np.ones(starts.size, dtype=np.bool_)
+    new_owner[1:] = (s[starts[1:], :2] != s[starts[:-1], :2]).any(axis=1)
+    ostarts = np.flatnonzero(new_owner)
+    run_owner = np.cumsum(new_owner) - 1
+    before = np.cumsum(nbytes) - nbytes
+    off = before - before[ostarts][run_owner]
+    runs = np.column_stack([s[starts, :4], lo, hi, off])
+    owners = np.column_stack([s[starts[ostarts], :2], np.add.reduceat(nbytes, ostarts)])
+    owner_of = np.empty(m, dtype=np.int64)
+    at = np.empty(m, dtype=np.int64)
+    owner_of[order] = run_owner[run_of]
+    at[order] = off[run_of] + (s[:, 4] - lo[run_of]) * width[run_of]
+    return _Panels(runs, run_owner, owners, owner_of, at)
 
 
 def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst: Layout,
@@ -156,86 +233,161 @@ def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst
     panel of the source replica's pack buffer (one COPY per run of
     consecutive rows of one column range); one narrower than its destination
     cell lands in a column panel of a landing buffer and is unpacked the same
-    way.  Each piece is then one contiguous transfer."""
-    from planner.expand_ops import vertex
-
-    ps = pieces(src, dst, segments, skip)
+    way.  Each piece is then one contiguous transfer (split in two as
+    `_aligned` says), in `pieces` order."""
+    sc, rep, a0, a1, b0, b1, dc, k, rr0, cc0 = pieces(src, dst, segments, skip)
     res = Moves()
-    pgroups: dict[tuple, list[tuple[int, int]]] = {}
-    lgroups: dict[tuple, list[tuple[int, int]]] = {}
-    width: dict[tuple, int] = {}
-    for scell, rep, a0, a1, b0, b1, cell, k, rr0, cc0 in ps:
-        w, rows = b1 - b0, a1 - a0
-        if rows == 1:
-            continue
-        ci = scell % src.nc
-        if w != src.col_cuts[ci + 1] - src.col_cuts[ci]:
-            key = (scell, rep, b0, b1)
-            pgroups.setdefault(key, []).append((a0, a1))
-            width[key] = w
-        dci = cell % dst.nc
-        if w != dst.col_cuts[dci + 1] - dst.col_cuts[dci]:
-            key = (cell, k, cc0, cc0 + w)
-            lgroups.setdefault(key, []).append((rr0, rr0 + rows))
-            width[key] = w
-    pruns, psize = _panels(pgroups, width, elem)
-    lruns, lsize = _panels(lgroups, width, elem)
-    pack_buf = {key: prog.new_buf(src.owners[key[0]][key[1]], size, "scratch",
-                                  f"{label}:pack{key[0]}.{key[1]}")
-                for key, size in sorted(psize.items())}
-    land_buf = {key: prog.new_buf(dst.owners[key[0]][key[1]], size, "exchange-landing",
-                                  f"{label}:land{key[0]}.{key[1]}")
-                for key, size in sorted(lsize.items())}
-    for key, runs in sorted(pruns.items()):
-        scell, rep, b0, b1 = key
-        s_r0, _, s_c0, s_c1 = src.rect(scell // src.nc, scell % src.nc)
-        s_ld, w = (s_c1 - s_c0) * elem, (b1 - b0) * elem
-        ploc: Loc = (pack_buf[scell, rep], 0, 0, ())
-        for lo, hi, off in runs:
-            res.pack.append(vertex(src.owners[scell][rep], ids.COPY,
-                                   {1: s_ld, 3: w, 4: hi - lo, 5: w},
-                                   {0: src_locs[scell][rep]}, {2: ploc},
-                                   {0: (lo - s_r0) * s_ld + (b0 - s_c0) * elem, 2: off}))
-    for key, runs in sorted(lruns.items()):
-        cell, k, c0, c1 = key
-        d_r0, _, d_c0, d_c1 = dst.rect(cell // dst.nc, cell % dst.nc)
-        d_ld, w = (d_c1 - d_c0) * elem, (c1 - c0) * elem
-        lloc: Loc = (land_buf[cell, k], 0, 0, ())
-        for lo, hi, off in runs:
-            res.unpack.append(vertex(dst.owners[cell][k], ids.COPY,
-                                     {1: w, 3: d_ld, 4: hi - lo, 5: w},
-                                     {0: lloc}, {2: dst_locs[cell][k]},
-                                     {0: off, 2: (lo - d_r0) * d_ld + (c0 - d_c0) * elem}))
-    srefs: dict[tuple[int, int, int, int, int, int], Ref] = {}  # multicast: one src ref
-    snc, dnc = src.nc, dst.nc
-    scr, scc, dcr, dcc = src.row_cuts, src.col_cuts, dst.row_cuts, dst.col_cuts
-    for scell, rep, a0, a1, b0, b1, cell, k, rr0, cc0 in ps:
-        sri, sci = divmod(scell, snc)
-        dri, dci = divmod(cell, dnc)
-        s_r0, s_c0, s_c1 = scr[sri], scc[sci], scc[sci + 1]
-        d_r0, d_c0, d_c1 = dcr[dri], dcc[dci], dcc[dci + 1]
-        s_ld, d_ld = (s_c1 - s_c0) * elem, (d_c1 - d_c0) * elem
-        w, rows = (b1 - b0) * elem, a1 - a0
-        skey = (scell, rep, a0, a1, b0, b1)
-        sref = srefs.get(skey)
-        if sref is None:
-            pkey = (scell, rep, b0, b1)
-            if rows > 1 and pkey in pruns:
-                sref = ref(0, (pack_buf[scell, rep], 0, 0, ()), _at(pruns[pkey], a0, w))
-            else:
-                sref = ref(0, src_locs[scell][rep], (a0 - s_r0) * s_ld + (b0 - s_c0) * elem)
-            srefs[skey] = sref
-        lkey = (cell, k, cc0, cc0 + b1 - b0)
-        if rows > 1 and lkey in lruns:
-            dref = ref(1, (land_buf[cell, k], 0, 0, ()), _at(lruns[lkey], rr0, w))
-        else:
-            dref = ref(1, dst_locs[cell][k], (rr0 - d_r0) * d_ld + (cc0 - d_c0) * elem)
-        res.transfers.extend(_aligned(sref, dref, rows * w))
+    if not sc.size:
+        return res
+    w, rows = b1 - b0, a1 - a0
+    src_end = _Ends.of(src, src_locs, sc, rep, a0, b0, w, elem)
+    dst_end = _Ends.of(dst, dst_locs, dc, k, rr0, cc0, w, elem)
+    pk = np.flatnonzero((rows > 1) & src_end.narrow)
+    ld = np.flatnonzero((rows > 1) & dst_end.narrow)
+    pp = _panels(np.stack([sc[pk], rep[pk], b0[pk], b1[pk], a0[pk], a1[pk]], axis=1), elem) \
+        if pk.size else None
+    lp = _panels(np.stack([dc[ld], k[ld], cc0[ld], cc0[ld] + w[ld], rr0[ld], rr0[ld] + rows[ld]],
+                          axis=1), elem) if ld.size else None
+    pack_bufs = [prog.new_buf(src.owners[c][r], size, "scratch", f"{label}:pack{c}.{r}")
+                 for c, r, size in (pp.owners.tolist() if pp else [])]
+    land_bufs = [prog.new_buf(dst.owners[c][r], size, "exchange-landing", f"{label}:land{c}.{r}")
+                 for c, r, size in (lp.owners.tolist() if lp else [])]
+    if pp:
+        res.pack = _copies(src, src_locs, pp, pack_bufs, elem, into_panel=True)
+        src_end.panel(pk, np.asarray(pack_bufs, np.int64)[pp.owner_of], pp.at)
+    if lp:
+        res.unpack = _copies(dst, dst_locs, lp, land_bufs, elem, into_panel=False)
+        dst_end.panel(ld, np.asarray(land_bufs, np.int64)[lp.owner_of], lp.at)
+    res.transfers = _transfers(src_end, dst_end, rows * w * elem)
     return res
 
 
-def _up4(n: int) -> int:
-    return (n + 3) & ~3
+def _copies(lay: Layout, locs: list[list[Loc]], panels: _Panels, bufs: list[int], elem: int,
+            into_panel: bool) -> list[Vertex]:
+    """One COPY per panel run between the cell replica and its panel buffer
+    (`bufs[owner]`): cell → panel when `into_panel` (pack), else panel →
+    cell (unpack).  Built as `expand_ops.vertex` builds them (a test
+    compares), without its generic dict handling: a move may need 10⁴."""
+    out = []
+    pad = (0,) * (NARGS - 6)
+    for (c, r, c0, c1, lo, hi, off), o in zip(panels.runs.tolist(), panels.run_owner.tolist(),
+                                              strict=True):
+        r0, _, col0, col1 = lay.rect(c // lay.nc, c % lay.nc)
+        ld, pw = (col1 - col0) * elem, (c1 - c0) * elem
+        cell, at = locs[c][r], (lo - r0) * ld + (c0 - col0) * elem
+        if into_panel:
+            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, ld, 0, pw, hi - lo, pw) + pad,
+                              (ref(0, cell, at), Ref(2, bufs[o], off)),
+                              loc_bufs(cell), (bufs[o],)))
+        else:
+            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, pw, 0, ld, hi - lo, pw) + pad,
+                              (Ref(0, bufs[o], off), ref(2, cell, at)),
+                              (bufs[o],), loc_bufs(cell)))
+    return out
+
+
+@dataclass
+class _Ends:
+    """One side's endpoint of every piece: buffer, byte offset and iter
+    stride (int64 [n] each); `narrow` marks pieces narrower than their cell;
+    `seq` marks endpoints whose Loc has a per-iteration seq (`ref` builds
+    those exactly from their Loc `locs[at]`; `buf`/`stride` are not used)."""
+
+    buf: np.ndarray
+    off: np.ndarray
+    stride: np.ndarray
+    seq: np.ndarray
+    narrow: np.ndarray
+    locs: list[Loc]
+    at: np.ndarray
+
+    @staticmethod
+    def of(lay: Layout, locs: list[list[Loc]], cell: np.ndarray, rep: np.ndarray,
+           row: np.ndarray, col: np.ndarray, width: np.ndarray, elem: int) -> _Ends:
+        """Endpoints at element (row, col) of replica `rep` of `cell` (stored
+        at `locs[cell][rep]`) of pieces `width` columns wide."""
+        off, _ = _owners(lay)
+        flat = list(chain.from_iterable(locs))
+        assert len(flat) == off[-1], "one Loc per cell replica"
+        lbuf, loff, lstride, lseq = zip(*flat, strict=True)
+        rc, cc = np.asarray(lay.row_cuts, dtype=np.int64), np.asarray(lay.col_cuts, dtype=np.int64)
+        r0 = np.repeat(rc[:-1], lay.nc)
+        c0, cw = np.tile(cc[:-1], lay.nr), np.tile(np.diff(cc), lay.nr)
+        out = np.empty((6, cell.size), dtype=np.int64)
+        _ends(r0, c0, cw, off, np.asarray(lbuf, dtype=np.int64), np.asarray(loff, dtype=np.int64),
+              np.asarray(lstride, dtype=np.int64), np.asarray(list(map(bool, lseq))),
+              cell, rep, row, col, width, elem, out)
+        return _Ends(out[0], out[1], out[2], out[3].astype(np.bool_), out[4].astype(np.bool_),
+                     flat, out[5])
+
+    def panel(self, rows: np.ndarray, bufs: np.ndarray, at: np.ndarray) -> None:
+        """Pieces `rows` move from/to panel buffers `bufs` at offsets `at`."""
+        self.buf[rows], self.off[rows], self.stride[rows], self.seq[rows] = bufs, at, 0, False
+
+    def ref(self, arg: int, i: int) -> Ref:
+        """Piece i's endpoint as a `Ref` (the slow path)."""
+        if self.seq[i]:
+            loc = self.locs[int(self.at[i])]
+            return ref(arg, loc, int(self.off[i]) - loc[1])
+        return Ref(arg, int(self.buf[i]), int(self.off[i]), int(self.stride[i]))
+
+
+@kjit
+def _ends(r0, c0, cw, off, lbuf, loff, lstride, lseq, cell, rep, row, col, width, elem,
+          out):  # pragma: no cover - jitted
+    """Per piece i (`_Ends.of`; per cell c its first row `r0[c]`, first
+    column `c0[c]`, width `cw[c]`): out[:, i] = buffer, byte offset, iter
+    stride, Loc has a seq (0/1), narrower than the cell (0/1), flat Loc index."""
+    for i in range(cell.shape[0]):
+        c = cell[i]
+        j = off[c] + rep[i]
+        out[0, i] = lbuf[j]
+        out[1, i] = loff[j] + ((row[i] - r0[c]) * cw[c] + col[i] - c0[c]) * elem
+        out[2, i] = lstride[j]
+        out[3, i] = lseq[j]
+        out[4, i] = width[i] != cw[c]
+        out[5, i] = j
+
+
+def _granule_of(x: np.ndarray) -> np.ndarray:
+    """`_granule` elementwise (4 for 0); of an OR of offsets, the least of
+    theirs: the lowest set bit of x | 4."""
+    x = x | 4
+    return x & -x
+
+
+def _transfers(s: _Ends, d: _Ends, nbytes: np.ndarray) -> Xfers:
+    """The rows of every piece in order: one, or the two of `_aligned`
+    (vectorised for plain endpoints; pieces with a seq endpoint go through
+    `_aligned` itself)."""
+    a = _granule_of(s.off | s.stride | d.off | d.stride)
+    split = (_granule_of(nbytes) > a) & (nbytes > a)
+    slow = {i: _aligned(s.ref(0, i), d.ref(1, i), int(nbytes[i]))
+            for i in np.flatnonzero(s.seq | d.seq).tolist()}
+    if not slow and not split.any():
+        return Xfers.columns(s.buf, s.off, d.buf, d.off, nbytes, s.stride, d.stride)
+    counts = 1 + split.astype(np.int64)
+    for i, ts in slow.items():
+        counts[i] = len(ts)
+    first = np.cumsum(counts) - counts
+    piece = np.repeat(np.arange(nbytes.size), counts)
+    second = np.arange(piece.size) - first[piece]
+    head = np.where(split, a, 0)[piece] * second
+    nb = np.where(split[piece], np.where(second == 0, a[piece], nbytes[piece] - a[piece]),
+                  nbytes[piece])
+    cols = (s.buf[piece], s.off[piece] + head, d.buf[piece], d.off[piece] + head, nb,
+            s.stride[piece], d.stride[piece])
+    seq = []
+    for i, ts in slow.items():
+        for j, t in enumerate(ts):
+            row = int(first[i]) + j
+            for col, v in zip(cols, (t.src.buf, t.src.offset, t.dst.buf, t.dst.offset, t.nbytes,
+                                     t.src.iter_stride, t.dst.iter_stride), strict=True):
+                col[row] = v
+            if t.src.seq or t.dst.seq:
+                seq.append((row, t.src.seq, t.dst.seq))
+    return Xfers.columns(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
+                         tuple(seq))
 
 
 def _granule(n: int) -> int:
