@@ -153,3 +153,20 @@ def test_a_source_read_by_many_transfers_races_with_a_writer_of_another() -> Non
     with pytest.raises(PackageInvalid, match=r"step 0 \(EXCHANGE\), tile 0, address 0x4c008: "
                                              r"race: transfer 3 and transfer 0"):
         verify(b.build())
+
+
+def test_tile_order_is_a_stable_sort_by_tile_then_key() -> None:
+    from simulator.access import tile_order
+
+    rng = np.random.default_rng(8)
+    for case in range(200):
+        n = int(rng.integers(0, 300))
+        tiles = rng.integers(0, int(rng.integers(1, 6)), n).astype(np.int64)
+        keys = rng.integers(0, int(rng.integers(1, 60)), n).astype(np.int64)
+        if case % 3 == 1:  # mostly sorted: a few ascending runs, as planners emit
+            cut = int(rng.integers(0, n + 1))
+            keys = np.concatenate([np.sort(keys[:cut]), np.sort(keys[cut:])])
+        if case % 3 == 2:
+            keys = np.sort(keys)
+        got = tile_order(tiles, keys, n)
+        assert got.tolist() == np.lexsort((keys, tiles)).tolist(), case
