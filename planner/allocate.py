@@ -52,7 +52,7 @@ import numpy as np
 
 from kernels.exceptions import BuildFailure
 from kernels.jit import kjit
-from planner.program import TENSOR_KINDS, Program, Ref
+from planner.program import TENSOR_KINDS, Program
 from planner.schedule import Schedule
 from simulator.device import Device
 
@@ -132,25 +132,20 @@ def _flatten(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
 
 def _operands(sched: Schedule) -> _Operands:
     """Read every buffer reference of `sched` once (see `_Operands`).  Vertex
-    reads/writes name the buffers (Program contract); refs are scanned for
-    the partner groups and, inside loops, for iterated bindings."""
-    steps = sched.steps
-    per_step = list(map(attrgetter("vertices"), steps))
-    verts = list(chain.from_iterable(per_step))
+    reads/writes name the buffers (Program contract); refs (the schedule's
+    vertex columns) give the partner groups and, inside loops, the iterated
+    bindings."""
+    va = sched.vertex_arrays()
+    verts = list(chain.from_iterable(map(attrgetter("vertices"), sched.steps)))
     nv = len(verts)
-    vstep = np.repeat(np.arange(len(steps), dtype=np.int64),
-                      np.fromiter(map(len, per_step), dtype=np.int64, count=len(steps)))
+    vstep = va.step
     rb, n_r = _flatten(list(map(attrgetter("reads"), verts)))
     wb, n_w = _flatten(list(map(attrgetter("writes"), verts)))
-    ref_rows = list(map(attrgetter("refs"), verts))
-    refs: list[Ref] = list(chain.from_iterable(ref_rows))
-    n_ref = np.fromiter(map(len, ref_rows), dtype=np.int64, count=nv)
-    ref_vertex = np.repeat(np.arange(nv, dtype=np.int64), n_ref)
-    vbuf = np.fromiter(map(attrgetter("buf"), refs), dtype=np.int64, count=len(refs))
+    ref_vertex = va.ref_vertex
+    vbuf = va.ref_buf.copy()  # writable like the seq path's (one jitted signature)
 
-    odd = [i for i, r in enumerate(refs) if r.iter_stride or r.seq]
-    iterated = np.asarray(odd, dtype=np.int64)
-    odd_refs = [refs[i] for i in odd]
+    iterated = va.iterated
+    odd_refs = va.iter_refs
     it_step = vstep[ref_vertex[iterated]]
     in_loop = np.asarray(sched.loop_of, dtype=np.int64).reshape(-1)[it_step] >= 0
     has_seq = np.fromiter(map(bool, map(attrgetter("seq"), odd_refs)), dtype=bool,
@@ -178,11 +173,9 @@ def _operands(sched: Schedule) -> _Operands:
     np.cumsum(np.bincount(ref_vertex, minlength=nv), out=vptr[1:])
 
     x = sched.transfers()
-    xsrc, xdst = x.src_buf, x.dst_buf
-    if x.seq.size:
-        xsrc, xdst = xsrc.copy(), xdst.copy()
-        xsrc[x.seq] = -1
-        xdst[x.seq] = -1
+    xsrc, xdst = x.src_buf.copy(), x.dst_buf.copy()  # writable either way: one signature
+    xsrc[x.seq] = -1
+    xdst[x.seq] = -1
     for i in x.seq.tolist():  # seq transfer ends touch every buffer of the seq
         (src, dst), s = x.refs(i), int(x.step[i])
         for r, flag in ((src, READ), (dst, 0)):
@@ -349,11 +342,35 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
     n = order.shape[0]
     for k in range(n):
         placed[order[k]] = 0
-    by_addr = np.empty(n, dtype=np.int64)  # placed buffers, ascending address
+    # placed buffers in placement order: start, end, first and last step
+    p_start = np.empty(n, dtype=np.int64)
+    p_end = np.empty(n, dtype=np.int64)
+    p_first = np.empty(n, dtype=np.int64)
+    p_last = np.empty(n, dtype=np.int64)
+    starts = np.empty(n + 1, dtype=np.int64)  # those live with buffer i, then hi
+    ends = np.empty(n + 1, dtype=np.int64)
     for k in range(n):
         i = order[k]
         a = align[i]
         sz = size[i]
+        fi = first[i]
+        li = last[i]
+        m = 0
+        for q in range(k):  # branch-free filter: most placed buffers are not live with i
+            starts[m] = p_start[q]
+            ends[m] = p_end[q]
+            m += (p_first[q] <= li) & (fi <= p_last[q])
+        for q in range(1, m):  # insertion sort by address (few: ~3 on vit-tiny)
+            x0, x1 = starts[q], ends[q]
+            j = q
+            while j > 0 and starts[j - 1] > x0:
+                starts[j] = starts[j - 1]
+                ends[j] = ends[j - 1]
+                j -= 1
+            starts[j] = x0
+            ends[j] = x1
+        starts[m] = hi
+        ends[m] = hi
         partners = avoid and p_ptr[i + 1] > p_ptr[i]
         cursor = lo
         best = -1
@@ -361,55 +378,49 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
         best_gap = hi - lo + 1
         best_rank = 2
         largest = 0
-        for q in range(k + 1):
-            p = -1
-            nxt = hi
-            if q < k:
-                p = by_addr[q]
-                if first[p] > last[i] or first[i] > last[p]:
-                    continue  # not live at the same time
-                nxt = addr[p]
-            start = -(-cursor // a) * a
-            if nxt > start:
-                room = nxt - start
-                if room > largest:
-                    largest = room
-                if room >= sz:
-                    gap = nxt - cursor
-                    n_cand = 1
-                    if partners:
-                        n_cand = 1 + MAX_ELEMENT_CANDIDATES
-                    for c in range(n_cand):
-                        rank = 0 if c == 0 else 1
-                        if best_conf == 0 and (gap > best_gap or (gap == best_gap
-                                                                  and rank >= best_rank)):
-                            break  # conflicts are never negative: nothing here can win
-                        if c == 0:
-                            cand = start
-                        else:  # element boundaries, ascending
-                            eb = base + (-(-(start - base) // elem) + c - 1) * elem
-                            cand = -(-eb // a) * a
-                        if cand + sz > nxt:
-                            break
-                        conf = 0
+        for q in range(m + 1):
+            nxt = starts[q]
+            if nxt > cursor:  # else no room: the aligned start is >= cursor
+                start = -(-cursor // a) * a
+                if nxt > start:
+                    room = nxt - start
+                    if room > largest:
+                        largest = room
+                    if room >= sz:
+                        gap = nxt - cursor
+                        n_cand = 1
                         if partners:
-                            conf = _conflicts(i, cand, size, addr, p_ptr, p_list, placed, base,
-                                              elem)
-                        better = conf < best_conf or (conf == best_conf and (
-                            gap < best_gap or (gap == best_gap and rank < best_rank)))
-                        if better:
-                            best, best_conf, best_gap, best_rank = cand, conf, gap, rank
-            if p >= 0 and addr[p] + size[p] > cursor:
-                cursor = addr[p] + size[p]
+                            n_cand = 1 + MAX_ELEMENT_CANDIDATES
+                        for c in range(n_cand):
+                            rank = 0 if c == 0 else 1
+                            if best_conf == 0 and (gap > best_gap or (gap == best_gap
+                                                                      and rank >= best_rank)):
+                                break  # conflicts are never negative: nothing here can win
+                            if c == 0:
+                                cand = start
+                            else:  # element boundaries, ascending
+                                eb = base + (-(-(start - base) // elem) + c - 1) * elem
+                                cand = -(-eb // a) * a
+                            if cand + sz > nxt:
+                                break
+                            conf = 0
+                            if partners:
+                                conf = _conflicts(i, cand, size, addr, p_ptr, p_list, placed,
+                                                  base, elem)
+                            better = conf < best_conf or (conf == best_conf and (
+                                gap < best_gap or (gap == best_gap and rank < best_rank)))
+                            if better:
+                                best, best_conf, best_gap, best_rank = cand, conf, gap, rank
+            if ends[q] > cursor:
+                cursor = ends[q]
         if best < 0:
             return k, largest
         addr[i] = best
         placed[i] = 1
-        j = k
-        while j > 0 and addr[by_addr[j - 1]] > best:
-            by_addr[j] = by_addr[j - 1]
-            j -= 1
-        by_addr[j] = i
+        p_start[k] = best
+        p_end[k] = best + sz
+        p_first[k] = fi
+        p_last[k] = li
     return -1, 0
 
 
