@@ -6,20 +6,29 @@ counters of the loops driving them (iteration 0 first); a step without
 patches once.  Per step and combination:
 
 - COMPUTE: each vertex operand region (`kernels.dispatch.vertex_regions`) is
-  aligned (`access.region_granule`) and inside one live tensor buffer of its
-  tile (`access.find_row`), with no more rows than that buffer has bytes;
-  then the exact strided race check `access.find_race` over all regions.
+  aligned (`access.granule_of`) and inside one live tensor buffer of its tile
+  (`access.find_row`), with no more rows than that buffer has bytes; then the
+  exact strided race check `access.find_race` over all regions.
 - EXCHANGE: every endpoint is one byte interval `[addr, addr + bytes)`.
-  Bounds and alignment in transfer order, source before destination; an
-  endpoint inside the buffer found for the previous endpoint of the same side
-  on the same tile needs no lookup (two buffers of a tile live at one step
-  never overlap, `verify._check_buffers`, so the containing buffer is unique).
+  Bounds and alignment in transfer order, source before destination.
   Races: destinations are the only writers and each transfer has one, so
   after sorting them by (tile, address) any two overlapping ones race; the
   sorted destinations are then disjoint, and each source is looked up among
   the destinations of its tile and races with any overlapping one of another
   transfer.  A source equal to the previous one that overlapped no destination
   needs no second lookup (multicast).
+
+Buffer lookups go through a per-tile cache of the last buffer found at this
+step: two buffers of a tile live at one step never overlap
+(`verify._check_buffers`), so a cached buffer holding an access is the one
+`find_row` would find.
+
+Later iterations (iteration 0 equals the unpatched package, `verify` checked
+that) re-check only what a patch can change: on COMPUTE steps the vertices on
+the tiles of patched vertices (a race needs two regions on one tile); on
+EXCHANGE steps whose patches all rewrite sources, only the patched sources,
+against the destinations sorted in iteration 0 (unchanged); steps with
+patched destinations are re-checked whole.
 
 The result is exactly the rule of DESIGN §5 (no byte with two writers, or a
 writer and a reader, of different vertices/transfers within a step).
@@ -78,7 +87,8 @@ TS_LO = 0  # per-tile cache of the last live buffer found: [lo, hi)
 TS_HI = 1
 TS_PTR = 2  # destinations of tile t: sorted rows TS_PTR[t]..TS_PTR[t+1]
 TS_START = 3
-TS_LEN = 4
+TS_MARK = 4  # tiles of the patched vertices of a step, marked with a stamp
+TS_LEN = 5
 # the compute scratch: regions (int64 [8 × vertices of the biggest COMPUTE step,
 # access.R_LEN]) and per region (int64 [VS_LEN, same]) its tile and its vertex
 VS_TILE = 0
@@ -110,12 +120,9 @@ def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, 
     """Alignment and buffer of the n endpoint pairs (src[k], dst[k]) of transfers
     i0 + k at step s, in transfer order.  Returns 0 or an E_* code (err filled).
 
-    c_lo/c_hi[tile] cache [addr, end) of the last buffer found on the tile at
-    this step (empty when reset): two buffers of a tile live at one step never
-    overlap (`verify._check_buffers`), so a cached buffer holding the endpoint
-    is the one `find_row` would find.  The check is written out here, not
-    called: a call with array arguments in this loop costs more than the
-    lookup it saves (reference counting)."""
+    c_lo/c_hi[tile]: [addr, end) of the last buffer found on the tile at this
+    step (empty when reset).  The cache check is written out in each loop, not
+    called: a call passing arrays costs more than the lookup it saves."""
     for k in range(n):
         it = i0 + k
         nb = x_bytes[it]
@@ -192,11 +199,59 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs
 
 
 @sjit
+def _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v, c_lo, c_hi, t_ptr,
+                      table, xs, ts, err):  # type: ignore[no-untyped-def]
+    """A later iteration of an EXCHANGE step whose patches all rewrite sources:
+    the destinations and the sorted index `_exchange_races` built for them in
+    iteration 0 (still in xs/ts) are unchanged, so only the patched sources
+    lst[q0:q1] (sorted by transfer) need their alignment, buffer and races
+    checked.  Returns 0 or an E_* code (err filled)."""
+    w_lo, w_hi, order, w_ptr = xs[XS_LO], xs[XS_HI], xs[XS_ORDER], ts[TS_PTR]
+    for q in range(q0, q1):
+        it = pt[lst[q], PT_INDEX]
+        k = it - i0
+        tile, lo, nb = x_src_tile[it], src[k], x_bytes[it]
+        hi = lo + nb
+        if lo % _interval_granule(nb) != 0:
+            err[1], err[2], err[3], err[4], err[8] = s, tile, lo, it, _interval_granule(nb)
+            return E_ALIGN_X
+        if lo < c_lo[tile] or hi > c_hi[tile]:
+            j = find_row(tile, lo, hi, s, t_ptr, table)
+            if j < 0:
+                err[1], err[2], err[3], err[4], err[8] = s, tile, lo, it, nb
+                return E_SRC
+            c_lo[tile], c_hi[tile] = table[j, B_ADDR], table[j, B_END]
+    for q in range(q0, q1):
+        it = pt[lst[q], PT_INDEX]
+        k = it - i0
+        tile, lo = x_src_tile[it], src[k]
+        hi = lo + x_bytes[it]
+        a, b = w_ptr[tile], w_ptr[tile + 1]
+        while a < b:
+            m = (a + b) // 2
+            if w_lo[m] < hi:
+                a = m + 1
+            else:
+                b = m
+        r = a - 1
+        while r >= w_ptr[tile] and w_hi[r] > lo:
+            if order[r] != k:
+                err[1], err[2], err[3] = s, tile, max(lo, w_lo[r])
+                err[4], err[7] = n_v + it, n_v + i0 + order[r]
+                return E_RACE
+            r -= 1
+    return 0
+
+
+@sjit
 def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kernel, v_args,
-                  c_lo, c_hi, t_ptr, table, regs, vs, err):  # type: ignore[no-untyped-def]
+                  c_lo, c_hi, t_ptr, table, regs, vs, mark, stamp,
+                  err):  # type: ignore[no-untyped-def]
     """Regions, bounds and races of vertices i0..i1 at step s under loop counters
-    ctr; their patches are lst[q0:q1], sorted by vertex.  Returns 0 or an E_*
-    code (err filled)."""
+    ctr; their patches are lst[q0:q1], sorted by vertex.  With stamp >= 0 only
+    the vertices on tiles t with mark[t] == stamp (the tiles of the patched
+    vertices, in a later iteration: every other tile's regions, bounds and
+    races are those of iteration 0).  Returns 0 or an E_* code (err filled)."""
     vr = np.zeros((8, R_LEN), dtype=np.int64)
     args = np.zeros(16, dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
@@ -204,6 +259,8 @@ def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kerne
     n = 0
     q = q0
     for it in range(i0, i1):
+        if stamp >= 0 and mark[v_tile[it]] != stamp:
+            continue
         for j in range(16):
             args[j] = v_args[it, j]
         while q < q1 and pt[lst[q], PT_INDEX] == it:
@@ -264,7 +321,9 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
     n_steps = step_kind.shape[0]
     ctr = np.zeros(n_steps, dtype=np.int64)
     loops = np.zeros(32, dtype=np.int64)
-    c_lo, c_hi = ts[TS_LO], ts[TS_HI]
+    c_lo, c_hi, mark = ts[TS_LO], ts[TS_HI], ts[TS_MARK]
+    mark[:] = -1
+    marks = 0
     src, dst = xs[XS_SRC], xs[XS_DST]
     n_v = v_tile.shape[0]
     for s in range(n_steps):
@@ -277,7 +336,9 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
         q0 = pv_step[s] if k == 0 else px_step[s]
         q1 = pv_step[s + 1] if k == 0 else px_step[s + 1]
         n_loops = 0  # distinct loops driving the step's patches, first seen first
+        dst_patched = False
         for q in range(q0, q1):
+            dst_patched = dst_patched or pt[lst[q], PT_TARGET] == 2
             lp = pt[lst[q], PT_LOOP]
             seen = False
             for z in range(n_loops):
@@ -298,9 +359,15 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
             c_lo[:] = 0
             c_hi[:] = 0
             if k == 0:
+                stamp = -1
+                if c > 0:
+                    marks += 1
+                    stamp = marks
+                    for q in range(q0, q1):
+                        mark[v_tile[pt[lst[q], PT_INDEX]]] = stamp
                 code = _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile,
                                      v_kernel, v_args, c_lo, c_hi, t_ptr, table, regs, vs,
-                                     err)
+                                     mark, stamp, err)
                 if code != 0:
                     return code
                 continue
@@ -315,6 +382,12 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
                     src[pt[p, PT_INDEX] - i0] = val
                 else:
                     dst[pt[p, PT_INDEX] - i0] = val
+            if c > 0 and not dst_patched and n >= 2:  # n >= 2: the index was built
+                code = _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v,
+                                         c_lo, c_hi, t_ptr, table, xs, ts, err)
+                if code != 0:
+                    return code
+                continue
             code = _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes,
                                     c_lo, c_hi, t_ptr, table, err)
             if code == 0:

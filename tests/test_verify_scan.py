@@ -170,3 +170,46 @@ def test_tile_order_is_a_stable_sort_by_tile_then_key() -> None:
             keys = np.sort(keys)
         got = tile_order(tiles, keys, n)
         assert got.tolist() == np.lexsort((keys, tiles)).tolist(), case
+
+
+def test_compute_race_only_in_a_later_iteration() -> None:
+    # vertex 1's destination walks down by 256 bytes per iteration: in iteration 1
+    # it lands on vertex 0's destination (unpatched, same tile); tile 1 is unrelated
+    from kernels.ids import COPY
+
+    dev = load_device("tiny")
+    base = dev.memory_base
+    b = PackageBuilder(dev)
+    for tile in (0, 1):
+        b.buffer(f"a{tile}", tile, base, 512, "activation")
+        b.buffer(f"c{tile}", tile, base + 512, 512, "activation")
+    cp = {1: 64, 3: 64, 4: 4, 5: 64}
+    loop = b.repeat(2)
+    _, v1, _ = b.compute((0, COPY, {**cp, 0: base, 2: base + 512}),
+                         (0, COPY, {**cp, 0: base + 256, 2: base + 768}),
+                         (1, COPY, {**cp, 0: base, 2: base + 512}))
+    b.patch(0, v1, 2, loop, base + 768, -256)
+    b.end_repeat()
+    with pytest.raises(PackageInvalid, match=r"step 1 \(COMPUTE\), tile 0, .*iteration 1 of loop "
+                                             r"at step 0: race: vertex [01] \(kernel 10\) and "
+                                             r"vertex [01] "):
+        verify(b.build())
+
+
+def test_exchange_source_race_only_in_a_later_iteration() -> None:
+    # transfer 1's source walks down 32 bytes per iteration onto the bytes transfer 0
+    # writes on tile 1 (only sources are patched: the later-iteration path)
+    dev = load_device("tiny")
+    base = dev.memory_base
+    b = PackageBuilder(dev)
+    b.buffer("a", 0, base, 256, "activation")
+    b.buffer("c", 1, base, 256, "exchange-landing")
+    loop = b.repeat(3)
+    b.exchange((0, base, 1, base, 16), (1, base + 64, 0, base + 128, 16),
+               (0, base + 32, 1, base + 128, 16))
+    b.patch(1, 1, 0, loop, base + 64, -32)
+    b.end_repeat()
+    with pytest.raises(PackageInvalid, match=r"step 1 \(EXCHANGE\), tile 1, address 0x4c000, "
+                                             r"iteration 2 of loop at step 0: race: transfer 0 "
+                                             r"and transfer 1"):
+        verify(b.build())
