@@ -31,7 +31,6 @@ buffer of the first violation found, in this order:
 
 from __future__ import annotations
 
-import copy
 import threading
 
 import numpy as np
@@ -39,17 +38,7 @@ import numpy as np
 from kernels.dtypes import DTYPE_BYTES, dtype_code
 from kernels.exceptions import PackageInvalid
 from kernels.registry import KERNELS
-from simulator.access import (
-    B_ADDR,
-    B_END,
-    B_FIRST,
-    B_ID,
-    B_LAST,
-    B_LEN,
-    B_MAXEND,
-    R_LEN,
-    find_buffers,
-)
+from simulator.access import R_LEN, BufferIndex, find_buffers
 from simulator.device import Device
 from simulator.jit import sjit
 from simulator.package import (
@@ -214,60 +203,6 @@ def effective_live(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
         if not changed:
             break
     return first, last
-
-
-class BufferIndex:
-    """Buffers of each tile sorted by address, for `access.find_buffer`.
-
-    `order` (sorted position -> buffer), `ptr` (tile -> first position, CSR)
-    and `table` (int64 [buffers, access.B_LEN], one row per sorted position:
-    addr, end, running max end within the tile, first, last, buffer id);
-    `first`/`last` are the live ranges the table holds."""
-
-    def __init__(self, pkg: Package, first: np.ndarray, last: np.ndarray) -> None:
-        a = pkg.arrays
-        tile, addr = a["buf_tile"], a["buf_addr"]
-        lo = int(addr.min()) if addr.size else 0
-        span = int(addr.max()) - lo + 1 if addr.size else 1
-        if span * (pkg.tiles + 1) < 2**62:  # one int64 key: a stable argsort beats lexsort
-            self.order = np.argsort(tile * span + (addr - lo), kind="stable").astype(np.int64)
-        else:
-            self.order = np.lexsort((addr, tile)).astype(np.int64)
-        self.ptr = np.searchsorted(tile[self.order], np.arange(pkg.tiles + 1)).astype(np.int64)
-        self.addr = addr
-        self.end = addr + a["buf_bytes"]
-        self.table = np.empty((self.order.size, B_LEN), dtype=np.int64)
-        self.table[:, B_ADDR] = addr[self.order]
-        self.table[:, B_END] = self.end[self.order]
-        self.table[:, B_ID] = self.order
-        _prefix_maxend(self.ptr, self.table)
-        self._set_live(first, last)
-
-    def _set_live(self, first: np.ndarray, last: np.ndarray) -> None:
-        self.first, self.last = first, last
-        self.table[:, B_FIRST] = first[self.order]
-        self.table[:, B_LAST] = last[self.order]
-
-    def live(self, first: np.ndarray, last: np.ndarray) -> BufferIndex:
-        """The same index with other live ranges (the address order is shared)."""
-        other = copy.copy(self)
-        other.table = self.table.copy()
-        other._set_live(first, last)
-        return other
-
-    def args(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ptr, table): the arguments `access.find_buffer` takes after the step."""
-        return self.ptr, self.table
-
-
-@sjit
-def _prefix_maxend(ptr, table):  # type: ignore[no-untyped-def]
-    for t in range(ptr.shape[0] - 1):
-        m = np.int64(-1)
-        for k in range(ptr[t], ptr[t + 1]):
-            if table[k, B_END] > m:
-                m = table[k, B_END]
-            table[k, B_MAXEND] = m
 
 
 @sjit

@@ -293,8 +293,7 @@ def test_find_race_agrees_with_a_byte_map() -> None:
 
 
 def test_find_buffer_agrees_with_a_scan(dev: Device) -> None:
-    from simulator.access import find_buffer
-    from simulator.verify import BufferIndex
+    from simulator.access import BufferIndex, find_buffer
 
     rng = np.random.default_rng(5)
     b = PackageBuilder(dev)
