@@ -3,8 +3,9 @@
 Live-buffer lookup: `BufferIndex` keeps every buffer as one row of a table
 sorted by (tile, address); `find_row` / `find_buffer` search one tile's rows.
 
-Shared by the static verifier (simulator/verify_scan.py) and the engine (both
-are `@njit` callers).  A region is one row of the kernel ABI's region table (docs/contracts.md §2):
+Shared by the static verifier (simulator/verify.py, verify_scan.py) and the
+engine (both are `@njit` callers).  A region is one row of the kernel ABI's
+region table (docs/contracts.md §2):
 `(addr, outer, outer_stride, rows, ld, row_bytes, is_write)` — the bytes
 `addr + o*outer_stride + r*ld + [0, row_bytes)` for o < outer, r < rows.
 A transfer endpoint is the region `(addr, 1, 0, 1, 0, bytes, w)`.
