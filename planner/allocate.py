@@ -103,7 +103,8 @@ class _Operands:
     Touches (buffer, step, flags): vertex reads (READ) and writes, iterated
     vertex refs inside loops (ITERATED) and both ends of transfers with a
     per-iteration seq (every buffer of the seq).  Transfers without a seq stay
-    in the schedule's columns: `xsrc`/`xdst` are their buffers, -1 on seq rows.
+    in the schedule's columns (`xsrc`/`xdst` their buffers), `xseq` the rows
+    with a seq (skipped there).
     `vbuf` lists every buffer each vertex's refs touch, grouped by vertex
     (`vptr[V+1]` offsets, duplicates allowed)."""
 
@@ -115,6 +116,7 @@ class _Operands:
     xdst: np.ndarray
     xss: np.ndarray
     xds: np.ndarray
+    xseq: np.ndarray
     vptr: np.ndarray
     vbuf: np.ndarray
 
@@ -123,11 +125,17 @@ def _align_up(x: np.ndarray | int, a: int) -> np.ndarray | int:
     return -(-x // a) * a
 
 
-def _flatten(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
-    """(values, lengths) of a list of int tuples."""
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    values = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-    return values, lengths
+def _vertex_column(sched: Schedule, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every buffer id in `field` ("reads" or "writes") of every vertex, in
+    step order, and its step (one extend per step, not per vertex)."""
+    get = attrgetter(field)
+    flat: list[int] = []
+    ends = np.zeros(len(sched.steps) + 1, dtype=np.int64)
+    for s, st in enumerate(sched.steps):
+        flat.extend(chain.from_iterable(map(get, st.vertices)))
+        ends[s + 1] = len(flat)
+    steps = np.repeat(np.arange(len(sched.steps), dtype=np.int64), np.diff(ends))
+    return np.fromiter(flat, dtype=np.int64, count=len(flat)), steps
 
 
 def _operands(sched: Schedule) -> _Operands:
@@ -136,11 +144,10 @@ def _operands(sched: Schedule) -> _Operands:
     vertex columns) give the partner groups and, inside loops, the iterated
     bindings."""
     va = sched.vertex_arrays()
-    verts = list(chain.from_iterable(map(attrgetter("vertices"), sched.steps)))
-    nv = len(verts)
+    nv = va.step.size
     vstep = va.step
-    rb, n_r = _flatten(list(map(attrgetter("reads"), verts)))
-    wb, n_w = _flatten(list(map(attrgetter("writes"), verts)))
+    rb, r_step = _vertex_column(sched, "reads")
+    wb, w_step = _vertex_column(sched, "writes")
     ref_vertex = va.ref_vertex
     vbuf = va.ref_buf.copy()  # writable like the seq path's (one jitted signature)
 
@@ -156,9 +163,9 @@ def _operands(sched: Schedule) -> _Operands:
     tf: list[np.ndarray] = [np.full(tb[0].size, ITERATED, dtype=np.int64)]
     if has_seq.any():
         seq_at = np.flatnonzero(has_seq)
-        bufs = [np.asarray(odd_refs[k].buffers(), dtype=np.int64) for k in seq_at.tolist()]
+        bufs = [odd_refs[k].buffers() for k in seq_at.tolist()]
         n_seq = np.fromiter(map(len, bufs), dtype=np.int64, count=len(bufs))
-        seq_buf = np.concatenate(bufs)
+        seq_buf = np.fromiter(chain.from_iterable(bufs), dtype=np.int64, count=int(n_seq.sum()))
         at = np.repeat(seq_at, n_seq)
         touch = in_loop[at]
         tb.append(seq_buf[touch])
@@ -173,9 +180,6 @@ def _operands(sched: Schedule) -> _Operands:
     np.cumsum(np.bincount(ref_vertex, minlength=nv), out=vptr[1:])
 
     x = sched.transfers()
-    xsrc, xdst = x.src_buf.copy(), x.dst_buf.copy()  # writable either way: one signature
-    xsrc[x.seq] = -1
-    xdst[x.seq] = -1
     for i in x.seq.tolist():  # seq transfer ends touch every buffer of the seq
         (src, dst), s = x.refs(i), int(x.step[i])
         for r, flag in ((src, READ), (dst, 0)):
@@ -185,18 +189,20 @@ def _operands(sched: Schedule) -> _Operands:
             tf.append(np.full(bs.size, flag | (ITERATED if r.iterated else 0), dtype=np.int64))
     return _Operands(
         tb=np.concatenate([rb, wb, *tb]),
-        ts=np.concatenate([np.repeat(vstep, n_r), np.repeat(vstep, n_w), *ts]),
+        ts=np.concatenate([r_step, w_step, *ts]),
         tf=np.concatenate([np.full(rb.size, READ, dtype=np.int64),
                            np.zeros(wb.size, dtype=np.int64), *tf]),
-        xstep=x.step, xsrc=xsrc, xdst=xdst, xss=x.src_stride, xds=x.dst_stride,
+        xstep=x.step, xsrc=x.src_buf, xdst=x.dst_buf, xss=x.src_stride, xds=x.dst_stride,
+        xseq=x.seq,
         vptr=vptr, vbuf=vbuf)
 
 
 @kjit
-def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, persistent, nsteps, loop_b,
+def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, xseq, persistent, nsteps, loop_b,
           loop_e):  # pragma: no cover - jitted
     """(first, last) per the module rules: touches (tb, ts, tf flags) plus
-    transfers (xstep, xsrc/xdst buffers or -1, xss/xds iter strides);
+    transfers (xstep, xsrc/xdst buffers, xss/xds iter strides; rows `xseq`
+    skipped: their touches are in tb);
     `loop_b`/`loop_e` the Repeats, innermost first.  The loops are written
     out per source: inlined helpers taking arrays cost ~40 ns per touch in
     reference counting."""
@@ -204,16 +210,19 @@ def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, persistent, nsteps, loop_b,
     big = nsteps + 1
     first = np.full(nb, big, dtype=np.int64)
     last = np.full(nb, -1, dtype=np.int64)
+    skip = np.zeros(xstep.shape[0], dtype=np.bool_)
+    skip[xseq] = True
     for i in range(tb.shape[0]):
         b, s = tb[i], ts[i]
         first[b] = min(first[b], s)
         last[b] = max(last[b], s)
     for i in range(xstep.shape[0]):
+        if skip[i]:
+            continue
         s = xstep[i]
         for b in (xsrc[i], xdst[i]):
-            if b >= 0:
-                first[b] = min(first[b], s)
-                last[b] = max(last[b], s)
+            first[b] = min(first[b], s)
+            last[b] = max(last[b], s)
     for b in range(nb):
         if last[b] < 0:
             first[b] = 0
@@ -234,15 +243,13 @@ def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, persistent, nsteps, loop_b,
                 carried[b] |= (tf[i] & ITERATED) != 0
         for i in range(xstep.shape[0]):
             s = xstep[i]
-            if b0 < s < e0:
+            if b0 < s < e0 and not skip[i]:
                 b = xsrc[i]
-                if b >= 0:
-                    fin[b] = min(fin[b], s)
-                    carried[b] |= xss[i] != 0
+                fin[b] = min(fin[b], s)
+                carried[b] |= xss[i] != 0
                 b = xdst[i]
-                if b >= 0:
-                    fin[b] = min(fin[b], s)
-                    carried[b] |= xds[i] != 0
+                fin[b] = min(fin[b], s)
+                carried[b] |= xds[i] != 0
         # read at its earliest step inside the loop: a loop-carried value
         for i in range(tb.shape[0]):
             b, s = tb[i], ts[i]
@@ -250,7 +257,7 @@ def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, persistent, nsteps, loop_b,
                 carried[b] = True
         for i in range(xstep.shape[0]):
             b, s = xsrc[i], xstep[i]
-            if b >= 0 and b0 < s < e0 and s == fin[b]:
+            if b0 < s < e0 and s == fin[b] and not skip[i]:
                 carried[b] = True
         for b in range(nb):
             crosses = first[b] < e0 and last[b] > b0 and (first[b] <= b0 or last[b] >= e0)
@@ -268,7 +275,7 @@ def _live_ranges(ops: _Operands, persistent: np.ndarray,
     loop_b = np.asarray([b for b, _, _ in loops], dtype=np.int64)
     loop_e = np.asarray([e for _, e, _ in loops], dtype=np.int64)
     return _live(ops.tb, ops.ts, ops.tf, ops.xstep, ops.xsrc, ops.xdst, ops.xss, ops.xds,
-                 persistent, len(sched.steps), loop_b, loop_e)
+                 ops.xseq, persistent, len(sched.steps), loop_b, loop_e)
 
 
 def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
@@ -312,33 +319,18 @@ def _partners(ops: _Operands, nb: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @kjit
-def _conflicts(i, cand, size, addr, p_ptr, p_list, placed, base, elem):  # pragma: no cover
-    """Placed partners of buffer i whose element span meets i's span at `cand`."""
-    e0 = (cand - base) // elem
-    e1 = (cand + size[i] - 1 - base) // elem
-    n = 0
-    for q in range(p_ptr[i], p_ptr[i + 1]):
-        p = p_list[q]
-        if placed[p] == 0:
-            continue
-        f0 = (addr[p] - base) // elem
-        f1 = (addr[p] + size[p] - 1 - base) // elem
-        if f0 <= e1 and e0 <= f1:
-            n += 1
-    return n
-
-
-@kjit
 def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed, base, elem,
-           avoid):  # pragma: no cover - jitted
+           avoid, span0, span1):  # pragma: no cover - jitted
     """Place buffers `order` (indices) of one tile into [lo, hi).
 
     Best fit into the free gaps left by placed buffers with overlapping live
     ranges.  With `avoid`, candidate positions also include element
     boundaries and gap ends, scored first by the number of already placed
     partners (operand streams of a common vertex) sharing a memory element.
-    Writes addr[i] and placed[i] = 1.  Returns (-1, 0) on success, else
-    (position in `order` that failed, largest aligned free gap in bytes)."""
+    Writes addr[i] and placed[i] = 1; `span0`/`span1` are scratch for the
+    element spans of placed partners (length >= any buffer's partner count).
+    Returns (-1, 0) on success, else (position in `order` that failed,
+    largest aligned free gap in bytes)."""
     n = order.shape[0]
     for k in range(n):
         placed[order[k]] = 0
@@ -372,6 +364,14 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
         starts[m] = hi
         ends[m] = hi
         partners = avoid and p_ptr[i + 1] > p_ptr[i]
+        n_span = 0  # element spans of i's placed partners
+        if partners:
+            for q in range(p_ptr[i], p_ptr[i + 1]):
+                p = p_list[q]
+                if placed[p] != 0:
+                    span0[n_span] = (addr[p] - base) // elem
+                    span1[n_span] = (addr[p] + size[p] - 1 - base) // elem
+                    n_span += 1
         cursor = lo
         best = -1
         best_conf = n + 1
@@ -404,9 +404,11 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
                             if cand + sz > nxt:
                                 break
                             conf = 0
-                            if partners:
-                                conf = _conflicts(i, cand, size, addr, p_ptr, p_list, placed,
-                                                  base, elem)
+                            if n_span:
+                                e0 = (cand - base) // elem
+                                e1 = (cand + sz - 1 - base) // elem
+                                for u in range(n_span):
+                                    conf += (span0[u] <= e1) & (e0 <= span1[u])
                             better = conf < best_conf or (conf == best_conf and (
                                 gap < best_gap or (gap == best_gap and rank < best_rank)))
                             if better:
@@ -439,6 +441,11 @@ def _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi, addr, p_ptr
     tile, the buffer whose plain best-fit placement failed first there, the
     largest free gap then); tile -1 when every tile fits."""
     placed = np.zeros(size.shape[0], dtype=np.int8)
+    width = 0  # the most partners of one buffer
+    for b in range(size.shape[0]):
+        width = max(width, p_ptr[b + 1] - p_ptr[b])
+    span0 = np.empty(width, dtype=np.int64)
+    span1 = np.empty(width, dtype=np.int64)
     neg_size = -size
     neg_len = first - last
     fallback = 0
@@ -449,7 +456,7 @@ def _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi, addr, p_ptr
         by_size = _stable_by(_stable_by(ids, first), neg_size)
         if avoid:
             k, _ = _place(by_size, size, align, first, last, lo[t], hi[t], addr, p_ptr, p_list,
-                          placed, base, elem, True)
+                          placed, base, elem, True, span0, span1)
             if k < 0:
                 continue
         fail_buf = -1
@@ -462,7 +469,7 @@ def _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi, addr, p_ptr
             else:
                 order = _stable_by(by_size, neg_len)
             k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr, p_ptr,
-                                p_list, placed, base, elem, False)
+                                p_list, placed, base, elem, False, span0, span1)
             if k < 0:
                 fallback += 1 if avoid or o > 0 else 0
                 fail_buf = -1
