@@ -25,9 +25,10 @@ A destination replica on the tile that already holds the identical source
 cell shares its storage instead (no transfer).
 
 A move emits 10⁴–10⁶ transfers, so pieces, panel offsets and transfer rows
-are computed over arrays (one jitted loop enumerates the pieces, numpy does
-the rest); only the few COPY vertices and the rare endpoints with a
-per-iteration `seq` (ping-pong loop carries) are built one object at a time.
+are computed over arrays (jitted loops enumerate the pieces and their
+endpoints, numpy lays out panels and splits rows); only the COPY vertices
+and the rare endpoints with a per-iteration `seq` (ping-pong loop carries)
+are built one object at a time.
 """
 
 from __future__ import annotations
@@ -82,13 +83,30 @@ class Moves:
 PIECE_COLUMNS = ("scell", "rep", "a0", "a1", "b0", "b1", "cell", "k", "row", "col")
 
 
-def _owners(lay: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of the owner tuples: replica j of cell c is `tiles[off[c] + j]`."""
-    sizes = np.fromiter(map(len, lay.owners), dtype=np.int64, count=len(lay.owners))
-    off = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=off[1:])
-    tiles = np.fromiter(chain.from_iterable(lay.owners), dtype=np.int64, count=int(off[-1]))
-    return off, tiles
+@dataclass(frozen=True)
+class _Grid:
+    """A layout's cells as int64 arrays: the cuts `rc`/`cc`; the owner
+    tuples as CSR (replica j of cell c is tile `tiles[off[c] + j]`); per
+    cell its first row `r0`, first column `c0` and width `cw`."""
+
+    rc: np.ndarray
+    cc: np.ndarray
+    off: np.ndarray
+    tiles: np.ndarray
+    r0: np.ndarray
+    c0: np.ndarray
+    cw: np.ndarray
+
+    @staticmethod
+    def of(lay: Layout) -> _Grid:
+        rc = np.asarray(lay.row_cuts, dtype=np.int64)
+        cc = np.asarray(lay.col_cuts, dtype=np.int64)
+        sizes = np.fromiter(map(len, lay.owners), dtype=np.int64, count=len(lay.owners))
+        off = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=off[1:])
+        tiles = np.fromiter(chain.from_iterable(lay.owners), dtype=np.int64, count=int(off[-1]))
+        return _Grid(rc, cc, off, tiles, np.repeat(rc[:-1], lay.nc), np.tile(cc[:-1], lay.nr),
+                     np.tile(np.diff(cc), lay.nr))
 
 
 def pieces(src: Layout, dst: Layout, segments: tuple,
@@ -100,16 +118,16 @@ def pieces(src: Layout, dst: Layout, segments: tuple,
     columns [b0, b1), destination cell, destination replica, destination row,
     destination column), ordered by segment, destination row cell, column
     cell, source row cell, column cell, destination replica."""
-    doff, dtile = _owners(dst)
-    soff, stile = _owners(src)
-    todo = np.ones(dtile.size, dtype=np.bool_)
+    return _grid_pieces(_Grid.of(src), _Grid.of(dst), segments, skip)
+
+
+def _grid_pieces(src: _Grid, dst: _Grid, segments: tuple,
+                 skip: set[tuple[int, int]]) -> np.ndarray:
+    todo = np.ones(dst.tiles.size, dtype=np.bool_)
     for cell, k in skip:
-        todo[doff[cell] + k] = False
+        todo[dst.off[cell] + k] = False
     segs = np.asarray(segments, dtype=np.int64).reshape(-1, 6)
-    args = (segs, np.asarray(dst.row_cuts, dtype=np.int64),
-            np.asarray(dst.col_cuts, dtype=np.int64), doff, dtile, todo,
-            np.asarray(src.row_cuts, dtype=np.int64), np.asarray(src.col_cuts, dtype=np.int64),
-            soff, stile)
+    args = (segs, dst.rc, dst.cc, dst.off, dst.tiles, todo, src.rc, src.cc, src.off, src.tiles)
     out = np.empty((len(PIECE_COLUMNS), 0), dtype=np.int64)
     n = _pieces(*args, out)
     out = np.empty((len(PIECE_COLUMNS), n), dtype=np.int64)
@@ -235,13 +253,14 @@ def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst
     cell lands in a column panel of a landing buffer and is unpacked the same
     way.  Each piece is then one contiguous transfer (split in two as
     `_aligned` says), in `pieces` order."""
-    sc, rep, a0, a1, b0, b1, dc, k, rr0, cc0 = pieces(src, dst, segments, skip)
+    sgrid, dgrid = _Grid.of(src), _Grid.of(dst)
+    sc, rep, a0, a1, b0, b1, dc, k, rr0, cc0 = _grid_pieces(sgrid, dgrid, segments, skip)
     res = Moves()
     if not sc.size:
         return res
     w, rows = b1 - b0, a1 - a0
-    src_end = _Ends.of(src, src_locs, sc, rep, a0, b0, w, elem)
-    dst_end = _Ends.of(dst, dst_locs, dc, k, rr0, cc0, w, elem)
+    src_end = _Ends.of(sgrid, src_locs, sc, rep, a0, b0, w, elem)
+    dst_end = _Ends.of(dgrid, dst_locs, dc, k, rr0, cc0, w, elem)
     pk = np.flatnonzero((rows > 1) & src_end.narrow)
     ld = np.flatnonzero((rows > 1) & dst_end.narrow)
     pp = _panels(np.stack([sc[pk], rep[pk], b0[pk], b1[pk], a0[pk], a1[pk]], axis=1), elem) \
@@ -289,9 +308,11 @@ def _copies(lay: Layout, locs: list[list[Loc]], panels: _Panels, bufs: list[int]
 @dataclass
 class _Ends:
     """One side's endpoint of every piece: buffer, byte offset and iter
-    stride (int64 [n] each); `narrow` marks pieces narrower than their cell;
-    `seq` marks endpoints whose Loc has a per-iteration seq (`ref` builds
-    those exactly from their Loc `locs[at]`; `buf`/`stride` are not used)."""
+    stride (int64 [n] each), at element (`row`, `col`) of replica `rep` of
+    `cell`; `narrow` marks pieces narrower than their cell; `seq` marks
+    endpoints whose Loc (`locs[at]`; `at` empty when no Loc has a seq) has a
+    per-iteration seq (`ref` builds those exactly from the Loc; their
+    `buf`/`stride` are not used)."""
 
     buf: np.ndarray
     off: np.ndarray
@@ -302,23 +323,23 @@ class _Ends:
     at: np.ndarray
 
     @staticmethod
-    def of(lay: Layout, locs: list[list[Loc]], cell: np.ndarray, rep: np.ndarray,
+    def of(grid: _Grid, locs: list[list[Loc]], cell: np.ndarray, rep: np.ndarray,
            row: np.ndarray, col: np.ndarray, width: np.ndarray, elem: int) -> _Ends:
-        """Endpoints at element (row, col) of replica `rep` of `cell` (stored
-        at `locs[cell][rep]`) of pieces `width` columns wide."""
-        off, _ = _owners(lay)
+        """Endpoints of pieces `width` columns wide; the cell replicas are
+        stored at `locs[cell][rep]`."""
         flat = list(chain.from_iterable(locs))
-        assert len(flat) == off[-1], "one Loc per cell replica"
+        assert len(flat) == grid.off[-1], "one Loc per cell replica"
         lbuf, loff, lstride, lseq = zip(*flat, strict=True)
-        rc, cc = np.asarray(lay.row_cuts, dtype=np.int64), np.asarray(lay.col_cuts, dtype=np.int64)
-        r0 = np.repeat(rc[:-1], lay.nc)
-        c0, cw = np.tile(cc[:-1], lay.nr), np.tile(np.diff(cc), lay.nr)
-        out = np.empty((6, cell.size), dtype=np.int64)
-        _ends(r0, c0, cw, off, np.asarray(lbuf, dtype=np.int64), np.asarray(loff, dtype=np.int64),
-              np.asarray(lstride, dtype=np.int64), np.asarray(list(map(bool, lseq))),
-              cell, rep, row, col, width, elem, out)
-        return _Ends(out[0], out[1], out[2], out[3].astype(np.bool_), out[4].astype(np.bool_),
-                     flat, out[5])
+        cols = np.array((lbuf, loff, lstride), dtype=np.int64)
+        has_seq = np.fromiter(map(bool, lseq), np.bool_, len(flat)) if any(lseq) \
+            else np.zeros(len(flat), dtype=np.bool_)
+        out = np.empty((3, cell.size), dtype=np.int64)
+        seq = np.empty(cell.size, dtype=np.bool_)
+        narrow = np.empty(cell.size, dtype=np.bool_)
+        _ends(grid.r0, grid.c0, grid.cw, grid.off, cols, has_seq, cell, rep, row, col, width,
+              elem, out, seq, narrow)
+        at = grid.off[cell] + rep if has_seq.any() else cell[:0]
+        return _Ends(out[0], out[1], out[2], seq, narrow, flat, at)
 
     def panel(self, rows: np.ndarray, bufs: np.ndarray, at: np.ndarray) -> None:
         """Pieces `rows` move from/to panel buffers `bufs` at offsets `at`."""
@@ -333,20 +354,20 @@ class _Ends:
 
 
 @kjit
-def _ends(r0, c0, cw, off, lbuf, loff, lstride, lseq, cell, rep, row, col, width, elem,
-          out):  # pragma: no cover - jitted
-    """Per piece i (`_Ends.of`; per cell c its first row `r0[c]`, first
-    column `c0[c]`, width `cw[c]`): out[:, i] = buffer, byte offset, iter
-    stride, Loc has a seq (0/1), narrower than the cell (0/1), flat Loc index."""
+def _ends(r0, c0, cw, off, locs, has_seq, cell, rep, row, col, width, elem, out, seq,
+          narrow):  # pragma: no cover - jitted
+    """Per piece i (`_Ends.of`): out[:, i] = buffer, byte offset, iter stride
+    at element (row[i], col[i]) of replica rep[i] of cell[i] (first row
+    `r0`, column `c0`, width `cw`; its Loc is column off[cell] + rep of
+    `locs` = buffer, offset, stride rows)."""
     for i in range(cell.shape[0]):
         c = cell[i]
         j = off[c] + rep[i]
-        out[0, i] = lbuf[j]
-        out[1, i] = loff[j] + ((row[i] - r0[c]) * cw[c] + col[i] - c0[c]) * elem
-        out[2, i] = lstride[j]
-        out[3, i] = lseq[j]
-        out[4, i] = width[i] != cw[c]
-        out[5, i] = j
+        out[0, i] = locs[0, j]
+        out[1, i] = locs[1, j] + ((row[i] - r0[c]) * cw[c] + col[i] - c0[c]) * elem
+        out[2, i] = locs[2, j]
+        seq[i] = has_seq[j]
+        narrow[i] = width[i] != cw[c]
 
 
 def _granule_of(x: np.ndarray) -> np.ndarray:
