@@ -33,6 +33,7 @@ that are distinct operands of a common vertex) sharing an element with it,
 then the best fit.  That can fragment memory, so if it fails on a tile the
 plain best-fit order and two other deterministic orders (first asc; then
 lifetime length desc) are tried before the tile is declared infeasible.
+
 Operands are read once into flat arrays (buffer columns, vertex reads/writes,
 ref buffers, the schedule's transfer columns); live ranges, partner pairs
 and the placement of all tiles are jitted functions over them.
