@@ -31,7 +31,7 @@ Empty phases are dropped (an empty exchange would still pay a sync).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import chain
 from operator import attrgetter
 
@@ -57,6 +57,9 @@ OVERLAP_LOOKAHEAD = 8
 REDUCE_KERNEL = 3
 
 
+_NO_TRANSFERS = Xfers.empty()  # immutable: every step without transfers shares it
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One superstep.  `match` is the index of the partner loop mark (at
@@ -67,7 +70,7 @@ class Step:
     kind: str
     labels: tuple[str, ...]
     vertices: tuple[Vertex, ...] = ()
-    transfers: Xfers = field(default_factory=Xfers.empty)
+    transfers: Xfers = _NO_TRANSFERS
     trips: int = 0
     match: int = -1
 
@@ -255,7 +258,8 @@ class _Group:
 
 
 def _is_reduction(phase: Phase) -> bool:
-    return phase.kind == COMPUTE and all(v.kernel == REDUCE_KERNEL for v in phase.vertices)
+    return phase.kind == COMPUTE and all(
+        map(REDUCE_KERNEL.__eq__, map(attrgetter("kernel"), phase.vertices)))
 
 
 class _Effects:
@@ -354,10 +358,11 @@ def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
                 effects.pop(j)
                 merged += 1
                 continue
-            skipped_r |= reads
-            skipped_w |= writes
             j += 1
             misses += 1
+            if misses < lookahead:  # else the scan ends and the skipped sets go unread
+                skipped_r |= reads
+                skipped_w |= writes
         groups.append(group)
     return groups, merged
 
