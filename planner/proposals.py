@@ -78,13 +78,13 @@ from typing import Any
 import numpy as np
 
 from planner import catalogue as cat
-from planner.graph import DTYPE_BYTES, Cast, Graph, MatMul, MergeHeads, Op, Repeat, SplitHeads
+from planner.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
 from planner.layout import canonical_rows_per_owner, view2d
 from planner.lower import Lowered, lower
 from planner.lowered import Step
 from planner.plan import PACKINGS, Plan
 from planner.schedule import EXCHANGE, Schedule
-from planner.tileload import PhaseLoad, is_heads, phase_load, shifted, step_cycles
+from planner.tileload import MergedStep, Placement, phase_load, shift_gain
 from simulator.device import Device
 
 KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
@@ -399,14 +399,16 @@ class _Generator:
     def tiles(self) -> list[Proposal]:
         steps = self.merged_steps()
         ops = sorted({op for _, _, phases in steps for _, owners in phases for op in owners})
+        n = self.device.tiles
+        place = Placement(self.lowered)
         ranked = []
         for op in ops:
-            best = max(((self.shift_gain(steps, op, s), s) for s in self.shift_choices(op)),
-                       default=(0, 0))
+            # a logical shift s moves physical tiles by s·stride
+            best = max(((shift_gain(steps, op, s * self.plan.tile_stride % n, self.device), s)
+                        for s in place.shift_choices(op, n)), default=(0, 0))
             if best[0] > 0:
                 ranked.append((-best[0], op, best[1]))
         out: list[Proposal] = []
-        n = self.device.tiles
         for neg_gain, op, s in sorted(ranked)[:TILE_LOWERINGS]:
             if len(out) == TILE_PROPOSALS:
                 break
@@ -431,13 +433,14 @@ class _Generator:
         return sum(self.measured(st.label) for key in sorted(old)
                    for st in old[key][len(new.get(key, ())):])
 
-    def merged_steps(self) -> list[tuple[int, bool, list[tuple[PhaseLoad, dict]]]]:
+    def merged_steps(self) -> list[MergedStep]:
         """(measured cycles, exchange?, [(phase load, {op: owned parts})]) of
         every measured merged step whose phases all map to one lowered step."""
         by_label: dict[str, list[Step]] = {}
         for st in self.lowered.steps:
             key = f"cast {st.label}" if st.kind == "cast" else st.label
             by_label.setdefault(key, []).append(st)
+        place = Placement(self.lowered)
         out = []
         for key, cycles in sorted(self.prof.items()):
             if not key.startswith(MERGED):
@@ -451,81 +454,10 @@ class _Generator:
                     break  # unknown or ambiguous label: the step is not modelled
                 st = found[0]
                 phases.append((phase_load(self.lowered, st, lab, exchange, self.device),
-                               self.owners(st, lab, exchange)))
+                               place.owners(st, lab, exchange)))
             else:
                 out.append((cycles, exchange, phases))
         return out
-
-    def owners(self, st: Step, label: str, exchange: bool) -> dict[str, tuple[str, ...]]:
-        """Which parts of a phase's load move with which op's placement."""
-        if st.kind == "compute" and not is_heads(st):  # its own phases move with it
-            return {st.label: ("bytes_in", "bytes_out") if exchange else ("compute",)}
-        src = self.producer(st.inputs[0])
-        dst = None if is_heads(st) else self.consumer(st.outputs[0])
-        if exchange:
-            parts: dict[str, tuple[str, ...]] = {}
-            if dst is not None:
-                parts[dst] = ("bytes_in",)
-            if src is not None:
-                parts[src] = parts.get(src, ()) + ("bytes_out",)
-            return parts
-        if label.endswith(" pack"):
-            return {src: ("compute",)} if src is not None else {}
-        return {dst: ("compute",)} if dst is not None else {}
-
-    def producer(self, value: str) -> str | None:
-        """The op whose placement a value's tiles follow: its compute
-        producer, or the matmul reading it when it is a weight or bias home."""
-        lw = self.lowered
-        for st in lw.steps:
-            if value in st.outputs and st.kind == "compute" and not is_heads(st):
-                return st.label
-        if lw.values[value].role == "parameter":
-            readers = [self.consumer(st.outputs[0]) for st in lw.steps
-                       if st.kind == "redistribute" and st.inputs == (value,)]
-            ops = {st.label: st for st in lw.steps if st.kind == "compute"}
-            if len(readers) == 1 and readers[0] is not None and \
-                    isinstance(ops[readers[0]].op, MatMul):
-                return readers[0]
-        return None
-
-    def consumer(self, value: str) -> str | None:
-        """The one op whose placement decides a converted value's layout
-        (through an absorbed cast), or None when several read it or the value
-        is canonical (canonical layouts never shift)."""
-        users = [st for st in self.lowered.steps if value in st.inputs]
-        if len(users) != 1 or self.lowered.values[value].role != "activation":
-            return None
-        if users[0].kind == "cast":
-            return self.consumer(users[0].outputs[0])
-        if users[0].kind != "compute" or is_heads(users[0]):
-            return None
-        return users[0].label
-
-    def shift_choices(self, op: str) -> list[int]:
-        """Candidate shifts of `op`: half the spacing of its tiles, its tile
-        count, half the device (distinct, 0 < shift < tiles)."""
-        st = next(s for s in self.lowered.steps if s.kind == "compute" and s.label == op)
-        lay = self.lowered.values[st.outputs[0]].layout
-        count = len({t for o in lay.owners for t in o})
-        n = self.device.tiles
-        return sorted({s for s in ((n // count) // 2, count, n // 2) if 0 < s < n})
-
-    def shift_gain(self, steps: list[tuple[int, bool, list[tuple[PhaseLoad, dict]]]],
-                   op: str, shift: int) -> int:
-        """Estimated cycles saved by shifting `op` `shift` logical tiles."""
-        n = self.device.tiles
-        by = shift * self.plan.tile_stride % n  # the logical shift, as physical tiles
-        gain = 0.0
-        for cycles, exchange, phases in steps:
-            if not any(op in owners for _, owners in phases):
-                continue
-            old = step_cycles([ld for ld, _ in phases], exchange, self.device)
-            new = step_cycles([shifted(ld, owners.get(op, ()), by)
-                               for ld, owners in phases], exchange, self.device)
-            if old > 0:
-                gain += cycles * (old - new) / old
-        return int(round(gain))
 
 
 def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Plan:

@@ -1,4 +1,5 @@
-"""Modelled per-tile load of the phases of one superstep, from lowered layouts.
+"""Modelled per-tile load of the phases of one superstep, from lowered
+layouts, and which of those loads move with one op's placement.
 
 The `tiles` proposal (planner.proposals) asks: two phases merged into one
 step (planner.schedule) that sit on the same tiles pay the sum of their
@@ -15,7 +16,7 @@ the `Lowered` steps alone (no expansion), with the engine's cost model
   matmul's `partial sums` exchange is modelled as its output layout's bytes
   into and out of each of its tiles (it stays within the op's tiles);
 - a compute phase of an op (its own label or a K-split `partials` /
-  `partial sums` / `reduce` phase) costs its recipe's `compute_cycles` on
+  `reduce` phase) costs its recipe's `compute_cycles` on
   every tile of its output layout (an overestimate for the reduce phase);
   a move's `pack` (`unpack`) COPY phase costs its bytes / LDST_BYTES_PER_CYCLE
   + the vertex overhead on the source (destination) tiles; an absorbed cast
@@ -25,7 +26,9 @@ the `Lowered` steps alone (no expansion), with the engine's cost model
 Bytes already on the destination tile are counted as moved (locality is
 not modelled), so moving the tiles of a phase changes its modelled cost only
 through what it shares a step with.  Loads are dense arrays by tile, so one
-side of a phase can be moved (`shifted`) without lowering again.
+side of a phase can be moved (`shifted`) without lowering again;
+`Placement` says which sides follow which op, `shift_gain` what moving one
+op saves over the measured merged steps.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.cost import LDST_BYTES_PER_CYCLE
-from planner.graph import MergeHeads, SplitHeads
+from planner.graph import MatMul, MergeHeads, SplitHeads
 from planner.lowered import Lowered, Step
 from simulator.device import Device
 
@@ -111,3 +114,89 @@ def shifted(load: PhaseLoad, parts: tuple[str, ...], by: int) -> PhaseLoad:
 def is_heads(step: Step) -> bool:
     """True for a SplitHeads/MergeHeads step (expand makes it an exchange)."""
     return isinstance(step.op, (SplitHeads, MergeHeads))
+
+
+# a measured merged step: (cycles, exchange?, [(phase load, {op: parts it moves})])
+MergedStep = tuple[int, bool, list[tuple[PhaseLoad, dict[str, tuple[str, ...]]]]]
+
+
+class Placement:
+    """Which parts of the phase loads of a lowering follow which op's
+    placement (`Plan.tile_shift`): an op's own phases; the destination side
+    of the moves into it (inputs, parameters, absorbed casts); the source
+    side of the moves out of its result; for a matmul, both sides of its
+    parameter moves (its homes follow it).  Canonical values never move."""
+
+    def __init__(self, lowered: Lowered) -> None:
+        self.lowered = lowered
+
+    def owners(self, st: Step, label: str, exchange: bool) -> dict[str, tuple[str, ...]]:
+        """The parts (of PARTS) of the phase `label` of lowered step `st` that
+        move with each op."""
+        if st.kind == "compute" and not is_heads(st):  # its own phases move with it
+            return {st.label: ("bytes_in", "bytes_out") if exchange else ("compute",)}
+        src = self.producer(st.inputs[0])
+        dst = None if is_heads(st) else self.consumer(st.outputs[0])
+        if exchange:
+            parts: dict[str, tuple[str, ...]] = {}
+            if dst is not None:
+                parts[dst] = ("bytes_in",)
+            if src is not None:
+                parts[src] = parts.get(src, ()) + ("bytes_out",)
+            return parts
+        if label.endswith(" pack"):
+            return {src: ("compute",)} if src is not None else {}
+        return {dst: ("compute",)} if dst is not None else {}
+
+    def producer(self, value: str) -> str | None:
+        """The op whose placement a value's tiles follow: its compute
+        producer, or the matmul reading it when it is a weight or bias home."""
+        lw = self.lowered
+        for st in lw.steps:
+            if value in st.outputs and st.kind == "compute" and not is_heads(st):
+                return st.label
+        if lw.values[value].role == "parameter":
+            readers = [self.consumer(st.outputs[0]) for st in lw.steps
+                       if st.kind == "redistribute" and st.inputs == (value,)]
+            ops = {st.label: st for st in lw.steps if st.kind == "compute"}
+            if len(readers) == 1 and readers[0] is not None and \
+                    isinstance(ops[readers[0]].op, MatMul):
+                return readers[0]
+        return None
+
+    def consumer(self, value: str) -> str | None:
+        """The one op whose placement decides a converted value's layout
+        (through an absorbed cast), or None when several read it or the value
+        is canonical (canonical layouts never shift)."""
+        users = [st for st in self.lowered.steps if value in st.inputs]
+        if len(users) != 1 or self.lowered.values[value].role != "activation":
+            return None
+        if users[0].kind == "cast":
+            return self.consumer(users[0].outputs[0])
+        if users[0].kind != "compute" or is_heads(users[0]):
+            return None
+        return users[0].label
+
+    def shift_choices(self, op: str, tiles: int) -> list[int]:
+        """Candidate logical shifts of `op`: half the spacing of its tiles, its
+        tile count, half the device (distinct, 0 < shift < tiles)."""
+        st = next(s for s in self.lowered.steps if s.kind == "compute" and s.label == op)
+        lay = self.lowered.values[st.outputs[0]].layout
+        count = len({t for o in lay.owners for t in o})
+        return sorted({s for s in ((tiles // count) // 2, count, tiles // 2) if 0 < s < tiles})
+
+
+def shift_gain(steps: list[MergedStep], op: str, by: int, device: Device) -> int:
+    """Estimated cycles saved by moving `op`'s parts `by` physical tiles: Σ
+    over the merged steps it takes part in of measured cycles × (modelled −
+    moved modelled) / modelled."""
+    gain = 0.0
+    for cycles, exchange, phases in steps:
+        if not any(op in owners for _, owners in phases):
+            continue
+        old = step_cycles([ld for ld, _ in phases], exchange, device)
+        new = step_cycles([shifted(ld, owners.get(op, ()), by) for ld, owners in phases],
+                          exchange, device)
+        if old > 0:
+            gain += cycles * (old - new) / old
+    return int(round(gain))
