@@ -54,7 +54,7 @@ from planner.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
 from planner.layout import view2d
 from planner.lower import Lowered, Step, Value, lower
 from planner.plan import Plan
-from planner.program import IOBlock, LoopMark, Phase, Program
+from planner.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
 from simulator.device import Device
 
 
@@ -65,6 +65,7 @@ class Expander:
         self.prog = Program()
         self.placed: dict[str, list[list[Loc]]] = {}
         self.persistent = set(lw.inputs.values()) | set(lw.outputs.values())
+        self.limit = device.memory_size - device.support_bytes  # bytes a tile can hold
 
     # ------------------------------------------------------------ helpers
 
@@ -81,12 +82,15 @@ class Expander:
 
     def new_cell_buf(self, v: Value, tile: int, nbytes: int, kind: str, name: str,
                      persistent: bool) -> int:
-        limit = self.device.memory_size - self.device.support_bytes
-        if nbytes > limit:
-            raise BuildFailure("expand", tile, nbytes, limit,
+        self.check_cell(v, tile, nbytes, name)
+        return self.prog.new_buf(tile, nbytes, kind, name, persistent)
+
+    def check_cell(self, v: Value, tile: int, nbytes: int, name: str) -> None:
+        """Raise BuildFailure when a cell buffer of `nbytes` cannot fit a tile."""
+        if nbytes > self.limit:
+            raise BuildFailure("expand", tile, nbytes, self.limit,
                                f"cell {name} of {v.tensor} does not fit one tile",
                                self.profile(tile))
-        return self.prog.new_buf(tile, nbytes, kind, name, persistent)
 
     def profile(self, tile: int) -> dict[str, int]:
         """Bytes by buffer kind of the buffers expand has put on `tile`."""
@@ -108,37 +112,49 @@ class Expander:
         if not per:
             return
         tile = max(sorted(per), key=lambda t: per[t])
-        limit = self.device.memory_size - self.device.support_bytes
-        if per[tile] > limit:
-            raise BuildFailure("expand", tile, per[tile], limit,
+        if per[tile] > self.limit:
+            raise BuildFailure("expand", tile, per[tile], self.limit,
                                "persistent buffers (parameter homes, inputs, outputs) "
                                "exceed the tile", self.profile(tile))
 
     def materialise(self, v: Value, kind: str | None = None,
                     skip: dict[tuple[int, int], Loc] | None = None) -> None:
         """Give every cell replica of `v` a buffer (unless bound already);
-        `skip` supplies shared storage for some (cell, replica) pairs."""
+        `skip` supplies shared storage for some (cell, replica) pairs.
+        Buffers are appended directly (10⁴–10⁵ per build): `kind` is one of
+        TENSOR_KINDS and cells are never empty, what `Program.new_buf` checks."""
         if v.name in self.placed:
             return
         lay = v.layout
         persistent = v.name in self.persistent or v.role == "parameter"
         if kind is None:
             kind = "parameter" if v.role == "parameter" else "activation"
+        assert kind in TENSOR_KINDS, kind
+        bufs = self.prog.bufs
+        layers = max(1, v.trips)
         out: list[list[Loc]] = []
         for ri, ci in lay.cells():
             r0, r1, c0, c1 = lay.rect(ri, ci)
             cell = ri * lay.nc + ci
             nbytes = (r1 - r0) * (c1 - c0) * v.elem
-            locs: list[Loc] = []
-            for k, tile in enumerate(lay.owners[cell]):
-                if skip and (cell, k) in skip:
-                    locs.append(skip[cell, k])
-                    continue
-                total = nbytes * max(1, v.trips)
-                buf = self.new_cell_buf(v, tile, total, kind, f"{v.name}[{ri},{ci}]{k}",
-                                        persistent)
-                locs.append((buf, 0, nbytes if v.trips else 0, ()))
-            out.append(locs)
+            stride = nbytes if v.trips else 0
+            owners = lay.owners[cell]
+            stem = f"{v.name}[{ri},{ci}]"
+            if skip:
+                new = [k for k in range(len(owners)) if (cell, k) not in skip]
+            else:
+                new = list(range(len(owners)))
+            if new:
+                self.check_cell(v, owners[new[0]], nbytes * layers, f"{stem}{new[0]}")
+            first = len(bufs)
+            bufs += [Buf(first + n, owners[k], nbytes * layers, kind, f"{stem}{k}", persistent)
+                     for n, k in enumerate(new)]
+            if skip:
+                ids = dict(zip(new, range(first, len(bufs)), strict=True))
+                out.append([skip[cell, k] if k not in ids else (ids[k], 0, stride, ())
+                            for k in range(len(owners))])
+            else:
+                out.append([(b, 0, stride, ()) for b in range(first, len(bufs))])
         self.placed[v.name] = out
 
     # ------------------------------------------------------------ carries

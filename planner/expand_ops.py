@@ -4,23 +4,31 @@ Each function takes the expander (`ctx`: program, placed values, helpers) and
 one lowered compute step, and appends phases.  Operand cells are found through
 the values' layouts, so the grid → tile map chosen by lower is never
 recomputed here.
+
+A vit-tiny build makes ~2·10⁴ vertices, so they are built by `make_vertex`
+from a ready args tuple (the per-kernel `*_args` builders, memoised: the cells
+of one op share a few shapes) and (arg, loc) operand pairs; `vertex` is its
+obvious dict-based twin (tests compare them).
 """
 
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from kernels import ids
 from planner.expand_redist import Loc, loc_bufs, ref
 from planner.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
-from planner.program import NARGS, Phase, Transfer, Vertex, Xfers
+from planner.program import NARGS, Phase, Ref, Vertex, Xfers
 
 if TYPE_CHECKING:
     from planner.expand import Expander
     from planner.lower import Step, Value
 
 DT = {"fp8": 0, "fp16": 1, "fp32": 2}
+
+Operands = tuple[tuple[int, Loc], ...]  # (vertex arg index, loc), in any order
 
 
 def f32_bits(x: float) -> int:
@@ -41,6 +49,83 @@ def vertex(tile: int, kid: int, args: dict[int, int], reads: dict[int, Loc],
     return Vertex(tile, kid, tuple(a), refs, rb, wb)
 
 
+def scalars(pairs: dict[int, int]) -> tuple[int, ...]:
+    """The NARGS vertex args with `pairs` (arg index → value) set, the others 0."""
+    a = [0] * NARGS
+    for k, v in pairs.items():
+        a[k] = int(v)
+    return tuple(a)
+
+
+def _bufs(ops: Operands) -> tuple[int, ...]:
+    """Sorted unique buffers of the operand locs (every iteration's)."""
+    if len(ops) == 1:
+        return loc_bufs(ops[0][1])
+    bufs = {loc[0] for _, loc in ops if not loc[3]}
+    for _, loc in ops:
+        if loc[3]:
+            bufs.update(b for b, _ in loc[3])
+    return tuple(sorted(bufs))
+
+
+def make_vertex(tile: int, kid: int, args: tuple[int, ...], reads: Operands,
+                writes: Operands) -> Vertex:
+    """`vertex` with its args as a ready NARGS tuple (address slots 0) and
+    its address operands as (arg index, loc) pairs, arg indices distinct:
+    refs in arg order, reads/writes the buffers of the read/written locs."""
+    refs = tuple([ref(k, loc) if loc[3] else Ref(k, loc[0], loc[1], loc[2])
+                  for k, loc in sorted(reads + writes)])
+    return Vertex(tile, kid, args, refs, _bufs(reads), _bufs(writes))
+
+
+@lru_cache(maxsize=4096)
+def matmul_args(lda: int, ldb: int, ldc: int, m: int, k: int, n: int, dt_in: int,
+                dt_out: int, shift: int) -> tuple[int, ...]:
+    return scalars({1: lda, 3: ldb, 5: ldc, 6: m, 7: k, 8: n, 9: dt_in, 10: dt_out, 11: 0,
+                    12: shift})
+
+
+@lru_cache(maxsize=4096)
+def reduce_args(ld_parts: int, part_stride: int, k: int, ldo: int, m: int, n: int,
+                dt_out: int) -> tuple[int, ...]:
+    return scalars({1: ld_parts, 2: part_stride, 3: k, 5: ldo, 6: m, 7: n, 8: dt_out})
+
+
+@lru_cache(maxsize=4096)
+def bmm_args(lda: int, ldb: int, ldc: int, m: int, k: int, n: int, dt_in: int, dt_out: int,
+             trans_b: bool, batch: int, sa: int, sb: int, sc: int) -> tuple[int, ...]:
+    return scalars({1: lda, 3: ldb, 5: ldc, 6: m, 7: k, 8: n, 9: dt_in, 10: dt_out,
+                    11: 1 if trans_b else 0, 12: batch, 13: sa, 14: sb, 15: sc})
+
+
+@lru_cache(maxsize=4096)
+def layernorm_args(ldx: int, ldy: int, rows: int, cols: int, eps_bits: int) -> tuple[int, ...]:
+    return scalars({1: ldx, 5: ldy, 6: rows, 7: cols, 8: eps_bits})
+
+
+@lru_cache(maxsize=4096)
+def gelu_args(ldx: int, ldy: int, rows: int, cols: int) -> tuple[int, ...]:
+    return scalars({1: ldx, 3: ldy, 4: rows, 5: cols})
+
+
+@lru_cache(maxsize=4096)
+def softmax_args(ldx: int, ldy: int, rows: int, cols: int, scale_bits: int, dt_x: int,
+                 dt_y: int) -> tuple[int, ...]:
+    return scalars({1: ldx, 3: ldy, 4: rows, 5: cols, 6: scale_bits, 7: dt_x, 8: dt_y})
+
+
+@lru_cache(maxsize=4096)
+def cast_args(ldx: int, ldy: int, rows: int, cols: int, dt_x: int, dt_y: int,
+              shift: int) -> tuple[int, ...]:
+    return scalars({1: ldx, 3: ldy, 4: rows, 5: cols, 6: dt_x, 7: dt_y, 8: shift})
+
+
+@lru_cache(maxsize=4096)
+def add_args(lda: int, ldb: int, ldc: int, rows: int, cols: int, dt_a: int, dt_b: int,
+             dt_c: int) -> tuple[int, ...]:
+    return scalars({1: lda, 3: ldb, 5: ldc, 6: rows, 7: cols, 8: dt_a, 9: dt_b, 10: dt_c})
+
+
 def expand_matmul(ctx: Expander, step: Step) -> None:
     op = step.op
     assert isinstance(op, MatMul)
@@ -51,73 +136,78 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
     gm, gk, gn = a.nr, a.nc, b.nc
     pa, pb = ctx.locs(av.name), ctx.locs(bv.name)
     pbias = ctx.locs(biasv.name) if biasv else None
-    e = av.elem
+    e, eo = av.elem, ov.elem
+    dt_in, dt_out = DT[av.dtype], DT[ov.dtype]
     shift = av.scale_exp + bv.scale_exp
     label = step.label
-    if gk == 1:
-        ctx.materialise(ov)
-        po = ctx.locs(ov.name)
-        phase = Phase("compute", label)
-        for i in range(gm):
-            for j in range(gn):
-                m0, m1, k0, k1 = a.rect(i, 0)
-                n0, n1 = b.col_cuts[j], b.col_cuts[j + 1]
-                tile = a.owners[i][j]
-                reads = {0: pa[i][j], 2: pb[j][i]}
-                if pbias is not None:
-                    reads[13] = pbias[j][i]
-                args = {1: (k1 - k0) * e, 3: (n1 - n0) * e, 5: (n1 - n0) * ov.elem,
-                        6: m1 - m0, 7: k1 - k0, 8: n1 - n0, 9: DT[av.dtype], 10: DT[ov.dtype],
-                        11: 0, 12: shift}
-                phase.vertices.append(vertex(tile, ids.MATMUL, args, reads,
-                                             {4: po[i * gn + j][0]}))
-        ctx.emit(phase)
-        return
-    # K-split: fp32 partials, exchanged to the row-slice owners, REDUCE (+ bias)
+    cuts = b.col_cuts
     ctx.materialise(ov)
     po = ctx.locs(ov.name)
-    parts: dict[tuple[int, int, int], Loc] = {}
+    if gk == 1:
+        phase = Phase("compute", label)
+        for i in range(gm):
+            m0, m1, k0, k1 = a.rect(i, 0)
+            for j in range(gn):
+                n = cuts[j + 1] - cuts[j]
+                args = matmul_args((k1 - k0) * e, n * e, n * eo, m1 - m0, k1 - k0, n, dt_in,
+                                   dt_out, shift)
+                reads: Operands = ((0, pa[i][j]), (2, pb[j][i]))
+                if pbias is not None:
+                    reads += ((13, pbias[j][i]),)
+                phase.vertices.append(make_vertex(a.owners[i][j], ids.MATMUL, args, reads,
+                                                  ((4, po[i * gn + j][0]),)))
+        ctx.emit(phase)
+        return
+    # K-split: fp32 partials, exchanged to the row-slice owners, REDUCE (+ bias);
+    # partial (i, j, l) is buffer parts[(i * gn + j) * gk + l]
+    parts: list[int] = []
     mm = Phase("compute", f"{label} partials")
     for i in range(gm):
         for j in range(gn):
+            n = cuts[j + 1] - cuts[j]
             for l in range(gk):
                 m0, m1, k0, k1 = a.rect(i, l)
-                n0, n1 = b.col_cuts[j], b.col_cuts[j + 1]
                 tile = a.owners[i * gk + l][j]
-                buf = ctx.prog.new_buf(tile, (m1 - m0) * (n1 - n0) * 4, "scratch",
+                buf = ctx.prog.new_buf(tile, (m1 - m0) * n * 4, "scratch",
                                        f"{label}:part{i}.{j}.{l}")
-                parts[i, j, l] = (buf, 0, 0, ())
-                args = {1: (k1 - k0) * e, 3: (n1 - n0) * e, 5: (n1 - n0) * 4, 6: m1 - m0,
-                        7: k1 - k0, 8: n1 - n0, 9: DT[av.dtype], 10: DT["fp32"], 11: 0,
-                        12: shift}
-                mm.vertices.append(vertex(tile, ids.MATMUL, args,
-                                          {0: pa[i * gk + l][j], 2: pb[l * gn + j][i]},
-                                          {4: parts[i, j, l]}))
+                parts.append(buf)
+                args = matmul_args((k1 - k0) * e, n * e, n * 4, m1 - m0, k1 - k0, n, dt_in,
+                                   DT["fp32"], shift)
+                mm.vertices.append(make_vertex(tile, ids.MATMUL, args,
+                                               ((0, pa[i * gk + l][j]), (2, pb[l * gn + j][i])),
+                                               ((4, (buf, 0, 0, ())),)))
     ctx.emit(mm)
-    sums: list[Transfer] = []
+    # the partial sums as transfer columns: row block of partial (i, j, l) → block l of land
+    src_buf: list[int] = []
+    src_off: list[int] = []
+    dst_buf: list[int] = []
+    dst_off: list[int] = []
+    nbytes: list[int] = []
     red = Phase("compute", f"{label} reduce")
     for i in range(gm):
         m0, m1 = a.row_cuts[i], a.row_cuts[i + 1]
         for ri in o.row_span(m0, m1):
             r0, r1 = o.row_cuts[ri], o.row_cuts[ri + 1]
             for j in range(gn):
-                n0, n1 = b.col_cuts[j], b.col_cuts[j + 1]
-                w = n1 - n0
+                w = cuts[j + 1] - cuts[j]
                 block = (r1 - r0) * w * 4
                 tile = o.owners[ri * gn + j][0]
                 land = ctx.prog.new_buf(tile, gk * block, "exchange-landing",
                                         f"{label}:land{ri}.{j}")
-                for l in range(gk):
-                    sums.append(Transfer(ref(0, parts[i, j, l], (r0 - m0) * w * 4),
-                                                  ref(1, (land, 0, 0, ()), l * block), block))
-                reads = {0: (land, 0, 0, ())}
+                first = (i * gn + j) * gk
+                src_buf += parts[first:first + gk]
+                src_off += [(r0 - m0) * w * 4] * gk
+                dst_buf += [land] * gk
+                dst_off += range(0, gk * block, block)
+                nbytes += [block] * gk
+                landed: Operands = ((0, (land, 0, 0, ())),)
                 if pbias is not None:
-                    reads[9] = pbias[j][ri]
-                args = {1: w * 4, 2: block, 3: gk, 5: w * ov.elem, 6: r1 - r0, 7: w,
-                        8: DT[ov.dtype]}
-                red.vertices.append(vertex(tile, ids.REDUCE, args, reads,
-                                           {4: po[ri * gn + j][0]}))
-    ctx.emit(Phase("exchange", f"{label} partial sums", transfers=Xfers.of(sums)))
+                    landed += ((9, pbias[j][ri]),)
+                args = reduce_args(w * 4, block, gk, w * eo, r1 - r0, w, dt_out)
+                red.vertices.append(make_vertex(tile, ids.REDUCE, args, landed,
+                                                ((4, po[ri * gn + j][0]),)))
+    ctx.emit(Phase("exchange", f"{label} partial sums",
+                   transfers=Xfers.columns(src_buf, src_off, dst_buf, dst_off, nbytes)))
     ctx.emit(red)
 
 
@@ -143,11 +233,10 @@ def expand_bmm(ctx: Expander, step: Step) -> None:
         b0, b1 = b.row_cuts[gi], b.row_cuts[gi + 1]
         batch = (b1 - b0) // kb
         rows = (r1 - r0) // batch
-        args = {1: k * e, 3: bc * e, 5: n * eo, 6: rows, 7: k, 8: n, 9: DT[av.dtype],
-                10: DT[ov.dtype], 11: 1 if op.transpose_b else 0, 12: batch,
-                13: rows * k * e, 14: kb * bc * e, 15: rows * n * eo}
-        phase.vertices.append(vertex(a.owners[c][0], ids.BATCH_MATMUL, args,
-                                     {0: pa[c][0], 2: pb[gi][s]}, {4: po[c][0]}))
+        args = bmm_args(k * e, bc * e, n * eo, rows, k, n, DT[av.dtype], DT[ov.dtype],
+                        op.transpose_b, batch, rows * k * e, kb * bc * e, rows * n * eo)
+        phase.vertices.append(make_vertex(a.owners[c][0], ids.BATCH_MATMUL, args,
+                                          ((0, pa[c][0]), (2, pb[gi][s])), ((4, po[c][0]),)))
     ctx.emit(phase)
 
 
@@ -167,12 +256,12 @@ def expand_bmm_split(ctx: Expander, step: Step, av: Value, bv: Value, ov: Value)
         r0, r1, c0, c1 = o.rect(ri, ci)
         w = c1 - c0
         bi, s = divmod(ri, gr)
-        args = {1: k * e, 3: (k if op.transpose_b else w) * e, 5: w * eo, 6: r1 - r0, 7: k,
-                8: w, 9: DT[av.dtype], 10: DT[ov.dtype], 11: 1 if op.transpose_b else 0,
-                12: 1, 13: (r1 - r0) * k * e, 14: k * w * e, 15: (r1 - r0) * w * eo}
-        phase.vertices.append(vertex(o.owners[ri * gc + ci][0], ids.BATCH_MATMUL, args,
-                                     {0: pa[ri][ci], 2: pb[bi * gc + ci][s]},
-                                     {4: po[ri * gc + ci][0]}))
+        args = bmm_args(k * e, (k if op.transpose_b else w) * e, w * eo, r1 - r0, k, w,
+                        DT[av.dtype], DT[ov.dtype], op.transpose_b, 1, (r1 - r0) * k * e,
+                        k * w * e, (r1 - r0) * w * eo)
+        phase.vertices.append(make_vertex(o.owners[ri * gc + ci][0], ids.BATCH_MATMUL, args,
+                                          ((0, pa[ri][ci]), (2, pb[bi * gc + ci][s])),
+                                          ((4, po[ri * gc + ci][0]),)))
     ctx.emit(phase)
 
 
@@ -188,6 +277,7 @@ def expand_rows(ctx: Expander, step: Step) -> None:
         raise AssertionError(f"{step.label}: row kernel on column blocks")
     ctx.materialise(ov)
     px, po = ctx.locs(xv.name), ctx.locs(ov.name)
+    dt_x, dt_y = DT[xv.dtype], DT[ov.dtype]
     phase = Phase("compute", step.label)
     for ri, ci in lay.cells():
         c = ri * lay.nc + ci
@@ -198,32 +288,33 @@ def expand_rows(ctx: Expander, step: Step) -> None:
         x, y = px[c][0], po[c][0]
         if isinstance(op, LayerNorm):
             pg, pb = ctx.locs(ins[1].name), ctx.locs(ins[2].name)
-            v = vertex(tile, ids.LAYERNORM, {1: ldx, 5: ldy, 6: rows, 7: cols,
-                                             8: f32_bits(op.eps)},
-                       {0: x, 2: pg[0][c], 3: pb[0][c]}, {4: y})
+            v = make_vertex(tile, ids.LAYERNORM,
+                            layernorm_args(ldx, ldy, rows, cols, f32_bits(op.eps)),
+                            ((0, x), (2, pg[0][c]), (3, pb[0][c])), ((4, y),))
         elif isinstance(op, Gelu):
-            v = vertex(tile, ids.GELU, {1: ldx, 3: ldy, 4: rows, 5: cols}, {0: x}, {2: y})
+            v = make_vertex(tile, ids.GELU, gelu_args(ldx, ldy, rows, cols), ((0, x),),
+                            ((2, y),))
         elif isinstance(op, Softmax):
-            v = vertex(tile, ids.SOFTMAX, {1: ldx, 3: ldy, 4: rows, 5: cols,
-                                           6: f32_bits(op.scale), 7: DT[xv.dtype],
-                                           8: DT[ov.dtype]}, {0: x}, {2: y})
+            v = make_vertex(tile, ids.SOFTMAX,
+                            softmax_args(ldx, ldy, rows, cols, f32_bits(op.scale), dt_x, dt_y),
+                            ((0, x),), ((2, y),))
         elif isinstance(op, Cast):
             v = cast_vertex(tile, xv, ov, x, y, rows, cols)
         else:  # Add
             bv = ins[1]
             pbv = ctx.locs(bv.name)
-            v = vertex(tile, ids.ADD, {1: ldx, 3: cols * bv.elem, 5: ldy, 6: rows, 7: cols,
-                                       8: DT[xv.dtype], 9: DT[bv.dtype], 10: DT[ov.dtype]},
-                       {0: x, 2: pbv[c][0]}, {4: y})
+            v = make_vertex(tile, ids.ADD,
+                            add_args(ldx, cols * bv.elem, ldy, rows, cols, dt_x, DT[bv.dtype],
+                                     dt_y),
+                            ((0, x), (2, pbv[c][0])), ((4, y),))
         phase.vertices.append(v)
     ctx.emit(phase)
 
 
 def cast_vertex(tile: int, xv: Value, yv: Value, x: Loc, y: Loc, rows: int, cols: int) -> Vertex:
-    shift = xv.scale_exp - yv.scale_exp
-    return vertex(tile, ids.CAST, {1: cols * xv.elem, 3: cols * yv.elem, 4: rows, 5: cols,
-                                   6: DT[xv.dtype], 7: DT[yv.dtype], 8: shift},
-                  {0: x}, {2: y})
+    args = cast_args(cols * xv.elem, cols * yv.elem, rows, cols, DT[xv.dtype], DT[yv.dtype],
+                     xv.scale_exp - yv.scale_exp)
+    return make_vertex(tile, ids.CAST, args, ((0, x),), ((2, y),))
 
 
 def expand_cast_step(ctx: Expander, step: Step) -> None:

@@ -290,3 +290,22 @@ def test_rank3_output_blocks_split_at_batch_boundaries(micro_graph: Graph) -> No
     shape = g.tensor("q_heads").shape
     assert (_io_coverage(prog, "q_heads", shape) == 1).all()
     _end_to_end(g, simulator.load_device("tiny"))
+
+
+@pytest.mark.parametrize("kid", [1, 3, 9])
+def test_make_vertex_equals_dict_vertex(kid: int) -> None:
+    """The fast vertex builder (ready args tuple, operand pairs in any order)
+    gives the vertex the dict-based `vertex` gives, plain and ping-pong locs."""
+    from planner.expand_ops import make_vertex, scalars, vertex
+
+    plain, strided = (7, 16, 0, ()), (3, 0, 64, ())
+    pong = (9, 0, 0, ((9, 0), (4, 0), (9, 0)))
+    args = {1: 64, 3: 32, 6: 8, 12: -3}
+    reads = {2: pong, 0: plain, 13: strided}
+    writes = {4: (5, 8, 0, ())}
+    want = vertex(11, kid, args, reads, writes)
+    got = make_vertex(11, kid, scalars(args), tuple(reads.items()), tuple(writes.items()))
+    assert got == want
+    assert [r.arg for r in got.refs] == [0, 2, 4, 13]
+    assert got.reads == (3, 4, 7, 9) and got.writes == (5,)
+    assert got.args[:4] == (0, 64, 0, 32) and got.args[12] == -3
