@@ -32,13 +32,21 @@ Empty phases are dropped (an empty exchange would still pay a sync).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import chain
 from operator import attrgetter
 
 import numpy as np
 
 from kernels.exceptions import BuildFailure
-from planner.program import NARGS, LoopMark, Phase, Program, Ref, Seq, Vertex, Xfers
+from planner.columns import (
+    PhaseColumns,
+    PhaseMemo,
+    VertexArrays,
+    XferArrays,
+    concat_columns,
+    phase_columns,
+    xfer_arrays,
+)
+from planner.program import LoopMark, Phase, Program, Vertex, Xfers
 
 COMPUTE = "compute"
 EXCHANGE = "exchange"
@@ -75,125 +83,17 @@ class Step:
     match: int = -1
 
 
-@dataclass(frozen=True, eq=False)
-class XferArrays:
-    """All transfers of a schedule in step order, as read-only int64 arrays
-    [X]: the owning step, then the `Xfers` columns (source and destination
-    buffer, byte offset and `iter_stride`, bytes).  `seq` holds the indices
-    (ascending) of the rows whose source or destination has a per-iteration
-    `seq`, and `seq_refs` their (source seq, destination seq), `()` for a
-    side without one; such a row's `*_buf`/`*_off` hold iteration 0."""
-
-    step: np.ndarray
-    src_buf: np.ndarray
-    src_off: np.ndarray
-    dst_buf: np.ndarray
-    dst_off: np.ndarray
-    nbytes: np.ndarray
-    src_stride: np.ndarray
-    dst_stride: np.ndarray
-    seq: np.ndarray
-    seq_refs: tuple[tuple[Seq, Seq], ...]
-
-    def refs(self, i: int) -> tuple[Ref, Ref]:
-        """Source (arg 0) and destination (arg 1) `Ref` of row `i` (for the
-        few `seq` rows; any row works)."""
-        k = int(np.searchsorted(self.seq, i))
-        s, d = self.seq_refs[k] if k < self.seq.size and self.seq[k] == i else ((), ())
-        return (Ref(0, int(self.src_buf[i]), int(self.src_off[i]), int(self.src_stride[i]), s),
-                Ref(1, int(self.dst_buf[i]), int(self.dst_off[i]), int(self.dst_stride[i]), d))
-
-
 def transfer_arrays(steps: tuple[Step, ...]) -> XferArrays:
     """Concatenate the transfer columns of `steps` (the back end's hot lists)."""
     counts = np.fromiter((len(st.transfers) for st in steps), dtype=np.int64, count=len(steps))
-    return _xfer_arrays(Xfers.concat([st.transfers for st in steps]), counts)
-
-
-def _xfer_arrays(x: Xfers, counts: np.ndarray) -> XferArrays:
-    """`x`: the rows of all steps in order, `counts[s]` of them in step s."""
-    step = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    step.flags.writeable = False
-    seq = np.asarray([i for i, _, _ in x.seq], dtype=np.int64)
-    seq.flags.writeable = False
-    return XferArrays(step=step, src_buf=x.src_buf, src_off=x.src_off, dst_buf=x.dst_buf,
-                      dst_off=x.dst_off, nbytes=x.nbytes, src_stride=x.src_stride,
-                      dst_stride=x.dst_stride, seq=seq,
-                      seq_refs=tuple((a, b) for _, a, b in x.seq))
-
-
-@dataclass(frozen=True, eq=False)
-class VertexArrays:
-    """All vertices of a schedule in step order as int64 arrays [V]: owning
-    `step`, `tile`, `kernel`, and `args` [V, NARGS] (`Vertex.args`: address
-    args 0).  Their refs flattened in (vertex, ref) order [R]: `ref_vertex`
-    (index into the vertex arrays), `ref_arg`, `ref_buf`, `ref_off`;
-    `iterated` the indices (ascending) of the refs with an `iter_stride` or a
-    `seq`, and `iter_refs` those `Ref`s."""
-
-    step: np.ndarray
-    tile: np.ndarray
-    kernel: np.ndarray
-    args: np.ndarray
-    ref_vertex: np.ndarray
-    ref_arg: np.ndarray
-    ref_buf: np.ndarray
-    ref_off: np.ndarray
-    iterated: np.ndarray
-    iter_refs: tuple[Ref, ...]
-
-
-def _ints(values: object, n: int) -> np.ndarray:
-    a = np.fromiter(values, dtype=np.int64, count=n)  # type: ignore[call-overload]
-    a.flags.writeable = False
-    return a
-
-
-def _distinct_rows(rows: list[tuple[int, ...]]) -> np.ndarray:
-    """int64 [len(rows), NARGS] from NARGS-tuples; vertices share few distinct
-    args tuples (one per kernel shape), so convert each distinct one once."""
-    code = {r: i for i, r in enumerate(dict.fromkeys(rows))}
-    index = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
-    table = np.asarray(list(code), dtype=np.int64).reshape(len(code), NARGS)
-    out = table[index]
-    out.flags.writeable = False
-    return out
+    return xfer_arrays(Xfers.concat([st.transfers for st in steps]), counts)
 
 
 def vertex_arrays(steps: tuple[Step, ...]) -> VertexArrays:
-    """Flatten the vertices of `steps` and their refs (one pass per field).
+    """Flatten the vertices of `steps` and their refs, reads and writes.
     Raises ValueError on a vertex without NARGS args."""
-    counts = np.fromiter((len(st.vertices) for st in steps), dtype=np.int64, count=len(steps))
-    verts = list(chain.from_iterable(st.vertices for st in steps))
-    n = len(verts)
-    args = list(map(attrgetter("args"), verts))
-    if set(map(len, args)) - {NARGS}:
-        bad = next(v for v in verts if len(v.args) != NARGS)
-        raise ValueError(f"tile {bad.tile}: vertex of kernel {bad.kernel} has "
-                         f"{len(bad.args)} args, not {NARGS} (a builder bug)")
-    per = list(map(attrgetter("refs"), verts))
-    nref = np.fromiter(map(len, per), dtype=np.int64, count=n)
-    refs = list(chain.from_iterable(per))
-    r = len(refs)
-    stride = np.fromiter(map(attrgetter("iter_stride"), refs), dtype=np.int64, count=r)
-    has_seq = np.fromiter(map(bool, map(attrgetter("seq"), refs)), dtype=bool, count=r)
-    iterated = np.flatnonzero((stride != 0) | has_seq)
-    step = np.repeat(np.arange(len(steps), dtype=np.int64), counts)
-    ref_vertex = np.repeat(np.arange(n, dtype=np.int64), nref)
-    for a in (step, ref_vertex, iterated):
-        a.flags.writeable = False
-    return VertexArrays(
-        step=step,
-        tile=_ints(map(attrgetter("tile"), verts), n),
-        kernel=_ints(map(attrgetter("kernel"), verts), n),
-        args=_distinct_rows(args),
-        ref_vertex=ref_vertex,
-        ref_arg=_ints(map(attrgetter("arg"), refs), r),
-        ref_buf=_ints(map(attrgetter("buf"), refs), r),
-        ref_off=_ints(map(attrgetter("offset"), refs), r),
-        iterated=iterated,
-        iter_refs=tuple(refs[i] for i in iterated.tolist()),
-    )
+    blocks = [(s, phase_columns(st.vertices)) for s, st in enumerate(steps) if st.vertices]
+    return concat_columns([b for _, b in blocks], [s for s, _ in blocks])
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,31 +126,83 @@ class Schedule:
         ]
 
 
+@dataclass(frozen=True, eq=False)
+class _PhaseFacts:
+    """What scheduling needs of one phase: its (reads, writes) buffer sets as
+    `Phase.reads/writes` define them, whether it is a reduction, whether any
+    of its refs is iterated, and (compute phases) its vertex columns."""
+
+    effects: Effects
+    reduction: bool
+    iterated: bool
+    columns: PhaseColumns | None
+
+
+# the facts of recent programs' phases: the optimizer's trial programs share
+# most phases (planner.columns); a few trials' worth (vit-tiny: ~70 each)
+_FACTS: PhaseMemo[_PhaseFacts] = PhaseMemo(1024)
+
+
+class _Facts:
+    """`_PhaseFacts` of phases through `_FACTS`.  Buffer sets are found with
+    a mask over the program's `nbufs` buffer ids (an exchange phase holds up
+    to 10^5 transfer rows but a few thousand distinct buffers)."""
+
+    def __init__(self, nbufs: int) -> None:
+        self._seen = np.zeros(nbufs, dtype=bool)  # scratch: all False between calls
+
+    def __call__(self, phase: Phase) -> _PhaseFacts:
+        facts = _FACTS.get(phase)
+        if facts is None:
+            facts = self._read(phase)
+            _FACTS.put(phase, facts)
+        return facts
+
+    def _read(self, phase: Phase) -> _PhaseFacts:
+        if phase.kind == COMPUTE:
+            cols = phase_columns(phase.vertices)
+            effects = self._distinct(cols.read_buf, []), self._distinct(cols.write_buf, [])
+            return _PhaseFacts(effects, _is_reduction(phase), bool(cols.iterated.size), cols)
+        x = phase.transfers
+        effects = (self._distinct(x.src_buf, [b for _, s, _ in x.seq for b, _ in s]),
+                   self._distinct(x.dst_buf, [b for _, _, d in x.seq for b, _ in d]))
+        return _PhaseFacts(effects, False, x.iterated, None)
+
+    def _distinct(self, bufs: np.ndarray, more: list[int]) -> frozenset[int]:
+        seen = self._seen
+        seen[bufs] = True
+        seen[np.asarray(more, dtype=np.int64)] = True
+        found = np.flatnonzero(seen)
+        seen[found] = False
+        return frozenset(found.tolist())
+
+
 class _Group:
     """A step under construction: phases of one kind merged so far."""
 
-    def __init__(self, phase: Phase, reads: frozenset[int], writes: frozenset[int]) -> None:
+    def __init__(self, phase: Phase, facts: _PhaseFacts) -> None:
         self.kind = phase.kind
         self.labels = [phase.label]
         self.vertices = list(phase.vertices)
         self.transfers = [phase.transfers]
-        self.reads = set(reads)
-        self.writes = set(writes)
-        self.reduction = _is_reduction(phase)
+        self.facts = [facts]
+        self.reads, self.writes = facts.effects  # copied only when a phase joins
+        self.reduction = facts.reduction
 
     def absorbs(self, kind: str, reads: frozenset[int], writes: frozenset[int]) -> bool:
         if kind != self.kind:
             return False
         return (writes.isdisjoint(self.reads) and writes.isdisjoint(self.writes)
-            and reads.isdisjoint(self.writes))
+                and reads.isdisjoint(self.writes))
 
-    def add(self, phase: Phase, reads: frozenset[int], writes: frozenset[int]) -> None:
+    def add(self, phase: Phase, facts: _PhaseFacts) -> None:
         self.labels.append(phase.label)
         self.vertices.extend(phase.vertices)
         self.transfers.append(phase.transfers)
-        self.reads |= reads
-        self.writes |= writes
-        self.reduction = self.reduction and _is_reduction(phase)
+        self.facts.append(facts)
+        self.reads = self.reads | facts.effects[0]
+        self.writes = self.writes | facts.effects[1]
+        self.reduction = self.reduction and facts.reduction
 
     def step(self) -> Step:
         """The step without its transfers (`schedule` attaches them)."""
@@ -262,45 +214,12 @@ def _is_reduction(phase: Phase) -> bool:
         map(REDUCE_KERNEL.__eq__, map(attrgetter("kernel"), phase.vertices)))
 
 
-class _Effects:
-    """(reads, writes) buffer sets of phases, as `Phase.reads/writes` define
-    them, computed once per phase object during one `schedule` call
-    (reduction delay and merging ask again for the same phases).  An
-    exchange phase's buffers are found with a mask over the `nbufs` buffer
-    ids (10^5 transfer rows, a few thousand distinct buffers)."""
-
-    def __init__(self, nbufs: int) -> None:
-        self._memo: dict[int, tuple[Phase, Effects]] = {}
-        self._seen = np.zeros(nbufs, dtype=bool)  # scratch: all False between calls
-
-    def __call__(self, phase: Phase) -> Effects:
-        hit = self._memo.get(id(phase))
-        if hit is not None and hit[0] is phase:
-            return hit[1]
-        if phase.kind == COMPUTE:
-            eff = frozenset(phase.reads()), frozenset(phase.writes())
-        else:
-            x = phase.transfers
-            eff = (self._distinct(x.src_buf, [b for _, s, _ in x.seq for b, _ in s]),
-                   self._distinct(x.dst_buf, [b for _, _, d in x.seq for b, _ in d]))
-        self._memo[id(phase)] = (phase, eff)  # holding the phase keeps its id unique
-        return eff
-
-    def _distinct(self, bufs: np.ndarray, more: list[int]) -> frozenset[int]:
-        seen = self._seen
-        seen[bufs] = True
-        seen[np.asarray(more, dtype=np.int64)] = True
-        found = np.flatnonzero(seen)
-        seen[found] = False
-        return frozenset(found.tolist())
-
-
 def _independent(a: Effects, b: Effects) -> bool:
     (ra, wa), (rb, wb) = a, b
     return not (wa & (rb | wb) or wb & ra)
 
 
-def _delay_reductions(segment: list[Phase], effects: _Effects) -> tuple[list[Phase], int]:
+def _delay_reductions(segment: list[Phase], facts: _Facts) -> tuple[list[Phase], int]:
     """Move each reduction phase forward past independent exchange phases to
     sit just before the next compute phase it is independent of."""
     phases = list(segment)
@@ -308,16 +227,16 @@ def _delay_reductions(segment: list[Phase], effects: _Effects) -> tuple[list[Pha
     i = 0
     while i < len(phases):
         p = phases[i]
-        if not _is_reduction(p):
+        if not facts(p).reduction:
             i += 1
             continue
-        eff = effects(p)
+        eff = facts(p).effects
         j = i + 1
         while (j < len(phases) and phases[j].kind == EXCHANGE
-               and _independent(eff, effects(phases[j]))):
+               and _independent(eff, facts(phases[j]).effects)):
             j += 1
         if j > i + 1 and j < len(phases) and phases[j].kind == COMPUTE:
-            if _independent(eff, effects(phases[j])):
+            if _independent(eff, facts(phases[j]).effects):
                 phases.insert(j - 1, phases.pop(i))
                 moved += 1
                 i = j  # continue after the moved reduction
@@ -327,35 +246,33 @@ def _delay_reductions(segment: list[Phase], effects: _Effects) -> tuple[list[Pha
 
 
 def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
-           effects_of: _Effects) -> tuple[list[_Group], int]:
+           facts_of: _Facts) -> tuple[list[_Group], int]:
     """Greedy superstep packing: each step starts with the first pending
     phase and absorbs later pending phases of its kind, looking at most
     `lookahead` phases past the last one it could not take, provided the
     absorbed phase is independent of the step and of every pending phase it
     jumps over (so every dependency still runs in an earlier step)."""
     pending = [ph for ph in segment if ph.vertices or ph.transfers]
-    effects = [effects_of(ph) for ph in pending]
+    facts = [facts_of(ph) for ph in pending]
     groups: list[_Group] = []
     merged = 0
     while pending:
-        head = pending.pop(0)
-        r0, w0 = effects.pop(0)
-        group = _Group(head, r0, w0)
+        group = _Group(pending.pop(0), facts.pop(0))
         skipped_r: set[int] = set()
         skipped_w: set[int] = set()
         j = 0
         misses = 0
         while j < len(pending) and misses < lookahead:
-            ph = pending[j]
-            reads, writes = effects[j]
+            ph, f = pending[j], facts[j]
+            reads, writes = f.effects
             ok = group.absorbs(ph.kind, reads, writes) and (
-                reduction_overlap or not (group.reduction or _is_reduction(ph)))
+                reduction_overlap or not (group.reduction or f.reduction))
             ok = ok and (writes.isdisjoint(skipped_r) and writes.isdisjoint(skipped_w)
                          and reads.isdisjoint(skipped_w))
             if ok:
-                group.add(ph, reads, writes)
+                group.add(ph, f)
                 pending.pop(j)
-                effects.pop(j)
+                facts.pop(j)
                 merged += 1
                 continue
             j += 1
@@ -382,25 +299,28 @@ def schedule(program: Program, reduction_overlap: bool = False,
     merged_total = 0
     delayed_total = 0
     segment: list[Phase] = []
-    effects = _Effects(len(program.bufs))
+    facts = _Facts(len(program.bufs))
+    blocks: list[tuple[int, PhaseColumns]] = []  # (step, vertex columns) of compute phases
 
     def flush() -> None:
         nonlocal merged_total, delayed_total
         phases = segment
         if reduction_overlap:
-            phases, moved = _delay_reductions(phases, effects)
+            phases, moved = _delay_reductions(phases, facts)
             delayed_total += moved
         window = max(lookahead, OVERLAP_LOOKAHEAD) if reduction_overlap else lookahead
-        new, merged = _merge(phases, reduction_overlap, window, effects)
+        new, merged = _merge(phases, reduction_overlap, window, facts)
         merged_total += merged
         enclosing = open_loops[-1] if open_loops else -1
         for group in new:
             st = group.step()
-            if enclosing < 0 and _has_iterated(st.vertices, group.transfers):
+            if enclosing < 0 and any(f.iterated for f in group.facts):
                 raise BuildFailure(
                     "schedule", _first_tile(st), 0, 0,
                     f"step {len(steps)} ({st.labels[0]}) has an iterated ref outside any Repeat",
                 )
+            blocks.extend((len(steps), f.columns) for f in group.facts
+                          if f.columns is not None and f.columns.tile.size)
             steps.append(st)
             parts.append(group.transfers)
             loop_of.append(enclosing)
@@ -437,8 +357,8 @@ def schedule(program: Program, reduction_overlap: bool = False,
         label = steps[open_loops[-1]].labels[0]
         raise BuildFailure("schedule", -1, 0, 0, f"loop {label} never ends")
     frozen, xfers = _attach_transfers(steps, parts)
-    return Schedule(frozen, tuple(loop_of), merged_total, delayed_total, xfers,
-                    vertex_arrays(frozen))
+    verts = concat_columns([b for _, b in blocks], [s for s, _ in blocks])
+    return Schedule(frozen, tuple(loop_of), merged_total, delayed_total, xfers, verts)
 
 
 def _attach_transfers(steps: list[Step],
@@ -452,14 +372,7 @@ def _attach_transfers(steps: list[Step],
     for st, n in zip(steps, counts.tolist(), strict=True):
         out.append(replace(st, transfers=x.rows(lo, lo + n)) if n else st)
         lo += n
-    return tuple(out), _xfer_arrays(x, counts)
-
-
-def _has_iterated(vertices: tuple[Vertex, ...], transfers: list[Xfers]) -> bool:
-    refs = list(chain.from_iterable(map(attrgetter("refs"), vertices)))
-    if any(map(attrgetter("iter_stride"), refs)) or any(map(attrgetter("seq"), refs)):
-        return True
-    return any(x.iterated for x in transfers)
+    return tuple(out), xfer_arrays(x, counts)
 
 
 def _first_tile(st: Step) -> int:

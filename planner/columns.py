@@ -1,0 +1,252 @@
+"""Flat columns of a schedule: its transfers and vertices as int64 arrays.
+
+Allocation and linking read every transfer and vertex of a schedule; as
+columns they do that with numpy instead of per-object Python.  Transfers
+already are columns (`Xfers`); vertices are objects, read here once per
+compute phase into a `PhaseColumns` block, and a schedule's `VertexArrays`
+is the concatenation of its phases' blocks in step order.
+
+What is derived from a phase can be remembered in a `PhaseMemo` while the
+phase and the very vertex and Xfers objects it holds are unchanged: the
+optimizer's trial programs share most of their phases with the previous
+expansion (incremental expansion reuses them), so the scheduler reads most
+phases once per optimizer run, not once per trial.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, is_
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from planner.program import NARGS, Phase, Ref, Seq, Vertex, Xfers
+
+
+@dataclass(frozen=True, eq=False)
+class XferArrays:
+    """All transfers of a schedule in step order, as read-only int64 arrays
+    [X]: the owning step, then the `Xfers` columns (source and destination
+    buffer, byte offset and `iter_stride`, bytes).  `seq` holds the indices
+    (ascending) of the rows whose source or destination has a per-iteration
+    `seq`, and `seq_refs` their (source seq, destination seq), `()` for a
+    side without one; such a row's `*_buf`/`*_off` hold iteration 0."""
+
+    step: np.ndarray
+    src_buf: np.ndarray
+    src_off: np.ndarray
+    dst_buf: np.ndarray
+    dst_off: np.ndarray
+    nbytes: np.ndarray
+    src_stride: np.ndarray
+    dst_stride: np.ndarray
+    seq: np.ndarray
+    seq_refs: tuple[tuple[Seq, Seq], ...]
+
+    def refs(self, i: int) -> tuple[Ref, Ref]:
+        """Source (arg 0) and destination (arg 1) `Ref` of row `i` (for the
+        few `seq` rows; any row works)."""
+        k = int(np.searchsorted(self.seq, i))
+        s, d = self.seq_refs[k] if k < self.seq.size and self.seq[k] == i else ((), ())
+        return (Ref(0, int(self.src_buf[i]), int(self.src_off[i]), int(self.src_stride[i]), s),
+                Ref(1, int(self.dst_buf[i]), int(self.dst_off[i]), int(self.dst_stride[i]), d))
+
+
+def xfer_arrays(x: Xfers, counts: np.ndarray) -> XferArrays:
+    """`x`: the transfer rows of all steps in order, `counts[s]` of them in
+    step s."""
+    step = _frozen(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
+    seq = _frozen(np.asarray([i for i, _, _ in x.seq], dtype=np.int64))
+    return XferArrays(step=step, src_buf=x.src_buf, src_off=x.src_off, dst_buf=x.dst_buf,
+                      dst_off=x.dst_off, nbytes=x.nbytes, src_stride=x.src_stride,
+                      dst_stride=x.dst_stride, seq=seq,
+                      seq_refs=tuple((a, b) for _, a, b in x.seq))
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseColumns:
+    """The vertices of one vertex list as read-only int64 arrays [n]: `tile`,
+    `kernel`, `args` [n, NARGS] (`Vertex.args`: address args 0), and per
+    vertex how many refs, reads and writes it has (`nref`, `nread`,
+    `nwrite`).  Refs in (vertex, ref) order [R]: `ref_arg`, `ref_buf`,
+    `ref_off`; `iterated` the indices of refs with an `iter_stride` or a
+    `seq` and `iter_refs` those refs.  `read_buf`/`write_buf`: every vertex's
+    `reads`/`writes` in vertex order."""
+
+    tile: np.ndarray
+    kernel: np.ndarray
+    args: np.ndarray
+    nref: np.ndarray
+    ref_arg: np.ndarray
+    ref_buf: np.ndarray
+    ref_off: np.ndarray
+    iterated: np.ndarray
+    iter_refs: tuple[Ref, ...]
+    nread: np.ndarray
+    read_buf: np.ndarray
+    nwrite: np.ndarray
+    write_buf: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class VertexArrays:
+    """All vertices of a schedule in step order as read-only int64 arrays
+    [V]: owning `step`, `tile`, `kernel`, and `args` [V, NARGS] (`Vertex.args`:
+    address args 0).  Their refs flattened in (vertex, ref) order [R]:
+    `ref_vertex` (index into the vertex arrays), `ref_arg`, `ref_buf`,
+    `ref_off`; `iterated` the indices (ascending) of the refs with an
+    `iter_stride` or a `seq`, and `iter_refs` those `Ref`s.  `read_buf` /
+    `read_vertex` [RD] and `write_buf` / `write_vertex` [WR]: every vertex's
+    `reads` / `writes` in vertex order and the vertex each belongs to."""
+
+    step: np.ndarray
+    tile: np.ndarray
+    kernel: np.ndarray
+    args: np.ndarray
+    ref_vertex: np.ndarray
+    ref_arg: np.ndarray
+    ref_buf: np.ndarray
+    ref_off: np.ndarray
+    iterated: np.ndarray
+    iter_refs: tuple[Ref, ...]
+    read_vertex: np.ndarray
+    read_buf: np.ndarray
+    write_vertex: np.ndarray
+    write_buf: np.ndarray
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _ints(values: object, n: int) -> np.ndarray:
+    return _frozen(np.fromiter(values, dtype=np.int64, count=n))  # type: ignore[call-overload]
+
+
+def _distinct_rows(rows: list[tuple[int, ...]]) -> np.ndarray:
+    """int64 [len(rows), NARGS] from NARGS-tuples; vertices share few distinct
+    args tuples (one per kernel shape), so convert each distinct one once."""
+    code = {r: i for i, r in enumerate(dict.fromkeys(rows))}
+    index = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
+    table = np.asarray(list(code), dtype=np.int64).reshape(len(code), NARGS)
+    return _frozen(table[index])
+
+
+def _flat(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths, values) of a list of int tuples."""
+    lengths = _ints(map(len, rows), len(rows))
+    return lengths, _ints(chain.from_iterable(rows), int(lengths.sum()))
+
+
+def phase_columns(vertices: Sequence[Vertex]) -> PhaseColumns:
+    """Read `vertices` into columns (one pass per field).  Raises ValueError
+    on a vertex without NARGS args (a builder bug)."""
+    n = len(vertices)
+    args = list(map(attrgetter("args"), vertices))
+    if set(map(len, args)) - {NARGS}:
+        bad = next(v for v in vertices if len(v.args) != NARGS)
+        raise ValueError(f"tile {bad.tile}: vertex of kernel {bad.kernel} has "
+                         f"{len(bad.args)} args, not {NARGS} (a builder bug)")
+    per = list(map(attrgetter("refs"), vertices))
+    nref = _ints(map(len, per), n)
+    refs = list(chain.from_iterable(per))
+    r = len(refs)
+    stride = np.fromiter(map(attrgetter("iter_stride"), refs), dtype=np.int64, count=r)
+    has_seq = np.fromiter(map(bool, map(attrgetter("seq"), refs)), dtype=bool, count=r)
+    iterated = _frozen(np.flatnonzero((stride != 0) | has_seq))
+    nread, read_buf = _flat(list(map(attrgetter("reads"), vertices)))
+    nwrite, write_buf = _flat(list(map(attrgetter("writes"), vertices)))
+    return PhaseColumns(
+        tile=_ints(map(attrgetter("tile"), vertices), n),
+        kernel=_ints(map(attrgetter("kernel"), vertices), n),
+        args=_distinct_rows(args),
+        nref=nref,
+        ref_arg=_ints(map(attrgetter("arg"), refs), r),
+        ref_buf=_ints(map(attrgetter("buf"), refs), r),
+        ref_off=_ints(map(attrgetter("offset"), refs), r),
+        iterated=iterated,
+        iter_refs=tuple(refs[i] for i in iterated.tolist()),
+        nread=nread, read_buf=read_buf, nwrite=nwrite, write_buf=write_buf,
+    )
+
+
+def concat_columns(blocks: Sequence[PhaseColumns], steps: Sequence[int]) -> VertexArrays:
+    """The `VertexArrays` of `blocks` in order, block i's vertices in step
+    `steps[i]`."""
+    def cat(name: str) -> np.ndarray:
+        parts = [getattr(b, name) for b in blocks]
+        return _frozen(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+
+    sizes = np.fromiter((b.tile.size for b in blocks), dtype=np.int64, count=len(blocks))
+    n = int(sizes.sum())
+    vertex = np.arange(n, dtype=np.int64)
+    nref = cat("nref")
+    ref_base = np.cumsum([0] + [b.ref_buf.size for b in blocks])
+    iterated = [b.iterated + base for b, base in zip(blocks, ref_base.tolist(), strict=False)]
+    args = (np.concatenate([b.args for b in blocks]) if blocks
+            else np.zeros((0, NARGS), dtype=np.int64))
+    return VertexArrays(
+        step=_frozen(np.repeat(np.asarray(steps, dtype=np.int64), sizes)),
+        tile=cat("tile"),
+        kernel=cat("kernel"),
+        args=_frozen(args),
+        ref_vertex=_frozen(np.repeat(vertex, nref)),
+        ref_arg=cat("ref_arg"),
+        ref_buf=cat("ref_buf"),
+        ref_off=cat("ref_off"),
+        iterated=_frozen(np.concatenate(iterated) if iterated else np.zeros(0, np.int64)),
+        iter_refs=tuple(chain.from_iterable(b.iter_refs for b in blocks)),
+        read_vertex=_frozen(np.repeat(vertex, cat("nread"))),
+        read_buf=cat("read_buf"),
+        write_vertex=_frozen(np.repeat(vertex, cat("nwrite"))),
+        write_buf=cat("write_buf"),
+    )
+
+
+V = TypeVar("V")
+
+
+class PhaseMemo(Generic[V]):
+    """Values derived from phases, remembered for at most `max_entries`
+    phases (least recently used first out) and returned only while the phase
+    has the same kind and holds the same vertex objects in the same order and
+    the same `Xfers` object (vertices and Xfers are immutable, so equal
+    identity means equal content).  An entry keeps its phase alive, so the
+    phase's id cannot be reused while it is remembered.  Thread-safe (a
+    thread-pool optimizer schedules from several threads)."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._data: OrderedDict[int, tuple[Phase, str, tuple[Vertex, ...], Xfers, V]] = (
+            OrderedDict())
+        self._lock = threading.Lock()
+
+    def get(self, phase: Phase) -> V | None:
+        with self._lock:
+            hit = self._data.get(id(phase))
+            if hit is None:
+                return None
+            self._data.move_to_end(id(phase))
+        ph, kind, vertices, transfers, value = hit
+        if ph is not phase or kind != phase.kind or transfers is not phase.transfers:
+            return None
+        if len(vertices) != len(phase.vertices) or not all(map(is_, vertices, phase.vertices)):
+            return None
+        return value
+
+    def put(self, phase: Phase, value: V) -> None:
+        entry = (phase, phase.kind, tuple(phase.vertices), phase.transfers, value)
+        with self._lock:
+            self._data[id(phase)] = entry
+            self._data.move_to_end(id(phase))
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)

@@ -1,0 +1,85 @@
+"""planner.columns: per-phase vertex columns, their concatenation, the phase memo."""
+
+from __future__ import annotations
+
+import numpy as np
+from handprog import copy_vertex, loop_program
+
+from planner.columns import PhaseMemo, concat_columns, phase_columns
+from planner.program import Phase, Ref, Transfer, Vertex, Xfers
+from planner.schedule import schedule, vertex_arrays
+
+
+def _vertices() -> list[Vertex]:
+    seq = ((4, 0), (5, 0))
+    return [copy_vertex(1, 3, 4),
+            Vertex(2, 11, (9,) * 16, (Ref(1, 6, 8, 64), Ref(3, 7), Ref(5, 4, 0, 0, seq)),
+                   (6, 4, 5), (7,)),
+            Vertex(0, 10, (1,) * 16, (), (), (2,))]
+
+
+def test_phase_columns_match_per_vertex_reading() -> None:
+    vs = _vertices()
+    c = phase_columns(vs)
+    refs = [r for v in vs for r in v.refs]
+    assert c.tile.tolist() == [1, 2, 0] and c.kernel.tolist() == [v.kernel for v in vs]
+    assert c.args.tolist() == [list(v.args) for v in vs]
+    assert c.nref.tolist() == [2, 3, 0]
+    assert c.ref_arg.tolist() == [r.arg for r in refs] == [0, 2, 1, 3, 5]
+    assert c.ref_buf.tolist() == [3, 4, 6, 7, 4]
+    assert c.ref_off.tolist() == [0, 0, 8, 0, 0]
+    assert c.iterated.tolist() == [2, 4] and c.iter_refs == (refs[2], refs[4])
+    assert c.nread.tolist() == [1, 3, 0] and c.read_buf.tolist() == [3, 6, 4, 5]
+    assert c.nwrite.tolist() == [1, 1, 1] and c.write_buf.tolist() == [4, 7, 2]
+    assert not c.ref_buf.flags.writeable and not c.args.flags.writeable
+
+
+def test_concat_columns_offsets_blocks() -> None:
+    vs = _vertices()
+    a, b = phase_columns(vs[:2]), phase_columns(vs[1:])
+    v = concat_columns([a, b], [4, 9])
+    assert v.step.tolist() == [4, 4, 9, 9]
+    assert v.tile.tolist() == [1, 2, 2, 0]
+    assert v.ref_vertex.tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    assert v.iterated.tolist() == [2, 4, 5, 7]
+    assert v.read_vertex.tolist() == [0, 1, 1, 1, 2, 2, 2]
+    assert v.write_vertex.tolist() == [0, 1, 2, 3] and v.write_buf.tolist() == [4, 7, 7, 2]
+    empty = concat_columns([], [])
+    assert empty.step.size == 0 and empty.args.shape == (0, 16)
+
+
+def test_memo_returns_value_only_for_unchanged_phase() -> None:
+    memo: PhaseMemo[str] = PhaseMemo(2)
+    vs = _vertices()
+    ph = Phase("compute", "p", list(vs))
+    memo.put(ph, "cols")
+    assert memo.get(ph) == "cols"
+    assert memo.get(Phase("compute", "p", list(vs))) is None  # another phase object
+    ph.vertices[1] = Vertex(2, 11, (8,) * 16, vs[1].refs, vs[1].reads, vs[1].writes)
+    assert memo.get(ph) is None  # a vertex replaced
+    ph.vertices[1] = vs[1]
+    assert memo.get(ph) == "cols"
+    ph.vertices.append(vs[0])
+    assert memo.get(ph) is None  # a vertex appended
+    ex = Phase("exchange", "x", transfers=[Transfer(Ref(0, 1), Ref(1, 2), 8)])
+    memo.put(ex, "facts")
+    assert memo.get(ex) == "facts"
+    ex.transfers = Xfers.of([Transfer(Ref(0, 1), Ref(1, 3), 8)])
+    assert memo.get(ex) is None  # other transfers
+    q = Phase("compute", "q", [])
+    memo.put(q, "q")
+    assert len(memo) == 2 and memo.get(ph) is None  # least recently used left first
+
+
+def test_schedule_columns_same_with_warm_memo() -> None:
+    """A schedule built from remembered phase facts equals one read fresh."""
+    p = loop_program(3)
+    first = schedule(p).vertex_arrays()
+    again = schedule(p).vertex_arrays()
+    fresh = vertex_arrays(schedule(p).steps)
+    for v in (again, fresh):
+        for name in ("step", "tile", "kernel", "args", "ref_vertex", "ref_arg", "ref_buf",
+                     "ref_off", "iterated", "read_vertex", "read_buf", "write_vertex",
+                     "write_buf"):
+            assert np.array_equal(getattr(v, name), getattr(first, name)), name
+        assert v.iter_refs == first.iter_refs
