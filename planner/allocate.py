@@ -212,7 +212,8 @@ def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, xseq, persistent, nsteps, loo
     first = np.full(nb, big, dtype=np.int64)
     last = np.full(nb, -1, dtype=np.int64)
     skip = np.zeros(xstep.shape[0], dtype=np.bool_)
-    skip[xseq] = True
+    for j in range(xseq.shape[0]):
+        skip[xseq[j]] = True
     for i in range(tb.shape[0]):
         b, s = tb[i], ts[i]
         first[b] = min(first[b], s)
@@ -221,9 +222,11 @@ def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, xseq, persistent, nsteps, loo
         if skip[i]:
             continue
         s = xstep[i]
-        for b in (xsrc[i], xdst[i]):
-            first[b] = min(first[b], s)
-            last[b] = max(last[b], s)
+        b, d = xsrc[i], xdst[i]
+        first[b] = min(first[b], s)
+        last[b] = max(last[b], s)
+        first[d] = min(first[d], s)
+        last[d] = max(last[d], s)
     for b in range(nb):
         if last[b] < 0:
             first[b] = 0
@@ -231,12 +234,10 @@ def _live(tb, ts, tf, xstep, xsrc, xdst, xss, xds, xseq, persistent, nsteps, loo
         if persistent[b]:
             first[b] = 0
             last[b] = max(nsteps - 1, 0)
-    fin = np.empty(nb, dtype=np.int64)  # earliest step inside the loop
-    carried = np.empty(nb, dtype=np.bool_)
     for k in range(loop_b.shape[0]):
         b0, e0 = loop_b[k], loop_e[k]
-        fin[:] = big
-        carried[:] = False
+        fin = np.full(nb, big, dtype=np.int64)  # earliest step inside the loop
+        carried = np.zeros(nb, dtype=np.bool_)
         for i in range(tb.shape[0]):
             b, s = tb[i], ts[i]
             if b0 < s < e0:
@@ -429,7 +430,19 @@ def _place(order, size, align, first, last, lo, hi, addr, p_ptr, p_list, placed,
 
 @kjit
 def _stable_by(ids, key):  # pragma: no cover - jitted
-    return ids[np.argsort(key[ids], kind="mergesort")]
+    """`ids` stably sorted by key[ids].  Insertion sort: a tile holds tens of
+    buffers (placement is quadratic in them anyway), and it compiles in a
+    fraction of the time of numba's merge sort."""
+    out = ids.copy()
+    for q in range(1, out.shape[0]):
+        x = out[q]
+        kx = key[x]
+        j = q
+        while j > 0 and key[out[j - 1]] > kx:
+            out[j] = out[j - 1]
+            j -= 1
+        out[j] = x
+    return out
 
 
 @kjit
@@ -455,30 +468,30 @@ def _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi, addr, p_ptr
         if ids.shape[0] == 0:
             continue
         by_size = _stable_by(_stable_by(ids, first), neg_size)
-        if avoid:
-            k, _ = _place(by_size, size, align, first, last, lo[t], hi[t], addr, p_ptr, p_list,
-                          placed, base, elem, True, span0, span1)
-            if k < 0:
-                continue
         fail_buf = -1
         fail_gap = 0
-        for o in range(3):
-            if o == 0:
+        placed_all = False
+        # attempt 0: element-aware by size; 1, 2, 3: plain by size, first step, lifetime.
+        # One call site: a literal True/False argument would compile _place once more each.
+        for attempt in range(4):
+            if attempt == 0 and not avoid:
+                continue
+            if attempt <= 1:
                 order = by_size
-            elif o == 1:
+            elif attempt == 2:
                 order = _stable_by(_stable_by(ids, neg_size), first)
             else:
                 order = _stable_by(by_size, neg_len)
             k, largest = _place(order, size, align, first, last, lo[t], hi[t], addr, p_ptr,
-                                p_list, placed, base, elem, False, span0, span1)
+                                p_list, placed, base, elem, attempt == 0, span0, span1)
             if k < 0:
-                fallback += 1 if avoid or o > 0 else 0
-                fail_buf = -1
+                fallback += 1 if attempt > 1 or (attempt == 1 and avoid) else 0
+                placed_all = True
                 break
-            if fail_buf < 0:
+            if attempt > 0 and fail_buf < 0:
                 fail_buf = order[k]
                 fail_gap = largest
-        if fail_buf >= 0:
+        if not placed_all:
             return fallback, t, fail_buf, fail_gap
     return fallback, -1, -1, 0
 
