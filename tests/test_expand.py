@@ -309,3 +309,27 @@ def test_make_vertex_equals_dict_vertex(kid: int) -> None:
     assert [r.arg for r in got.refs] == [0, 2, 4, 13]
     assert got.reads == (3, 4, 7, 9) and got.writes == (5,)
     assert got.args[:4] == (0, 64, 0, 32) and got.args[12] == -3
+
+
+def test_gc_paused_freezes_survivors_when_the_outermost_pause_ends() -> None:
+    """Nested pauses keep the collector off; the outermost one's end moves the
+    objects alive then to the permanent generation and enables it again."""
+    import gc
+
+    from planner.expand import gc_paused
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    with gc_paused():
+        kept = [[i] for i in range(1000)]
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a pause inside a disabled collector leaves it off
+    finally:
+        gc.enable()
