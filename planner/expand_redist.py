@@ -25,10 +25,12 @@ A destination replica on the tile that already holds the identical source
 cell shares its storage instead (no transfer).
 
 A move emits 10⁴–10⁶ transfers, so pieces, panel offsets and transfer rows
-are computed over arrays (jitted loops enumerate the pieces and their
-endpoints, numpy lays out panels and splits rows); only the COPY vertices
-and the rare endpoints with a per-iteration `seq` (ping-pong loop carries)
-are built one object at a time.
+are computed over arrays: one jitted loop enumerates the pieces straight
+into transfer columns (no per-piece arrays beyond the output: a move's
+memory traffic is its cost), numpy lays out the panels of the few column
+pieces and splits rows; only the COPY vertices and the rare endpoints with
+a per-iteration `seq` (ping-pong loop carries) are built one object at a
+time.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from itertools import chain
 import numpy as np
 
 from kernels import ids
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from planner.layout import Layout
 from planner.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
 
@@ -81,66 +83,111 @@ class Moves:
 
 # columns of the piece array `pieces` returns
 PIECE_COLUMNS = ("scell", "rep", "a0", "a1", "b0", "b1", "cell", "k", "row", "col")
+# piece flags (`_enumerate`): the source / destination Loc has a seq; the
+# piece is packed into a source panel / landed in a destination panel
+SRC_SEQ, DST_SEQ, PACK, LAND = 1, 2, 4, 8
 
 
 @dataclass(frozen=True)
 class _Grid:
-    """A layout's cells as int64 arrays: the cuts `rc`/`cc`; the owner
-    tuples as CSR (replica j of cell c is tile `tiles[off[c] + j]`); per
-    cell its first row `r0`, first column `c0` and width `cw`."""
+    """A layout's cells as int64 arrays: the cuts `rc`/`cc` and the owner
+    tuples as CSR (replica j of cell c is tile `tiles[off[c] + j]`)."""
 
     rc: np.ndarray
     cc: np.ndarray
     off: np.ndarray
     tiles: np.ndarray
-    r0: np.ndarray
-    c0: np.ndarray
-    cw: np.ndarray
 
     @staticmethod
     def of(lay: Layout) -> _Grid:
-        rc = np.asarray(lay.row_cuts, dtype=np.int64)
-        cc = np.asarray(lay.col_cuts, dtype=np.int64)
         sizes = np.fromiter(map(len, lay.owners), dtype=np.int64, count=len(lay.owners))
         off = np.zeros(sizes.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=off[1:])
         tiles = np.fromiter(chain.from_iterable(lay.owners), dtype=np.int64, count=int(off[-1]))
-        return _Grid(rc, cc, off, tiles, np.repeat(rc[:-1], lay.nc), np.tile(cc[:-1], lay.nr),
-                     np.tile(np.diff(cc), lay.nr))
+        return _Grid(np.asarray(lay.row_cuts, dtype=np.int64),
+                     np.asarray(lay.col_cuts, dtype=np.int64), off, tiles)
+
+    def loc_columns(self, locs: list[list[Loc]]) -> tuple[list[Loc], np.ndarray, np.ndarray]:
+        """The Locs of every cell replica flat (owner CSR order), their
+        (buffer, offset, iter_stride) as int64 [3, n], and which have a seq."""
+        flat = list(chain.from_iterable(locs))
+        assert len(flat) == self.off[-1], "one Loc per cell replica"
+        if not flat:
+            return flat, np.zeros((3, 0), dtype=np.int64), np.zeros(0, dtype=np.bool_)
+        bufs, offs, strides, seqs = zip(*flat, strict=True)
+        has_seq = np.fromiter(map(bool, seqs), np.bool_, len(flat)) if any(seqs) \
+            else np.zeros(len(flat), dtype=np.bool_)
+        return flat, np.array((bufs, offs, strides), dtype=np.int64), has_seq
+
+
+@dataclass(frozen=True)
+class _Enumerated:
+    """What `_enumerate` fills: per piece i its transfer `xf[:, i]` (source
+    buffer, offset, iter stride, destination buffer, offset, iter stride,
+    bytes), flags (SRC_SEQ | DST_SEQ | PACK | LAND) and `_aligned` head (the
+    first of two rows' bytes, 0 for one row); `ps` int64 [11, m]: the
+    PIECE_COLUMNS and index of the listed pieces (every piece, or those
+    with a flag)."""
+
+    xf: np.ndarray
+    flags: np.ndarray
+    head: np.ndarray
+    ps: np.ndarray
+
+    def to_panel(self, rows: np.ndarray, side: int, bufs: np.ndarray, at: np.ndarray) -> None:
+        """Pieces `rows` move from (`side` 0) or to (3) panel buffers `bufs`
+        at offsets `at` instead of their cell: new endpoints, no seq there,
+        heads again."""
+        xf = self.xf
+        xf[side, rows], xf[side + 1, rows], xf[side + 2, rows] = bufs, at, 0
+        self.flags[rows] &= ~np.uint8(SRC_SEQ if side == 0 else DST_SEQ)
+        a = _granule_of(xf[1, rows] | xf[2, rows] | xf[4, rows] | xf[5, rows])
+        self.head[rows] = np.where((_granule_of(xf[6, rows]) > a) & (xf[6, rows] > a), a, 0)
+
+
+def _enumerated(src: _Grid, dst: _Grid, segments: tuple, skip: set[tuple[int, int]],
+                slocs: np.ndarray, sseq: np.ndarray, dlocs: np.ndarray, dseq: np.ndarray,
+                elem: int, every: bool) -> _Enumerated:
+    todo = np.ones(dst.tiles.size, dtype=np.bool_)
+    for cell, k in skip:
+        todo[dst.off[cell] + k] = False
+    segs = np.asarray(segments, dtype=np.int64).reshape(-1, 6)
+    args = (segs, dst.rc, dst.cc, dst.off, dst.tiles, todo, src.rc, src.cc, src.off, src.tiles,
+            slocs, sseq, dlocs, dseq, elem, every)
+    n, m = _enumerate(*args, np.empty((7, 0), dtype=np.int64), np.empty(0, dtype=np.uint8),
+                      np.empty(0, dtype=np.uint8), np.empty((11, 0), dtype=np.int64))
+    out = _Enumerated(np.empty((7, n), dtype=np.int64), np.empty(n, dtype=np.uint8),
+                      np.empty(n, dtype=np.uint8), np.empty((11, m), dtype=np.int64))
+    _enumerate(*args, out.xf, out.flags, out.head, out.ps)
+    return out
 
 
 def pieces(src: Layout, dst: Layout, segments: tuple,
            skip: set[tuple[int, int]]) -> np.ndarray:
     """Every source rectangle (in source coordinates) that lands in a
     destination cell replica, with its top-left destination coordinates:
-    int64 [10, n], one row per field of `PIECE_COLUMNS` = (source cell, source replica
-    (the one on the destination tile, else 0), source rows [a0, a1), source
-    columns [b0, b1), destination cell, destination replica, destination row,
-    destination column), ordered by segment, destination row cell, column
-    cell, source row cell, column cell, destination replica."""
-    return _grid_pieces(_Grid.of(src), _Grid.of(dst), segments, skip)
-
-
-def _grid_pieces(src: _Grid, dst: _Grid, segments: tuple,
-                 skip: set[tuple[int, int]]) -> np.ndarray:
-    todo = np.ones(dst.tiles.size, dtype=np.bool_)
-    for cell, k in skip:
-        todo[dst.off[cell] + k] = False
-    segs = np.asarray(segments, dtype=np.int64).reshape(-1, 6)
-    args = (segs, dst.rc, dst.cc, dst.off, dst.tiles, todo, src.rc, src.cc, src.off, src.tiles)
-    out = np.empty((len(PIECE_COLUMNS), 0), dtype=np.int64)
-    n = _pieces(*args, out)
-    out = np.empty((len(PIECE_COLUMNS), n), dtype=np.int64)
-    _pieces(*args, out)
-    return out
+    int64 [10, n], one row per field of `PIECE_COLUMNS` = (source cell,
+    source replica (the one on the destination tile, else 0), source rows
+    [a0, a1), source columns [b0, b1), destination cell, destination
+    replica, destination row, destination column), ordered by segment,
+    destination row cell, column cell, source row cell, column cell,
+    destination replica."""
+    sg, dg = _Grid.of(src), _Grid.of(dst)
+    ns, nd = int(sg.off[-1]), int(dg.off[-1])
+    return _enumerated(sg, dg, segments, skip, np.zeros((3, ns), dtype=np.int64),
+                       np.zeros(ns, dtype=np.bool_), np.zeros((3, nd), dtype=np.int64),
+                       np.zeros(nd, dtype=np.bool_), 1, True).ps[:10]
 
 
 @kjit
-def _pieces(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile,
-            out):  # pragma: no cover - jitted
-    """Fill `out` with the pieces (as `pieces` documents) while they fit;
-    return how many there are (call with an empty `out` to count)."""
+def _enumerate(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile, slocs, sseq, dlocs,
+               dseq, elem, every, xf, flags, head, ps):  # pragma: no cover - jitted
+    """Enumerate the pieces in `pieces` order and fill `_Enumerated`'s
+    arrays while they fit (call with empty ones to count); return (pieces,
+    listed pieces).  `slocs`/`dlocs` are the cell replicas' (buffer,
+    offset, stride) rows, `sseq`/`dseq` which of them have a seq."""
     n = 0
+    m = 0
     dnr, dnc = drc.shape[0] - 1, dcc.shape[0] - 1
     snr, snc = src.shape[0] - 1, scc.shape[0] - 1
     for g in range(segs.shape[0]):
@@ -173,21 +220,47 @@ def _pieces(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile,
                         if b0 >= b1:
                             continue
                         scell = sri * snc + sci
+                        row, col = a0 - sr0 + dr0, b0 - sc0 + dc0
+                        s_at = ((a0 - src[sri]) * (scc[sci + 1] - scc[sci]) + b0 - scc[sci]) * elem
+                        d_at = ((row - drc[ri]) * (dcc[ci + 1] - dcc[ci]) + col - dcc[ci]) * elem
+                        f = 0
+                        if a1 - a0 > 1 and b1 - b0 != scc[sci + 1] - scc[sci]:
+                            f |= PACK
+                        if a1 - a0 > 1 and b1 - b0 != dcc[ci + 1] - dcc[ci]:
+                            f |= LAND
                         for kk in range(doff[cell], doff[cell + 1]):
                             if not todo[kk]:
                                 continue
                             rep = 0
-                            for m in range(soff[scell], soff[scell + 1]):
-                                if stile[m] == dtile[kk]:
-                                    rep = m - soff[scell]
+                            for j in range(soff[scell], soff[scell + 1]):
+                                if stile[j] == dtile[kk]:
+                                    rep = j - soff[scell]
                                     break
-                            if n < out.shape[1]:
-                                out[0, n], out[1, n], out[2, n], out[3, n] = scell, rep, a0, a1
-                                out[4, n], out[5, n], out[6, n] = b0, b1, cell
-                                out[7, n], out[8, n] = kk - doff[cell], a0 - sr0 + dr0
-                                out[9, n] = b0 - sc0 + dc0
+                            sj = soff[scell] + rep
+                            ff = f | (SRC_SEQ if sseq[sj] else 0) | (DST_SEQ if dseq[kk] else 0)
+                            if n < xf.shape[1]:
+                                x = xf[:, n]
+                                x[0], x[1], x[2] = slocs[0, sj], slocs[1, sj] + s_at, slocs[2, sj]
+                                x[3], x[4], x[5] = dlocs[0, kk], dlocs[1, kk] + d_at, dlocs[2, kk]
+                                x[6] = (a1 - a0) * (b1 - b0) * elem
+                                flags[n] = ff
+                                head[n] = _head(x[1] | x[2] | x[4] | x[5], x[6])
+                            if (every or ff) and m < ps.shape[1]:
+                                p = ps[:, m]
+                                p[0], p[1], p[2], p[3], p[4], p[5] = scell, rep, a0, a1, b0, b1
+                                p[6], p[7], p[8], p[9], p[10] = cell, kk - doff[cell], row, col, n
+                            m += 1 if every or ff else 0
                             n += 1
-    return n
+    return n, m
+
+
+@kjit_inline
+def _head(addr_bits, nbytes):  # pragma: no cover - jitted
+    """`_aligned`'s head for endpoints whose offsets and strides OR to
+    `addr_bits`: their common granule when it is below the size's, else 0."""
+    a = (addr_bits | 4) & -(addr_bits | 4)
+    g = (nbytes | 4) & -(nbytes | 4)
+    return a if g > a and nbytes > a else 0
 
 
 @dataclass(frozen=True)
@@ -253,31 +326,39 @@ def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst
     cell lands in a column panel of a landing buffer and is unpacked the same
     way.  Each piece is then one contiguous transfer (split in two as
     `_aligned` says), in `pieces` order."""
-    sgrid, dgrid = _Grid.of(src), _Grid.of(dst)
-    sc, rep, a0, a1, b0, b1, dc, k, rr0, cc0 = _grid_pieces(sgrid, dgrid, segments, skip)
+    sg, dg = _Grid.of(src), _Grid.of(dst)
+    sflat, slocs, sseq = sg.loc_columns(src_locs)
+    dflat, dlocs, dseq = dg.loc_columns(dst_locs)
+    en = _enumerated(sg, dg, segments, skip, slocs, sseq, dlocs, dseq, elem, False)
     res = Moves()
-    if not sc.size:
+    if not en.flags.size:
         return res
-    w, rows = b1 - b0, a1 - a0
-    src_end = _Ends.of(sgrid, src_locs, sc, rep, a0, b0, w, elem)
-    dst_end = _Ends.of(dgrid, dst_locs, dc, k, rr0, cc0, w, elem)
-    pk = np.flatnonzero((rows > 1) & src_end.narrow)
-    ld = np.flatnonzero((rows > 1) & dst_end.narrow)
-    pp = _panels(np.stack([sc[pk], rep[pk], b0[pk], b1[pk], a0[pk], a1[pk]], axis=1), elem) \
+    listed = en.flags[en.ps[10]]
+    pk, ld = en.ps[:, (listed & PACK) != 0], en.ps[:, (listed & LAND) != 0]
+    pp = _panels(np.stack([pk[0], pk[1], pk[4], pk[5], pk[2], pk[3]], axis=1), elem) \
         if pk.size else None
-    lp = _panels(np.stack([dc[ld], k[ld], cc0[ld], cc0[ld] + w[ld], rr0[ld], rr0[ld] + rows[ld]],
-                          axis=1), elem) if ld.size else None
+    lp = _panels(np.stack([ld[6], ld[7], ld[9], ld[9] + ld[5] - ld[4], ld[8],
+                           ld[8] + ld[3] - ld[2]], axis=1), elem) if ld.size else None
     pack_bufs = [prog.new_buf(src.owners[c][r], size, "scratch", f"{label}:pack{c}.{r}")
                  for c, r, size in (pp.owners.tolist() if pp else [])]
     land_bufs = [prog.new_buf(dst.owners[c][r], size, "exchange-landing", f"{label}:land{c}.{r}")
                  for c, r, size in (lp.owners.tolist() if lp else [])]
     if pp:
         res.pack = _copies(src, src_locs, pp, pack_bufs, elem, into_panel=True)
-        src_end.panel(pk, np.asarray(pack_bufs, np.int64)[pp.owner_of], pp.at)
+        en.to_panel(pk[10], 0, np.asarray(pack_bufs, np.int64)[pp.owner_of], pp.at)
     if lp:
         res.unpack = _copies(dst, dst_locs, lp, land_bufs, elem, into_panel=False)
-        dst_end.panel(ld, np.asarray(land_bufs, np.int64)[lp.owner_of], lp.at)
-    res.transfers = _transfers(src_end, dst_end, rows * w * elem)
+        en.to_panel(ld[10], 3, np.asarray(land_bufs, np.int64)[lp.owner_of], lp.at)
+    slow = {}  # pieces with a seq endpoint: exactly as `ref` and `_aligned` make them
+    for p in en.ps[:, (en.flags[en.ps[10]] & (SRC_SEQ | DST_SEQ)) != 0].T.tolist():
+        i, f = p[10], int(en.flags[p[10]])
+        ends = en.xf[:6, i].tolist()
+        sloc = sflat[sg.off[p[0]] + p[1]] if f & SRC_SEQ else None
+        dloc = dflat[dg.off[p[6]] + p[7]] if f & DST_SEQ else None
+        slow[i] = _aligned(ref(0, sloc, ends[1] - sloc[1]) if sloc else Ref(0, *ends[:3]),
+                           ref(1, dloc, ends[4] - dloc[1]) if dloc else Ref(1, *ends[3:]),
+                           int(en.xf[6, i]))
+    res.transfers = _rows(en.xf, en.head, slow)
     return res
 
 
@@ -305,71 +386,6 @@ def _copies(lay: Layout, locs: list[list[Loc]], panels: _Panels, bufs: list[int]
     return out
 
 
-@dataclass
-class _Ends:
-    """One side's endpoint of every piece: buffer, byte offset and iter
-    stride (int64 [n] each), at element (`row`, `col`) of replica `rep` of
-    `cell`; `narrow` marks pieces narrower than their cell; `seq` marks
-    endpoints whose Loc (`locs[at]`; `at` empty when no Loc has a seq) has a
-    per-iteration seq (`ref` builds those exactly from the Loc; their
-    `buf`/`stride` are not used)."""
-
-    buf: np.ndarray
-    off: np.ndarray
-    stride: np.ndarray
-    seq: np.ndarray
-    narrow: np.ndarray
-    locs: list[Loc]
-    at: np.ndarray
-
-    @staticmethod
-    def of(grid: _Grid, locs: list[list[Loc]], cell: np.ndarray, rep: np.ndarray,
-           row: np.ndarray, col: np.ndarray, width: np.ndarray, elem: int) -> _Ends:
-        """Endpoints of pieces `width` columns wide; the cell replicas are
-        stored at `locs[cell][rep]`."""
-        flat = list(chain.from_iterable(locs))
-        assert len(flat) == grid.off[-1], "one Loc per cell replica"
-        lbuf, loff, lstride, lseq = zip(*flat, strict=True)
-        cols = np.array((lbuf, loff, lstride), dtype=np.int64)
-        has_seq = np.fromiter(map(bool, lseq), np.bool_, len(flat)) if any(lseq) \
-            else np.zeros(len(flat), dtype=np.bool_)
-        out = np.empty((3, cell.size), dtype=np.int64)
-        seq = np.empty(cell.size, dtype=np.bool_)
-        narrow = np.empty(cell.size, dtype=np.bool_)
-        _ends(grid.r0, grid.c0, grid.cw, grid.off, cols, has_seq, cell, rep, row, col, width,
-              elem, out, seq, narrow)
-        at = grid.off[cell] + rep if has_seq.any() else cell[:0]
-        return _Ends(out[0], out[1], out[2], seq, narrow, flat, at)
-
-    def panel(self, rows: np.ndarray, bufs: np.ndarray, at: np.ndarray) -> None:
-        """Pieces `rows` move from/to panel buffers `bufs` at offsets `at`."""
-        self.buf[rows], self.off[rows], self.stride[rows], self.seq[rows] = bufs, at, 0, False
-
-    def ref(self, arg: int, i: int) -> Ref:
-        """Piece i's endpoint as a `Ref` (the slow path)."""
-        if self.seq[i]:
-            loc = self.locs[int(self.at[i])]
-            return ref(arg, loc, int(self.off[i]) - loc[1])
-        return Ref(arg, int(self.buf[i]), int(self.off[i]), int(self.stride[i]))
-
-
-@kjit
-def _ends(r0, c0, cw, off, locs, has_seq, cell, rep, row, col, width, elem, out, seq,
-          narrow):  # pragma: no cover - jitted
-    """Per piece i (`_Ends.of`): out[:, i] = buffer, byte offset, iter stride
-    at element (row[i], col[i]) of replica rep[i] of cell[i] (first row
-    `r0`, column `c0`, width `cw`; its Loc is column off[cell] + rep of
-    `locs` = buffer, offset, stride rows)."""
-    for i in range(cell.shape[0]):
-        c = cell[i]
-        j = off[c] + rep[i]
-        out[0, i] = locs[0, j]
-        out[1, i] = locs[1, j] + ((row[i] - r0[c]) * cw[c] + col[i] - c0[c]) * elem
-        out[2, i] = locs[2, j]
-        seq[i] = has_seq[j]
-        narrow[i] = width[i] != cw[c]
-
-
 def _granule_of(x: np.ndarray) -> np.ndarray:
     """`_granule` elementwise (4 for 0); of an OR of offsets, the least of
     theirs: the lowest set bit of x | 4."""
@@ -377,27 +393,24 @@ def _granule_of(x: np.ndarray) -> np.ndarray:
     return x & -x
 
 
-def _transfers(s: _Ends, d: _Ends, nbytes: np.ndarray) -> Xfers:
-    """The rows of every piece in order: one, or the two of `_aligned`
-    (vectorised for plain endpoints; pieces with a seq endpoint go through
-    `_aligned` itself)."""
-    a = _granule_of(s.off | s.stride | d.off | d.stride)
-    split = (_granule_of(nbytes) > a) & (nbytes > a)
-    slow = {i: _aligned(s.ref(0, i), d.ref(1, i), int(nbytes[i]))
-            for i in np.flatnonzero(s.seq | d.seq).tolist()}
-    if not slow and not split.any():
-        return Xfers.columns(s.buf, s.off, d.buf, d.off, nbytes, s.stride, d.stride)
-    counts = 1 + split.astype(np.int64)
+def _rows(xf: np.ndarray, head: np.ndarray, slow: dict[int, list[Transfer]]) -> Xfers:
+    """The transfer rows of every piece in order: `xf[:, i]` as one row, or
+    two (a head of `head[i]` bytes, then the rest) when `head[i]` is not 0,
+    or the `slow[i]` Transfers (pieces with a seq endpoint)."""
+    if not slow and not head.any():
+        return Xfers.columns(xf[0], xf[1], xf[3], xf[4], xf[6], xf[2], xf[5])
+    a = head.astype(np.int64)
+    counts = 1 + (a > 0)
     for i, ts in slow.items():
         counts[i] = len(ts)
     first = np.cumsum(counts) - counts
-    piece = np.repeat(np.arange(nbytes.size), counts)
+    piece = np.repeat(np.arange(a.size), counts)
     second = np.arange(piece.size) - first[piece]
-    head = np.where(split, a, 0)[piece] * second
-    nb = np.where(split[piece], np.where(second == 0, a[piece], nbytes[piece] - a[piece]),
-                  nbytes[piece])
-    cols = (s.buf[piece], s.off[piece] + head, d.buf[piece], d.off[piece] + head, nb,
-            s.stride[piece], d.stride[piece])
+    shift = a[piece] * second
+    nb = np.where(a[piece] > 0, np.where(second == 0, a[piece], xf[6, piece] - a[piece]),
+                  xf[6, piece])
+    cols = (xf[0, piece], xf[1, piece] + shift, xf[3, piece], xf[4, piece] + shift, nb,
+            xf[2, piece], xf[5, piece])
     seq = []
     for i, ts in slow.items():
         for j, t in enumerate(ts):
