@@ -213,16 +213,18 @@ V = TypeVar("V")
 
 
 class PhaseMemo(Generic[V]):
-    """Values derived from phases, remembered for at most `max_entries`
-    phases (least recently used first out) and returned only while the phase
-    has the same kind and holds the same vertex objects in the same order and
-    the same `Xfers` object (vertices and Xfers are immutable, so equal
-    identity means equal content).  An entry keeps its phase alive, so the
-    phase's id cannot be reused while it is remembered.  Thread-safe (a
+    """Values derived from phases, returned only while the phase has the
+    same kind and holds the same vertex objects in the same order and the
+    same `Xfers` object (vertices and Xfers are immutable, so equal identity
+    means equal content).  An entry keeps its phase alive, so the phase's id
+    cannot be reused while it is remembered; the entries' phases hold at most
+    `max_weight` vertices + transfer rows + 1 per phase (least recently used
+    out first), which bounds the memory kept alive.  Thread-safe (a
     thread-pool optimizer schedules from several threads)."""
 
-    def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
+    def __init__(self, max_weight: int) -> None:
+        self.max_weight = max_weight
+        self.weight = 0
         self._data: OrderedDict[int, tuple[Phase, str, tuple[Vertex, ...], Xfers, V]] = (
             OrderedDict())
         self._lock = threading.Lock()
@@ -243,10 +245,17 @@ class PhaseMemo(Generic[V]):
     def put(self, phase: Phase, value: V) -> None:
         entry = (phase, phase.kind, tuple(phase.vertices), phase.transfers, value)
         with self._lock:
+            old = self._data.pop(id(phase), None)
+            if old is not None:
+                self.weight -= _weight(old)
             self._data[id(phase)] = entry
-            self._data.move_to_end(id(phase))
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
+            self.weight += _weight(entry)
+            while self.weight > self.max_weight and len(self._data) > 1:
+                self.weight -= _weight(self._data.popitem(last=False)[1])
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+def _weight(entry: tuple[Phase, str, tuple[Vertex, ...], Xfers, object]) -> int:
+    return len(entry[2]) + len(entry[3]) + 1

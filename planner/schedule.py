@@ -138,24 +138,34 @@ class _PhaseFacts:
     columns: PhaseColumns | None
 
 
-# the facts of recent programs' phases: the optimizer's trial programs share
-# most phases (planner.columns); a few trials' worth (vit-tiny: ~70 each)
-_FACTS: PhaseMemo[_PhaseFacts] = PhaseMemo(1024)
+# the facts of recent programs' compute phases: the optimizer's trial programs
+# share most phases (planner.columns).  Weight = vertices: ~8 vit-tiny 2-layer
+# programs' worth (~25k vertices each), ~100 MB at most.  Exchange phases are
+# not remembered: their facts cost a mask pass, their rows much memory.
+_FACTS: PhaseMemo[_PhaseFacts] = PhaseMemo(200_000)
 
 
 class _Facts:
-    """`_PhaseFacts` of phases through `_FACTS`.  Buffer sets are found with
-    a mask over the program's `nbufs` buffer ids (an exchange phase holds up
-    to 10^5 transfer rows but a few thousand distinct buffers)."""
+    """`_PhaseFacts` of one `schedule` call's phases, read once per call
+    (reduction delay and merging ask again) and for compute phases once
+    while `_FACTS` remembers them.  Buffer sets are found with a mask over
+    the program's `nbufs` buffer ids (an exchange phase holds up to 10^5
+    transfer rows but a few thousand distinct buffers)."""
 
     def __init__(self, nbufs: int) -> None:
         self._seen = np.zeros(nbufs, dtype=bool)  # scratch: all False between calls
+        self._known: dict[int, tuple[Phase, _PhaseFacts]] = {}  # holds its phases
 
     def __call__(self, phase: Phase) -> _PhaseFacts:
-        facts = _FACTS.get(phase)
+        hit = self._known.get(id(phase))
+        if hit is not None and hit[0] is phase:
+            return hit[1]
+        facts = _FACTS.get(phase) if phase.kind == COMPUTE else None
         if facts is None:
             facts = self._read(phase)
-            _FACTS.put(phase, facts)
+            if phase.kind == COMPUTE:
+                _FACTS.put(phase, facts)
+        self._known[id(phase)] = (phase, facts)
         return facts
 
     def _read(self, phase: Phase) -> _PhaseFacts:

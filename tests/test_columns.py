@@ -49,7 +49,7 @@ def test_concat_columns_offsets_blocks() -> None:
 
 
 def test_memo_returns_value_only_for_unchanged_phase() -> None:
-    memo: PhaseMemo[str] = PhaseMemo(2)
+    memo: PhaseMemo[str] = PhaseMemo(6)  # weight: vertices + transfer rows + 1 per phase
     vs = _vertices()
     ph = Phase("compute", "p", list(vs))
     memo.put(ph, "cols")
@@ -66,9 +66,13 @@ def test_memo_returns_value_only_for_unchanged_phase() -> None:
     assert memo.get(ex) == "facts"
     ex.transfers = Xfers.of([Transfer(Ref(0, 1), Ref(1, 3), 8)])
     assert memo.get(ex) is None  # other transfers
+    assert memo.weight == 4 + 2
     q = Phase("compute", "q", [])
-    memo.put(q, "q")
-    assert len(memo) == 2 and memo.get(ph) is None  # least recently used left first
+    memo.put(q, "q")  # weight 7 > 6: the least recently used (ph) leaves
+    assert len(memo) == 2 and memo.weight == 2 + 1 and memo.get(ph) is None
+    big = Phase("compute", "big", _vertices() * 3)
+    memo.put(big, "big")  # heavier than the bound: kept alone
+    assert len(memo) == 1 and memo.get(big) == "big"
 
 
 def test_schedule_columns_same_with_warm_memo() -> None:
@@ -83,3 +87,18 @@ def test_schedule_columns_same_with_warm_memo() -> None:
                      "write_buf"):
             assert np.array_equal(getattr(v, name), getattr(first, name)), name
         assert v.iter_refs == first.iter_refs
+
+
+def test_schedule_sees_a_phase_changed_in_place() -> None:
+    """Remembered facts are not reused for a phase whose vertices changed."""
+    from planner.program import Program
+
+    p = Program()
+    a, b, c, d = (p.new_buf(0, 64, "activation", n, persistent=True) for n in "abcd")
+    second = Phase("compute", "c->d", [copy_vertex(0, c, d)])
+    p.items += [Phase("compute", "a->b", [copy_vertex(0, a, b)]), second]
+    assert len(schedule(p).steps) == 1  # independent: merged
+    second.vertices[0] = copy_vertex(0, b, d)  # now reads what the first writes
+    s = schedule(p)
+    assert len(s.steps) == 2
+    assert s.vertex_arrays().ref_buf.tolist() == [a, b, b, d]
