@@ -144,6 +144,18 @@ def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, 
 
 
 @sjit
+def _name_pair(k, lo, w, w_lo, base, err):  # type: ignore[no-untyped-def]
+    """err[4] (item) and err[7] (other) for a race between the source of transfer
+    k (from lo) and the destination of transfer w (from w_lo), both offsets in
+    the step: the endpoint starting later (source first on a tie, as listed
+    in the step) is the item, as `access.find_race` names them."""
+    if (w_lo, 2 * w + 1) < (lo, 2 * k):
+        err[4], err[7] = base + k, base + w
+    else:
+        err[4], err[7] = base + w, base + k
+
+
+@sjit
 def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs, ts,
                     err):  # type: ignore[no-untyped-def]
     """Race check of the n transfers i0 + k (endpoints src[k] -> dst[k]) of step s.
@@ -188,7 +200,7 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs
             clean = False
             if order[q] != k:
                 err[1], err[2], err[3] = s, tile, max(lo, w_lo[q])
-                err[4], err[7] = n_v + i0 + k, n_v + i0 + order[q]
+                _name_pair(k, lo, order[q], w_lo[q], i0 + n_v, err)
                 return E_RACE
             q -= 1
         if clean:
@@ -237,7 +249,7 @@ def _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v, c_l
         while r >= w_ptr[tile] and w_hi[r] > lo:
             if order[r] != k:
                 err[1], err[2], err[3] = s, tile, max(lo, w_lo[r])
-                err[4], err[7] = n_v + it, n_v + i0 + order[r]
+                _name_pair(k, lo, order[r], w_lo[r], i0 + n_v, err)
                 return E_RACE
             r -= 1
     return 0

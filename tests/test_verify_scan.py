@@ -151,7 +151,7 @@ def test_a_source_read_by_many_transfers_races_with_a_writer_of_another() -> Non
     b.exchange((0, base, 1, base, 16), (0, base, 1, base + 16, 16), (0, base, 1, base + 32, 16),
                (1, base + 128, 0, base + 8, 4))
     with pytest.raises(PackageInvalid, match=r"step 0 \(EXCHANGE\), tile 0, address 0x4c008: "
-                                             r"race: transfer 3 and transfer 0"):
+                                             r"race: transfer 0 and transfer 3"):
         verify(b.build())
 
 
