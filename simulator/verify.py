@@ -332,8 +332,9 @@ def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarr
     image = np.array([KERNELS[k].code_bytes for k in known.tolist()], dtype=np.int64)
     pos = np.minimum(np.searchsorted(known, kid), known.size - 1)
     ok = known[pos] == kid  # unknown kernels have no image
-    pairs = np.unique(tiles[ok] * known.size + pos[ok])  # distinct (tile, kernel)
-    np.add.at(code, pairs // known.size, image[pairs % known.size])
+    runs = np.zeros((dev.tiles, known.size), dtype=np.int64)  # 1 where a tile runs a kernel
+    runs[tiles[ok], pos[ok]] = 1
+    code += runs @ image
     xt = (np.bincount(arrays["x_src_tile"], minlength=dev.tiles)
           + np.bincount(arrays["x_dst_tile"], minlength=dev.tiles))
     return code.astype(np.int64), xt.astype(np.int64) * dev.exchange_table_bytes_per_transfer
