@@ -120,14 +120,14 @@ class _Grid:
         return flat, np.array((bufs, offs, strides), dtype=np.int64), has_seq
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Enumerated:
-    """What `_enumerate` fills: per piece i its transfer `xf[:, i]` (source
-    buffer, offset, iter stride, destination buffer, offset, iter stride,
-    bytes), flags (SRC_SEQ | DST_SEQ | PACK | LAND) and `_aligned` head (the
-    first of two rows' bytes, 0 for one row); `ps` int64 [11, m]: the
-    PIECE_COLUMNS and index of the listed pieces (every piece, or those
-    with a flag)."""
+    """What `_enumerate` fills (`moves` then edits the panel pieces): per
+    piece i its transfer `xf[:, i]` (source buffer, offset, iter stride,
+    destination buffer, offset, iter stride, bytes), flags (SRC_SEQ |
+    DST_SEQ | PACK | LAND) and `_aligned` head (the first of two rows'
+    bytes, 0 for one row); `ps` int64 [11, m]: the PIECE_COLUMNS and index
+    of the listed pieces (every piece, or those with a flag)."""
 
     xf: np.ndarray
     flags: np.ndarray
@@ -148,6 +148,7 @@ class _Enumerated:
 def _enumerated(src: _Grid, dst: _Grid, segments: tuple, skip: set[tuple[int, int]],
                 slocs: np.ndarray, sseq: np.ndarray, dlocs: np.ndarray, dseq: np.ndarray,
                 elem: int, every: bool) -> _Enumerated:
+    """Count, allocate, fill (`_enumerate`); `every`: list every piece in `ps`."""
     todo = np.ones(dst.tiles.size, dtype=np.bool_)
     for cell, k in skip:
         todo[dst.off[cell] + k] = False
