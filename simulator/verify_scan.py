@@ -61,7 +61,6 @@ E_ALIGN_V = 6  # vertex operand misaligned
 E_ALIGN_X = 7  # transfer endpoint misaligned
 E_ROWS = 8  # a region with more rows than bytes up to the tile's last buffer end
 
-
 # columns of the patch table `scan_accesses` takes (int64 [patches, PT_LEN])
 PT_TARGET = 0
 PT_INDEX = 1
@@ -104,19 +103,8 @@ def _patched_value(p, i, pt, table_values):  # type: ignore[no-untyped-def]
 
 
 @sjit
-def _interval_granule(nb):  # type: ignore[no-untyped-def]
-    """`region_granule` of the one-row region of nb bytes."""
-    if nb % 4 == 0:
-        return 4
-    if nb % 2 == 0:
-        return 2
-    return 1
-
-
-@sjit
 def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, c_hi,
-                     t_ptr, table,
-                     err):  # type: ignore[no-untyped-def]
+                     t_ptr, table, err):  # type: ignore[no-untyped-def]
     """Alignment and buffer of the n endpoint pairs (src[k], dst[k]) of transfers
     i0 + k at step s, in transfer order.  Returns 0 or an E_* code (err filled).
 
@@ -126,7 +114,7 @@ def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, 
     for k in range(n):
         it = i0 + k
         nb = x_bytes[it]
-        g = _interval_granule(nb)
+        g = granule_of(1, 0, 1, 0, nb)
         for side in range(2):
             tile = x_src_tile[it] if side == 0 else x_dst_tile[it]
             addr = src[k] if side == 0 else dst[k]
@@ -224,8 +212,9 @@ def _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v, c_l
         k = it - i0
         tile, lo, nb = x_src_tile[it], src[k], x_bytes[it]
         hi = lo + nb
-        if lo % _interval_granule(nb) != 0:
-            err[1], err[2], err[3], err[4], err[8] = s, tile, lo, it, _interval_granule(nb)
+        g = granule_of(1, 0, 1, 0, nb)
+        if lo % g != 0:
+            err[1], err[2], err[3], err[4], err[8] = s, tile, lo, it, g
             return E_ALIGN_X
         if lo < c_lo[tile] or hi > c_hi[tile]:
             j = find_row(tile, lo, hi, s, t_ptr, table)
