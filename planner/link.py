@@ -40,6 +40,7 @@ difference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -403,22 +404,28 @@ def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reser
 
 def _io_arrays(program: Program, addr: np.ndarray, tile_of: np.ndarray) -> dict[str, np.ndarray]:
     index = {d["name"]: i for i, d in enumerate(program.io_tensors)}
-    rows = []
-    for blk in program.io:
-        if blk.tensor not in index:
-            raise BuildFailure("link", int(tile_of[blk.buf]), 0, 0,
-                               f"io block of {blk.tensor}: not in Program.io_tensors")
-        rows.append((index[blk.tensor], int(tile_of[blk.buf]), int(addr[blk.buf]) + blk.offset,
-                     *blk.lo, *blk.hi, blk.ld0, blk.ld1))
-    r = np.asarray(rows, dtype=np.int64).reshape(-1, 11)
+    blocks = program.io
+    n = len(blocks)
+    tensor = [index.get(t, -1) for t in map(attrgetter("tensor"), blocks)]
+    if -1 in tensor:
+        blk = blocks[tensor.index(-1)]
+        raise BuildFailure("link", int(tile_of[blk.buf]), 0, 0,
+                           f"io block of {blk.tensor}: not in Program.io_tensors")
+    buf = np.fromiter(map(attrgetter("buf"), blocks), dtype=np.int64, count=n)
+    off = np.fromiter(map(attrgetter("offset"), blocks), dtype=np.int64, count=n)
+
+    def triples(name: str) -> np.ndarray:
+        values = chain.from_iterable(map(attrgetter(name), blocks))
+        return np.fromiter(values, dtype=np.int64, count=3 * n).reshape(n, 3)
+
     return {
-        "io_tensor": np.ascontiguousarray(r[:, 0]),
-        "io_tile": np.ascontiguousarray(r[:, 1]),
-        "io_addr": np.ascontiguousarray(r[:, 2]),
-        "io_lo": np.ascontiguousarray(r[:, 3:6]),
-        "io_hi": np.ascontiguousarray(r[:, 6:9]),
-        "io_ld0": np.ascontiguousarray(r[:, 9]),
-        "io_ld1": np.ascontiguousarray(r[:, 10]),
+        "io_tensor": np.asarray(tensor, dtype=np.int64).reshape(n),
+        "io_tile": tile_of[buf],
+        "io_addr": addr[buf] + off,
+        "io_lo": triples("lo"),
+        "io_hi": triples("hi"),
+        "io_ld0": np.fromiter(map(attrgetter("ld0"), blocks), dtype=np.int64, count=n),
+        "io_ld1": np.fromiter(map(attrgetter("ld1"), blocks), dtype=np.int64, count=n),
     }
 
 

@@ -195,3 +195,28 @@ def test_unknown_kernel_fails_in_reserve() -> None:
             it.vertices[0] = Vertex(v.tile, 999, v.args, v.refs, v.reads, v.writes)
     with pytest.raises(BuildFailure, match="unknown kernel id 999"):
         reserve(p, schedule(p), TINY)
+
+
+def test_io_block_of_unknown_tensor_fails() -> None:
+    from dataclasses import replace
+
+    p = loop_program(2)
+    p.io[2] = replace(p.io[2], tensor="nope")
+    s = schedule(p)
+    res = reserve(p, s, TINY)
+    alloc = allocate(p, s, TINY, res.overheads)
+    with pytest.raises(BuildFailure, match="io block of nope: not in Program.io_tensors"):
+        link(p, s, alloc, res, TINY, "bad", {})
+
+
+def test_io_arrays_per_block() -> None:
+    p, _, alloc, pkg, _ = _linked(3)
+    a = pkg.arrays
+    names = [d["name"] for d in p.io_tensors]
+    assert a["io_tensor"].tolist() == [names.index(b.tensor) for b in p.io]
+    assert a["io_tile"].tolist() == [p.bufs[b.buf].tile for b in p.io]
+    assert a["io_addr"].tolist() == [int(alloc.addr[b.buf]) + b.offset for b in p.io]
+    assert a["io_lo"].tolist() == [list(b.lo) for b in p.io]
+    assert a["io_hi"].tolist() == [list(b.hi) for b in p.io]
+    assert a["io_ld0"].tolist() == [b.ld0 for b in p.io]
+    assert a["io_ld1"].tolist() == [b.ld1 for b in p.io]
