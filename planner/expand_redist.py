@@ -41,7 +41,7 @@ from itertools import chain
 import numpy as np
 
 from kernels import ids
-from kernels.jit import kjit, kjit_inline
+from kernels.jit import kjit
 from planner.layout import Layout
 from planner.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
 
@@ -189,14 +189,11 @@ def _enumerate(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile, slocs, 
     offset, stride) rows, `sseq`/`dseq` which of them have a seq."""
     n = 0
     m = 0
-    dnr, dnc = drc.shape[0] - 1, dcc.shape[0] - 1
-    snr, snc = src.shape[0] - 1, scc.shape[0] - 1
+    dnc, snc = dcc.shape[0] - 1, scc.shape[0] - 1
     for g in range(segs.shape[0]):
         dr0, dr1, dc0, sr0, sc0, ncols = segs[g]
-        ri0 = max(np.searchsorted(drc, dr0, side="right") - 1, 0)
-        ri1 = min(np.searchsorted(drc, dr1, side="left"), dnr)
-        ci0 = max(np.searchsorted(dcc, dc0, side="right") - 1, 0)
-        ci1 = min(np.searchsorted(dcc, dc0 + ncols, side="left"), dnc)
+        ri0, ri1 = _span(drc, dr0, dr1)
+        ci0, ci1 = _span(dcc, dc0, dc0 + ncols)
         for ri in range(ri0, ri1):
             for ci in range(ci0, ci1):
                 cell = ri * dnc + ci
@@ -208,10 +205,8 @@ def _enumerate(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile, slocs, 
                     continue
                 s_lo, s_hi = r_lo - dr0 + sr0, r_hi - dr0 + sr0
                 t_lo, t_hi = c_lo - dc0 + sc0, c_hi - dc0 + sc0
-                sri0 = max(np.searchsorted(src, s_lo, side="right") - 1, 0)
-                sri1 = min(np.searchsorted(src, s_hi, side="left"), snr)
-                sci0 = max(np.searchsorted(scc, t_lo, side="right") - 1, 0)
-                sci1 = min(np.searchsorted(scc, t_hi, side="left"), snc)
+                sri0, sri1 = _span(src, s_lo, s_hi)
+                sci0, sci1 = _span(scc, t_lo, t_hi)
                 for sri in range(sri0, sri1):
                     a0, a1 = max(src[sri], s_lo), min(src[sri + 1], s_hi)
                     if a0 >= a1:
@@ -255,7 +250,29 @@ def _enumerate(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile, slocs, 
     return n, m
 
 
-@kjit_inline
+@kjit
+def _span(cuts, lo, hi):  # pragma: no cover - jitted
+    """(first, last + 1) of the cells of `cuts` overlapping [lo, hi), as
+    `Layout.row_span` computes them (bisect right of lo, bisect left of hi)."""
+    a, b = 0, cuts.shape[0]
+    while a < b:
+        mid = (a + b) // 2
+        if cuts[mid] <= lo:
+            a = mid + 1
+        else:
+            b = mid
+    first = max(a - 1, 0)
+    a, b = 0, cuts.shape[0]
+    while a < b:
+        mid = (a + b) // 2
+        if cuts[mid] < hi:
+            a = mid + 1
+        else:
+            b = mid
+    return first, min(a, cuts.shape[0] - 1)
+
+
+@kjit
 def _head(addr_bits, nbytes):  # pragma: no cover - jitted
     """`_aligned`'s head for endpoints whose offsets and strides OR to
     `addr_bits`: their common granule when it is below the size's, else 0."""

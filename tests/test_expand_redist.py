@@ -16,6 +16,7 @@ from planner.expand_redist import (
     _aligned,
     _granule,
     _granule_of,
+    _span,
     moves,
     pieces,
     ref,
@@ -311,3 +312,17 @@ def test_copies_build_what_vertex_builds() -> None:
                   {0: 0, 2: 2})
     assert mv.unpack == [want]
     assert mv.transfers.seq == ((0, ((5, 0), (9, 0)), ()),)
+
+
+def test_span_is_layout_row_span() -> None:
+    """The jitted bisection equals `Layout.row_span` (clipped searchsorted),
+    empty and out-of-range intervals included."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(1, 12))
+        cuts = _cuts(rng, n)
+        lay = Layout(n, 1, cuts, (0, 1), tuple((0,) for _ in cuts[1:]))
+        lo = int(rng.integers(-1, n + 2))
+        hi = int(rng.integers(lo, n + 3))
+        span = lay.row_span(lo, hi)
+        assert _span(np.asarray(cuts, dtype=np.int64), lo, hi) == (span.start, span.stop)
