@@ -21,12 +21,13 @@ buffer of the first violation found, in this order:
 5. I/O blocks: slices inside the logical shape; input/parameter blocks inside a
    buffer live from step 0, output blocks inside a buffer live at the last
    step; outputs covered exactly (block volumes sum to the tensor size);
-6. accesses, for EVERY Repeat iteration's patched values (jitted): each vertex
-   operand region (`kernels.dispatch.vertex_regions`) and each transfer
-   endpoint lies inside one tensor buffer (parameter, activation, scratch,
-   exchange-landing) of its tile live at that step and starts
-   on its natural alignment (`access.region_granule`); within a step no byte
-   has two writers or a writer and a reader from different vertices/transfers.
+6. accesses, for EVERY Repeat iteration's patched values (jitted,
+   simulator/verify_scan.py): each vertex operand region
+   (`kernels.dispatch.vertex_regions`) and each transfer endpoint lies inside
+   one tensor buffer (parameter, activation, scratch, exchange-landing) of its
+   tile live at that step and starts on its natural alignment
+   (`access.region_granule`); within a step no byte has two writers or a
+   writer and a reader from different vertices/transfers.
 """
 
 from __future__ import annotations
