@@ -220,3 +220,17 @@ def test_io_arrays_per_block() -> None:
     assert a["io_hi"].tolist() == [list(b.hi) for b in p.io]
     assert a["io_ld0"].tolist() == [b.ld0 for b in p.io]
     assert a["io_ld1"].tolist() == [b.ld1 for b in p.io]
+
+
+def test_iterated_vertex_ref_outside_loop_fails_in_link() -> None:
+    """A schedule that claims no loop encloses the body (schedule itself
+    refuses that): link names the step of the first iterated ref."""
+    from dataclasses import replace
+
+    p = loop_program(2)
+    s = schedule(p)
+    res = reserve(p, s, TINY)
+    alloc = allocate(p, s, TINY, res.overheads)
+    loose = replace(s, loop_of=tuple(-1 for _ in s.loop_of))
+    with pytest.raises(BuildFailure, match="step 3: iterated ref outside a Repeat"):
+        link(p, loose, alloc, res, TINY, "bad", {})
