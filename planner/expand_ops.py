@@ -17,6 +17,8 @@ import struct
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from kernels import ids
 from planner.expand_redist import Loc, loc_bufs, ref
 from planner.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
@@ -160,55 +162,55 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
         return
     # K-split: fp32 partials, exchanged to the row-slice owners, REDUCE (+ bias);
     # partial (i, j, l) is buffer parts[(i * gn + j) * gk + l]
+    rc, kc = a.row_cuts, a.col_cuts
+    widths = [cuts[j + 1] - cuts[j] for j in range(gn)]
+    depths = [kc[l + 1] - kc[l] for l in range(gk)]
+    new_buf = ctx.prog.new_buf
     parts: list[int] = []
     mm = Phase("compute", f"{label} partials")
     for i in range(gm):
-        for j in range(gn):
-            n = cuts[j + 1] - cuts[j]
-            for l in range(gk):
-                m0, m1, k0, k1 = a.rect(i, l)
+        m = rc[i + 1] - rc[i]
+        for j, n in enumerate(widths):
+            for l, k in enumerate(depths):
                 tile = a.owners[i * gk + l][j]
-                buf = ctx.prog.new_buf(tile, (m1 - m0) * n * 4, "scratch",
-                                       f"{label}:part{i}.{j}.{l}")
+                buf = new_buf(tile, m * n * 4, "scratch", f"{label}:part{i}.{j}.{l}")
                 parts.append(buf)
-                args = matmul_args((k1 - k0) * e, n * e, n * 4, m1 - m0, k1 - k0, n, dt_in,
-                                   DT["fp32"], shift)
+                args = matmul_args(k * e, n * e, n * 4, m, k, n, dt_in, DT["fp32"], shift)
                 mm.vertices.append(make_vertex(tile, ids.MATMUL, args,
                                                ((0, pa[i * gk + l][j]), (2, pb[l * gn + j][i])),
                                                ((4, (buf, 0, 0, ())),)))
     ctx.emit(mm)
-    # the partial sums as transfer columns: row block of partial (i, j, l) → block l of land
-    src_buf: list[int] = []
-    src_off: list[int] = []
-    dst_buf: list[int] = []
-    dst_off: list[int] = []
-    nbytes: list[int] = []
+    sums: list[tuple[int, int, int, int]] = []
     red = Phase("compute", f"{label} reduce")
     for i in range(gm):
-        m0, m1 = a.row_cuts[i], a.row_cuts[i + 1]
+        m0, m1 = rc[i], rc[i + 1]
         for ri in o.row_span(m0, m1):
             r0, r1 = o.row_cuts[ri], o.row_cuts[ri + 1]
-            for j in range(gn):
-                w = cuts[j + 1] - cuts[j]
+            for j, w in enumerate(widths):
                 block = (r1 - r0) * w * 4
                 tile = o.owners[ri * gn + j][0]
-                land = ctx.prog.new_buf(tile, gk * block, "exchange-landing",
-                                        f"{label}:land{ri}.{j}")
-                first = (i * gn + j) * gk
-                src_buf += parts[first:first + gk]
-                src_off += [(r0 - m0) * w * 4] * gk
-                dst_buf += [land] * gk
-                dst_off += range(0, gk * block, block)
-                nbytes += [block] * gk
+                land = new_buf(tile, gk * block, "exchange-landing", f"{label}:land{ri}.{j}")
+                sums.append(((i * gn + j) * gk, (r0 - m0) * w * 4, land, block))
                 landed: Operands = ((0, (land, 0, 0, ())),)
                 if pbias is not None:
                     landed += ((9, pbias[j][ri]),)
                 args = reduce_args(w * 4, block, gk, w * eo, r1 - r0, w, dt_out)
                 red.vertices.append(make_vertex(tile, ids.REDUCE, args, landed,
                                                 ((4, po[ri * gn + j][0]),)))
-    ctx.emit(Phase("exchange", f"{label} partial sums",
-                   transfers=Xfers.columns(src_buf, src_off, dst_buf, dst_off, nbytes)))
+    ctx.emit(Phase("exchange", f"{label} partial sums", transfers=partial_sums(parts, sums, gk)))
     ctx.emit(red)
+
+
+def partial_sums(parts: list[int], sums: list[tuple[int, int, int, int]], gk: int) -> Xfers:
+    """The K-split partial sums as transfer columns.  Each entry of `sums`
+    is (index in `parts` of partial l = 0, byte offset of the row block in
+    the partials, landing buffer, block bytes): partial l's block goes to
+    block l of the landing buffer, l < gk (rows in `sums` order, then l)."""
+    first, off, land, block = (np.asarray(c, dtype=np.int64) for c in zip(*sums, strict=True))
+    l = np.arange(gk, dtype=np.int64)
+    src = np.asarray(parts, dtype=np.int64)[first[:, None] + l]
+    return Xfers.columns(src.reshape(-1), np.repeat(off, gk), np.repeat(land, gk),
+                         (block[:, None] * l).reshape(-1), np.repeat(block, gk))
 
 
 def expand_bmm(ctx: Expander, step: Step) -> None:

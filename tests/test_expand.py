@@ -333,3 +333,18 @@ def test_gc_paused_freezes_survivors_when_the_outermost_pause_ends() -> None:
         assert not gc.isenabled()  # a pause inside a disabled collector leaves it off
     finally:
         gc.enable()
+
+
+def test_partial_sums_columns_equal_transfer_objects() -> None:
+    """The K-split partial-sum columns equal the transfers written one by one:
+    partial l's row block → block l of the landing buffer."""
+    from planner.expand_ops import partial_sums
+    from planner.program import Ref, Transfer, Xfers
+
+    gk, parts = 3, [10, 11, 12, 20, 21, 22]
+    sums = [(0, 0, 30, 64), (0, 64, 31, 64), (3, 32, 32, 48)]
+    want = Xfers.of(Transfer(Ref(0, parts[first + l], off), Ref(1, land, l * block), block)
+                    for first, off, land, block in sums for l in range(gk))
+    got = partial_sums(parts, sums, gk)
+    assert list(got) == list(want) and len(got) == 9
+    assert got.dst_off.tolist()[-3:] == [0, 48, 96] and got.src_buf.tolist()[-3:] == [20, 21, 22]
