@@ -386,21 +386,25 @@ def _copies(lay: Layout, locs: list[list[Loc]], panels: _Panels, bufs: list[int]
     (`bufs[owner]`): cell → panel when `into_panel` (pack), else panel →
     cell (unpack).  Built as `expand_ops.vertex` builds them (a test
     compares), without its generic dict handling: a move may need 10⁴."""
+    runs = panels.runs
+    rc, cc = np.asarray(lay.row_cuts, dtype=np.int64), np.asarray(lay.col_cuts, dtype=np.int64)
+    ri, ci = np.divmod(runs[:, 0], lay.nc)
+    ld = (cc[ci + 1] - cc[ci]) * elem
+    at = (runs[:, 4] - rc[ri]) * ld + (runs[:, 2] - cc[ci]) * elem
+    cols = (runs[:, 0], runs[:, 1], ld, (runs[:, 3] - runs[:, 2]) * elem, runs[:, 5] - runs[:, 4],
+            at, panels.run_owner, runs[:, 6])
     out = []
     pad = (0,) * (NARGS - 6)
-    for (c, r, c0, c1, lo, hi, off), o in zip(panels.runs.tolist(), panels.run_owner.tolist(),
-                                              strict=True):
-        r0, _, col0, col1 = lay.rect(c // lay.nc, c % lay.nc)
-        ld, pw = (col1 - col0) * elem, (c1 - c0) * elem
-        cell, at = locs[c][r], (lo - r0) * ld + (c0 - col0) * elem
+    cell_arg = 0 if into_panel else 2
+    for c, r, ld_, pw, n, at_, o, off in zip(*(x.tolist() for x in cols), strict=True):
+        cell, panel = locs[c][r], bufs[o]
+        cref = ref(cell_arg, cell, at_)
         if into_panel:
-            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, ld, 0, pw, hi - lo, pw) + pad,
-                              (ref(0, cell, at), Ref(2, bufs[o], off)),
-                              loc_bufs(cell), (bufs[o],)))
+            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, ld_, 0, pw, n, pw) + pad,
+                              (cref, Ref(2, panel, off)), loc_bufs(cell), (panel,)))
         else:
-            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, pw, 0, ld, hi - lo, pw) + pad,
-                              (Ref(0, bufs[o], off), ref(2, cell, at)),
-                              (bufs[o],), loc_bufs(cell)))
+            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, pw, 0, ld_, n, pw) + pad,
+                              (Ref(0, panel, off), cref), (panel,), loc_bufs(cell)))
     return out
 
 
