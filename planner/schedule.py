@@ -27,6 +27,12 @@ is why it is a plan decision and not a default.
 
 Nothing crosses a loop mark: the body of a Repeat is scheduled on its own.
 Empty phases are dropped (an empty exchange would still pay a sync).
+
+The schedule carries its transfers and vertices as flat columns
+(`planner.columns`): all transfer rows are concatenated once in step order
+(each `Step.transfers` is a view of its rows), and the vertex columns are
+read per compute phase, remembered with the phase's other facts (`_FACTS`)
+across calls while the phase is unchanged.
 """
 
 from __future__ import annotations
