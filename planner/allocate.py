@@ -126,19 +126,6 @@ def _align_up(x: np.ndarray | int, a: int) -> np.ndarray | int:
     return -(-x // a) * a
 
 
-def _vertex_column(sched: Schedule, field: str) -> tuple[np.ndarray, np.ndarray]:
-    """Every buffer id in `field` ("reads" or "writes") of every vertex, in
-    step order, and its step (one extend per step, not per vertex)."""
-    get = attrgetter(field)
-    flat: list[int] = []
-    ends = np.zeros(len(sched.steps) + 1, dtype=np.int64)
-    for s, st in enumerate(sched.steps):
-        flat.extend(chain.from_iterable(map(get, st.vertices)))
-        ends[s + 1] = len(flat)
-    steps = np.repeat(np.arange(len(sched.steps), dtype=np.int64), np.diff(ends))
-    return np.fromiter(flat, dtype=np.int64, count=len(flat)), steps
-
-
 def _operands(sched: Schedule) -> _Operands:
     """Read every buffer reference of `sched` once (see `_Operands`).  Vertex
     reads/writes name the buffers (Program contract); refs (the schedule's
@@ -147,8 +134,8 @@ def _operands(sched: Schedule) -> _Operands:
     va = sched.vertex_arrays()
     nv = va.step.size
     vstep = va.step
-    rb, r_step = _vertex_column(sched, "reads")
-    wb, w_step = _vertex_column(sched, "writes")
+    rb, r_step = va.read_buf, vstep[va.read_vertex]
+    wb, w_step = va.write_buf, vstep[va.write_vertex]
     ref_vertex = va.ref_vertex
     vbuf = va.ref_buf.copy()  # writable like the seq path's (one jitted signature)
 
