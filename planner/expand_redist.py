@@ -181,48 +181,50 @@ def pieces(src: Layout, dst: Layout, segments: tuple,
 
 
 @kjit
-def _enumerate(segs, drc, dcc, doff, dtile, todo, src, scc, soff, stile, slocs, sseq, dlocs,
-               dseq, elem, every, xf, flags, head, ps):  # pragma: no cover - jitted
+def _enumerate(segs, d_rc, d_cc, doff, dtile, todo, s_rc, s_cc, soff, stile, slocs, sseq,
+               dlocs, dseq, elem, every, xf, flags, head, ps):  # pragma: no cover - jitted
     """Enumerate the pieces in `pieces` order and fill `_Enumerated`'s
     arrays while they fit (call with empty ones to count); return (pieces,
     listed pieces).  `slocs`/`dlocs` are the cell replicas' (buffer,
     offset, stride) rows, `sseq`/`dseq` which of them have a seq."""
     n = 0
     m = 0
-    dnc, snc = dcc.shape[0] - 1, scc.shape[0] - 1
+    dnc, snc = d_cc.shape[0] - 1, s_cc.shape[0] - 1
     for g in range(segs.shape[0]):
         dr0, dr1, dc0, sr0, sc0, ncols = segs[g]
-        ri0, ri1 = _span(drc, dr0, dr1)
-        ci0, ci1 = _span(dcc, dc0, dc0 + ncols)
+        ri0, ri1 = _span(d_rc, dr0, dr1)
+        ci0, ci1 = _span(d_cc, dc0, dc0 + ncols)
         for ri in range(ri0, ri1):
             for ci in range(ci0, ci1):
                 cell = ri * dnc + ci
                 if not todo[doff[cell]:doff[cell + 1]].any():
                     continue
-                r_lo, r_hi = max(drc[ri], dr0), min(drc[ri + 1], dr1)
-                c_lo, c_hi = max(dcc[ci], dc0), min(dcc[ci + 1], dc0 + ncols)
+                r_lo, r_hi = max(d_rc[ri], dr0), min(d_rc[ri + 1], dr1)
+                c_lo, c_hi = max(d_cc[ci], dc0), min(d_cc[ci + 1], dc0 + ncols)
+                d_w = d_cc[ci + 1] - d_cc[ci]
                 if r_lo >= r_hi or c_lo >= c_hi:
                     continue
                 s_lo, s_hi = r_lo - dr0 + sr0, r_hi - dr0 + sr0
                 t_lo, t_hi = c_lo - dc0 + sc0, c_hi - dc0 + sc0
-                sri0, sri1 = _span(src, s_lo, s_hi)
-                sci0, sci1 = _span(scc, t_lo, t_hi)
+                sri0, sri1 = _span(s_rc, s_lo, s_hi)
+                sci0, sci1 = _span(s_cc, t_lo, t_hi)
                 for sri in range(sri0, sri1):
-                    a0, a1 = max(src[sri], s_lo), min(src[sri + 1], s_hi)
+                    a0, a1 = max(s_rc[sri], s_lo), min(s_rc[sri + 1], s_hi)
                     if a0 >= a1:
                         continue
                     for sci in range(sci0, sci1):
-                        b0, b1 = max(scc[sci], t_lo), min(scc[sci + 1], t_hi)
+                        b0, b1 = max(s_cc[sci], t_lo), min(s_cc[sci + 1], t_hi)
                         if b0 >= b1:
                             continue
+                        s_w = s_cc[sci + 1] - s_cc[sci]
                         scell = sri * snc + sci
                         row, col = a0 - sr0 + dr0, b0 - sc0 + dc0
-                        s_at = ((a0 - src[sri]) * (scc[sci + 1] - scc[sci]) + b0 - scc[sci]) * elem
-                        d_at = ((row - drc[ri]) * (dcc[ci + 1] - dcc[ci]) + col - dcc[ci]) * elem
+                        s_at = ((a0 - s_rc[sri]) * s_w + b0 - s_cc[sci]) * elem
+                        d_at = ((row - d_rc[ri]) * d_w + col - d_cc[ci]) * elem
                         f = 0
-                        if a1 - a0 > 1 and b1 - b0 != scc[sci + 1] - scc[sci]:
+                        if a1 - a0 > 1 and b1 - b0 != s_w:
                             f |= PACK
-                        if a1 - a0 > 1 and b1 - b0 != dcc[ci + 1] - dcc[ci]:
+                        if a1 - a0 > 1 and b1 - b0 != d_w:
                             f |= LAND
                         for kk in range(doff[cell], doff[cell + 1]):
                             if not todo[kk]:
