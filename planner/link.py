@@ -87,11 +87,14 @@ _KIND_CODES = {k: i for i, k in enumerate(TENSOR_KINDS)}
 class Reservation:
     """Per-tile overheads and where each shared patch table sits: `tables`
     maps (tile, seq) to the byte offset of its table inside the tile's patch
-    table area (which starts `device.support_bytes` into the support buffer)."""
+    table area (which starts `device.support_bytes` into the support buffer).
+    `buf_tile` is the tile of each program buffer (as `Buf.tile`), read once
+    for reserve and link."""
 
     overheads: Overheads
     tables: dict[TableKey, int]
     used: np.ndarray  # bool[tiles]: tile holds anything
+    buf_tile: np.ndarray  # int64[program buffers]
 
     def support_addr(self, device: Device) -> np.ndarray:
         """Absolute address of each tile's support buffer."""
@@ -112,7 +115,6 @@ def _kernel_code_bytes(kid: int) -> int:
 def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     """Size code, exchange-table and support bytes per tile (module docstring)."""
     tiles = device.tiles
-    xends = np.zeros(tiles, dtype=np.int64)
     used = np.zeros(tiles, dtype=bool)
     table_bytes = np.zeros(tiles, dtype=np.int64)
     tables: dict[TableKey, int] = {}
@@ -132,10 +134,8 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
             _reserve_table(tables, table_bytes, int(v.tile[vi]), r, trips_at(int(v.step[vi])))
     x = sched.transfers()
     ts, td = tile_of[x.src_buf], tile_of[x.dst_buf]
-    np.add.at(xends, ts, 1)
-    np.add.at(xends, td, 1)
-    used[ts] = True
-    used[td] = True
+    xends = np.bincount(ts, minlength=tiles) + np.bincount(td, minlength=tiles)
+    used |= xends > 0
     for i in x.seq.tolist():
         src, dst = x.refs(i)
         if src.seq:
@@ -147,7 +147,7 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     code = _round(nvtx * device.code_bytes_per_vertex + kcode, a)
     xtable = _round(xends * device.exchange_table_bytes_per_transfer, a)
     support = np.where(used, _round(device.support_bytes + table_bytes, a), 0).astype(np.int64)
-    return Reservation(Overheads(code, xtable, support), tables, used)
+    return Reservation(Overheads(code, xtable, support), tables, used, tile_of)
 
 
 def _tile_of(program: Program) -> np.ndarray:
@@ -276,7 +276,8 @@ def link(
     """Lower to a Package; raises BuildFailure("link", ...) on a seq whose length
     differs from its loop's trips or an iterated ref outside a loop."""
     addr = alloc.addr
-    tile_of = _tile_of(program)
+    tile_of = res.buf_tile
+    assert tile_of.size == len(program.bufs), "reservation of another program"
     support_addr = res.support_addr(device)
     patches = _Patches()
 
