@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter, is_
@@ -129,10 +129,12 @@ def _ints(values: object, n: int) -> np.ndarray:
     return _frozen(np.fromiter(values, dtype=np.int64, count=n))  # type: ignore[call-overload]
 
 
-def _distinct_rows(rows: list[tuple[int, ...]]) -> np.ndarray:
-    """int64 [len(rows), NARGS] from NARGS-tuples; vertices share few distinct
-    args tuples (one per kernel shape), so convert each distinct one once."""
-    code = {r: i for i, r in enumerate(dict.fromkeys(rows))}
+def _distinct_rows(rows: list[tuple[int, ...]], distinct: Iterable[tuple[int, ...]],
+                   ) -> np.ndarray:
+    """int64 [len(rows), NARGS] from NARGS-tuples, `distinct` the distinct
+    ones; vertices share few distinct args tuples (one per kernel shape), so
+    each distinct one is converted once."""
+    code = {r: i for i, r in enumerate(distinct)}
     index = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
     table = np.asarray(list(code), dtype=np.int64).reshape(len(code), NARGS)
     return _frozen(table[index])
@@ -149,7 +151,8 @@ def phase_columns(vertices: Sequence[Vertex]) -> PhaseColumns:
     on a vertex without NARGS args (a builder bug)."""
     n = len(vertices)
     args = list(map(attrgetter("args"), vertices))
-    if set(map(len, args)) - {NARGS}:
+    distinct = dict.fromkeys(args)
+    if any(len(a) != NARGS for a in distinct):
         bad = next(v for v in vertices if len(v.args) != NARGS)
         raise ValueError(f"tile {bad.tile}: vertex of kernel {bad.kernel} has "
                          f"{len(bad.args)} args, not {NARGS} (a builder bug)")
@@ -165,7 +168,7 @@ def phase_columns(vertices: Sequence[Vertex]) -> PhaseColumns:
     return PhaseColumns(
         tile=_ints(map(attrgetter("tile"), vertices), n),
         kernel=_ints(map(attrgetter("kernel"), vertices), n),
-        args=_distinct_rows(args),
+        args=_distinct_rows(args, distinct),
         nref=nref,
         ref_arg=_ints(map(attrgetter("arg"), refs), r),
         ref_buf=_ints(map(attrgetter("buf"), refs), r),
