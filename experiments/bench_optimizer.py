@@ -40,6 +40,7 @@ from pathlib import Path
 
 from kernels.exceptions import BuildFailure
 from planner import cache, expand
+from planner.lower import lower
 from planner.models import load_model
 from planner.optimize import plan
 from planner.pipeline import PipelineConfig
@@ -89,9 +90,10 @@ def table(rows: list[tuple[str, ...]]) -> str:
 
 
 def fresh(scratch: bool) -> None:
-    """Empty the optimizer's build caches and the recent expansions;
+    """Empty the optimizer's build caches, the recent lowerings and expansions;
     `scratch`: keep no expansions (every build expands from scratch)."""
     cache.SHARED = cache.BuildCache()
+    lower.cache_clear()
     expand.RECENT = expand.PrefixStore(0 if scratch else expand.PrefixStore().max_entries)
 
 

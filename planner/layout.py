@@ -170,7 +170,7 @@ def spread_tiles(n: int, tiles: int, plan: Plan, shift: int = 0) -> tuple[int, .
     ValueError when n > tiles."""
     if n > tiles:
         raise ValueError(f"{n} owners on {tiles} tiles")
-    return tuple(plan.physical((o * tiles // n + shift) % tiles, tiles) for o in range(n))
+    return plan.physical_tiles(((o * tiles // n + shift) % tiles for o in range(n)), tiles)
 
 
 def row_layout(rows: int, cols: int, rows_per_owner: int, tiles: int, plan: Plan,
@@ -193,4 +193,4 @@ def canonical_layout(shape: tuple[int, ...], elem_bytes: int, element_bytes: int
 def grid_tiles(base: int, count: int, tiles: int, plan: Plan) -> tuple[int, ...]:
     """Physical tiles of grid positions 0..count-1 starting at logical tile
     `base` (wrapping): the shared rotation of parameterised ops."""
-    return tuple(plan.physical((base + q) % tiles, tiles) for q in range(count))
+    return plan.physical_tiles(((base + q) % tiles for q in range(count)), tiles)

@@ -54,6 +54,8 @@ absorbed Cast, no such op).
 
 from __future__ import annotations
 
+import functools
+
 from kernels.exceptions import BuildFailure, Unsupported
 from planner import catalogue as cat
 from planner.graph import (
@@ -456,8 +458,8 @@ class _Lowerer:
         """Physical tiles of `count` places spread over the device (shifted
         by the op's tile shift)."""
         tiles = self.device.tiles
-        return tuple(self.plan.physical((q * tiles // count + self.op_shift) % tiles, tiles)
-                     for q in range(count))
+        return self.plan.physical_tiles(
+            ((q * tiles // count + self.op_shift) % tiles for q in range(count)), tiles)
 
     def heads_layouts(self, g: Graph, op: SplitHeads | MergeHeads):
         # the redistribution itself is the op: it reads its input where the
@@ -541,6 +543,14 @@ class _Lowerer:
             self.out.carries.append(Carry(src, av, yv, fv, op.trips))
 
 
+# lowerings kept by content: the optimizer lowers each incumbent three times
+# (its build's expansion, `proposals.pinned`, the proposal generator)
+RECENT_LOWERINGS = 8
+
+
+@functools.lru_cache(maxsize=RECENT_LOWERINGS)
 def lower(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Lowered:
-    """Lower `g` for `device` under `plan` (module docstring)."""
+    """Lower `g` for `device` under `plan` (module docstring).  The result is
+    shared by every caller with equal arguments (the last RECENT_LOWERINGS
+    are kept): it must not be mutated."""
     return _Lowerer(g, device, plan, limit).run()

@@ -98,3 +98,23 @@ def test_tile_mapping_is_a_permutation() -> None:
     assert sorted(plan.physical(t, 16) for t in range(16)) == list(range(16))
     with pytest.raises(ValueError, match="coprime"):
         Plan().with_tile_mapping(0, 4).physical(1, 16)
+    assert plan.physical_tiles(range(16), 16) == tuple(plan.physical(t, 16) for t in range(16))
+    assert plan.physical_tiles((15, 0, 15), 16) == (plan.physical(15, 16), 5, plan.physical(15, 16))
+    with pytest.raises(ValueError, match="coprime"):
+        Plan().with_tile_mapping(0, 4).physical_tiles(range(3), 16)
+
+
+def test_lowering_is_shared_by_equal_arguments() -> None:
+    """`lower` keeps recent lowerings by content: equal arguments get the
+    same object (the optimizer lowers each incumbent three times), another
+    plan its own lowering."""
+    from planner.lower import lower
+    from planner.models import load_model
+    from simulator.device import load_device
+
+    g, dev = load_model("vit-tiny", layers=1), load_device("c600")
+    first = lower(g, dev, Plan())
+    assert lower(load_model("vit-tiny", layers=1), dev, Plan()) is first
+    other = lower(g, dev, Plan(packing="double"))
+    assert other is not first
+    assert other.values["out"].layout != first.values["out"].layout  # canonical: packing
