@@ -34,8 +34,8 @@ then the best fit.  That can fragment memory, so if it fails on a tile the
 plain best-fit order and two other deterministic orders (first asc; then
 lifetime length desc) are tried before the tile is declared infeasible.
 
-Operands are read once into flat arrays (buffer columns, vertex reads/writes,
-ref buffers, the schedule's transfer columns); live ranges, partner pairs
+Operands are read once into flat arrays (the program's `BufColumns`, vertex
+reads/writes, ref buffers, the schedule's transfer columns); live ranges, partner pairs
 and the placement of all tiles are jitted functions over them.
 
 Failure raises `BuildFailure("allocate", tile, need, have, detail, profile)`
@@ -53,6 +53,7 @@ import numpy as np
 
 from kernels.exceptions import BuildFailure
 from kernels.jit import kjit
+from planner.columns import BufColumns, buf_columns
 from planner.program import TENSOR_KINDS, Program
 from planner.schedule import Schedule
 from simulator.device import Device
@@ -269,8 +270,7 @@ def _live_ranges(ops: _Operands, persistent: np.ndarray,
 
 def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) int64[B] inclusive step ranges, per the module rules."""
-    persistent = np.fromiter(map(attrgetter("persistent"), program.bufs), dtype=np.bool_,
-                             count=len(program.bufs))
+    persistent = buf_columns(program).persistent.astype(np.bool_)
     return _live_ranges(_operands(sched), persistent, sched)
 
 
@@ -483,30 +483,17 @@ def _place_tiles(tile_ids, bounds, size, align, first, last, lo, hi, addr, p_ptr
     return fallback, -1, -1, 0
 
 
-def _kinds(program: Program) -> np.ndarray:
-    index = {k: n for n, k in enumerate(TENSOR_KINDS)}
-    return np.fromiter((index[b.kind] for b in program.bufs), dtype=np.int64,
-                       count=len(program.bufs))
-
-
-def _profile(tile: int, program: Program, size: np.ndarray, tile_of: np.ndarray,
-             ovh: Overheads, peak: int) -> dict[str, int]:
+def _profile(tile: int, cols: BufColumns, ovh: Overheads, peak: int) -> dict[str, int]:
     prof = {
         "code": int(ovh.code[tile]),
         "exchange-table": int(ovh.xtable[tile]),
         "support": int(ovh.support[tile]),
     }
-    on = tile_of == tile
-    kinds = _kinds(program)
+    on = cols.tile == tile
     for k, name in enumerate(TENSOR_KINDS):
-        prof[name] = int(size[on & (kinds == k)].sum())
+        prof[name] = int(cols.nbytes[on & (cols.kind == k)].sum())
     prof["peak_live_tensor"] = peak
     return prof
-
-
-def _column(program: Program, name: str) -> np.ndarray:
-    return np.fromiter(map(attrgetter(name), program.bufs), dtype=np.int64,
-                       count=len(program.bufs))
 
 
 def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
@@ -515,18 +502,19 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
 
     `avoid_conflicts`: first try an element-aware placement on each tile
     (module docstring); the plain best-fit orders remain the fallback."""
-    nb = len(program.bufs)
+    cols = buf_columns(program)
+    nb = len(cols)
     tiles = device.tiles
-    tile_of = _column(program, "tile")
-    size = _column(program, "nbytes")
-    align = np.maximum(_column(program, "align"), device.alignment)
+    tile_of = cols.tile
+    size = cols.nbytes
+    align = np.maximum(cols.align, device.alignment)
     if nb and (tile_of.min() < 0 or tile_of.max() >= tiles):
         bad = int(np.flatnonzero((tile_of < 0) | (tile_of >= tiles))[0])
         raise BuildFailure("allocate", int(tile_of[bad]), 0, 0,
-                           f"buffer {program.bufs[bad].name} on tile {tile_of[bad]} "
+                           f"buffer {cols.names[bad]} on tile {tile_of[bad]} "
                            f"outside the device's {tiles} tiles")
     ops = _operands(sched)
-    first, last = _live_ranges(ops, _column(program, "persistent").astype(np.bool_), sched)
+    first, last = _live_ranges(ops, cols.persistent.astype(np.bool_), sched)
     nsteps = max(len(sched.steps), 1)
 
     lo = np.asarray(_align_up(device.memory_base + ovh.total(), device.alignment), dtype=np.int64)
@@ -537,7 +525,7 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
         raise BuildFailure("allocate", t, int(ovh.total()[t]), device.memory_size,
                            f"code, exchange tables and support need {int(ovh.total()[t])} bytes "
                            f"of a {device.memory_size}-byte tile",
-                           _profile(t, program, size, tile_of, ovh, 0))
+                           _profile(t, cols, ovh, 0))
 
     # peak live tensor bytes per tile over steps (inclusive ranges)
     delta = np.zeros((tiles, nsteps + 1), dtype=np.int64)
@@ -558,7 +546,7 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
                            f"{int(peak[t])} live tensor bytes at step {s} but the "
                            f"tensor range {int(lo[t]):#x}..{int(hi[t]):#x} holds {int(room[t])}; "
                            f"largest live: {names}",
-                           _profile(t, program, size, tile_of, ovh, int(peak[t])))
+                           _profile(t, cols, ovh, int(peak[t])))
 
     addr = np.full(nb, -1, dtype=np.int64)
     p_ptr, p_list = _partners(ops, nb) if avoid_conflicts else (
@@ -575,7 +563,7 @@ def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
             f"cannot place a {buf.nbytes}-byte {buf.kind} ({buf.name}, live steps "
             f"{int(first[b])}..{int(last[b])}) into the remaining tensor range "
             f"{int(lo[t]):#x}..{int(hi[t]):#x}",
-            _profile(t, program, size, tile_of, ovh, int(peak[t])))
+            _profile(t, cols, ovh, int(peak[t])))
 
     ends = np.where(addr >= 0, addr + size, 0)
     top = lo.copy()

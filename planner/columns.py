@@ -1,4 +1,4 @@
-"""Flat columns of a schedule: its transfers and vertices as int64 arrays.
+"""Flat columns of a program: its buffers, transfers and vertices as arrays.
 
 Allocation and linking read every transfer and vertex of a schedule; as
 columns they do that with numpy instead of per-object Python.  Transfers
@@ -11,6 +11,12 @@ phase and the very vertex and Xfers objects it holds are unchanged: the
 optimizer's trial programs share most of their phases with the previous
 expansion (incremental expansion reuses them), so the scheduler reads most
 phases once per optimizer run, not once per trial.
+
+A Program's buffers are read once into a `BufColumns` (`buf_columns`) that
+allocate, reserve and link share.  Trial programs share a prefix of their
+`Buf` objects with earlier expansions (incremental expansion copies the
+buffer list up to a mark), so only the buffers past the longest prefix
+equal to a recently read buffer list are read.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter, is_
+from itertools import chain, compress, count
+from operator import attrgetter, is_, ne
 from typing import Generic, TypeVar
 
 import numpy as np
 
-from planner.program import NARGS, Phase, Ref, Seq, Vertex, Xfers
+from planner.program import NARGS, TENSOR_KINDS, Buf, Phase, Program, Ref, Seq, Vertex, Xfers
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,3 +268,115 @@ class PhaseMemo(Generic[V]):
 
 def _weight(entry: tuple[Phase, str, tuple[Vertex, ...], Xfers, object]) -> int:
     return len(entry[2]) + len(entry[3]) + 1
+
+
+@dataclass(frozen=True, eq=False)
+class BufColumns:
+    """The buffers of a Program as read-only int64 arrays [B]: `tile`,
+    `nbytes`, `align` (bytes), `persistent` (0/1) and `kind` (index into
+    TENSOR_KINDS); `names` the buffer names."""
+
+    tile: np.ndarray
+    nbytes: np.ndarray
+    align: np.ndarray
+    persistent: np.ndarray
+    kind: np.ndarray
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+_KIND_CODE = {k: i for i, k in enumerate(TENSOR_KINDS)}
+_PREFIX_CHUNK = 1024  # list slices compared at once when finding a common prefix
+
+
+def _read_bufs(bufs: Sequence[Buf]) -> BufColumns:
+    """`bufs` into columns (one pass per field).  Raises ValueError on a kind
+    not in TENSOR_KINDS (a builder bug)."""
+    n = len(bufs)
+    kinds = list(map(attrgetter("kind"), bufs))
+    bad = set(kinds) - _KIND_CODE.keys()
+    if bad:
+        b = next(b for b in bufs if b.kind in bad)
+        raise ValueError(f"tile {b.tile}: buffer {b.name} has kind {b.kind!r}, "
+                         f"not one of {TENSOR_KINDS} (a builder bug)")
+    return BufColumns(
+        tile=_ints(map(attrgetter("tile"), bufs), n),
+        nbytes=_ints(map(attrgetter("nbytes"), bufs), n),
+        align=_ints(map(attrgetter("align"), bufs), n),
+        persistent=_ints(map(attrgetter("persistent"), bufs), n),
+        kind=_ints(map(_KIND_CODE.__getitem__, kinds), n),
+        names=tuple(map(attrgetter("name"), bufs)),
+    )
+
+
+def _common_prefix(a: list[Buf], b: list[Buf]) -> int:
+    """Length of the longest common prefix of `a` and `b` (by `==`; Bufs are
+    frozen values).  Whole chunks compare as list slices (one C loop)."""
+    n = min(len(a), len(b))
+    k = 0
+    while k < n:
+        j = min(k + _PREFIX_CHUNK, n)
+        x, y = a[k:j], b[k:j]
+        if x != y:
+            return next(compress(count(k), map(ne, x, y)))
+        k = j
+    return n
+
+
+def _join(head: BufColumns, k: int, tail: BufColumns) -> BufColumns:
+    """The first `k` rows of `head` followed by `tail`."""
+    def cat(name: str) -> np.ndarray:
+        return _frozen(np.concatenate((getattr(head, name)[:k], getattr(tail, name))))
+
+    return BufColumns(tile=cat("tile"), nbytes=cat("nbytes"), align=cat("align"),
+                      persistent=cat("persistent"), kind=cat("kind"),
+                      names=head.names[:k] + tail.names)
+
+
+class BufMemo:
+    """The `BufColumns` of the last `size` buffer lists read, each with a
+    copy of its list: a list equal to a remembered one gets its columns; any
+    other is read past its longest common prefix with a remembered list.
+    Thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(size, 1)
+        self._data: list[tuple[list[Buf], BufColumns]] = []  # least recently used first
+        self._lock = threading.Lock()
+
+    def columns(self, bufs: list[Buf]) -> BufColumns:
+        with self._lock:
+            entries = list(reversed(self._data))
+        best, k = None, 0
+        for snap, cols in entries:
+            if len(snap) == len(bufs) and snap == bufs:
+                best, k = (snap, cols), len(bufs)
+                break
+            p = _common_prefix(snap, bufs)
+            if p > k:
+                best, k = (snap, cols), p
+        if best is not None and k == len(bufs) == len(best[0]):
+            snap, out = best
+        else:
+            snap = list(bufs)
+            tail = _read_bufs(snap[k:])
+            out = tail if best is None else _join(best[1], k, tail)
+        with self._lock:
+            data = [e for e in self._data if e[0] is not snap] + [(snap, out)]
+            self._data = data[max(0, len(data) - self.size):]
+        return out
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+BUFS = BufMemo(4)
+
+
+def buf_columns(program: Program) -> BufColumns:
+    """The buffer columns of `program` as its `bufs` list holds now (read
+    through the module's `BufMemo`, so allocate, reserve and link of one
+    program read its buffers once)."""
+    return BUFS.columns(program.bufs)

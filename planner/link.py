@@ -49,7 +49,8 @@ import numpy as np
 from kernels.exceptions import BuildFailure
 from kernels.registry import KERNELS
 from planner.allocate import Allocation, Overheads
-from planner.program import TENSOR_KINDS, Program, Ref
+from planner.columns import BufColumns, buf_columns
+from planner.program import Program, Ref
 from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
 from simulator.device import Device
 from simulator.package import (
@@ -79,22 +80,18 @@ _STEP_CODES = {
 
 TableKey = tuple[int, tuple[tuple[int, int], ...]]
 
-# buffer kind code in the memory map: its index in TENSOR_KINDS
-_KIND_CODES = {k: i for i, k in enumerate(TENSOR_KINDS)}
-
-
 @dataclass(frozen=True)
 class Reservation:
     """Per-tile overheads and where each shared patch table sits: `tables`
     maps (tile, seq) to the byte offset of its table inside the tile's patch
     table area (which starts `device.support_bytes` into the support buffer).
-    `buf_tile` is the tile of each program buffer (as `Buf.tile`), read once
-    for reserve and link."""
+    `bufs` are the program's buffer columns, read once for reserve,
+    allocate and link."""
 
     overheads: Overheads
     tables: dict[TableKey, int]
     used: np.ndarray  # bool[tiles]: tile holds anything
-    buf_tile: np.ndarray  # int64[program buffers]
+    bufs: BufColumns
 
     def support_addr(self, device: Device) -> np.ndarray:
         """Absolute address of each tile's support buffer."""
@@ -118,7 +115,8 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     used = np.zeros(tiles, dtype=bool)
     table_bytes = np.zeros(tiles, dtype=np.int64)
     tables: dict[TableKey, int] = {}
-    tile_of = _tile_of(program)
+    cols = buf_columns(program)
+    tile_of = cols.tile
     used[tile_of] = True
 
     def trips_at(step: int) -> int:
@@ -147,12 +145,7 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     code = _round(nvtx * device.code_bytes_per_vertex + kcode, a)
     xtable = _round(xends * device.exchange_table_bytes_per_transfer, a)
     support = np.where(used, _round(device.support_bytes + table_bytes, a), 0).astype(np.int64)
-    return Reservation(Overheads(code, xtable, support), tables, used, tile_of)
-
-
-def _tile_of(program: Program) -> np.ndarray:
-    return np.fromiter(map(attrgetter("tile"), program.bufs), dtype=np.int64,
-                       count=len(program.bufs))
+    return Reservation(Overheads(code, xtable, support), tables, used, cols)
 
 
 def _kernel_code(tile: np.ndarray, kernel: np.ndarray, tiles: int) -> np.ndarray:
@@ -276,8 +269,9 @@ def link(
     """Lower to a Package; raises BuildFailure("link", ...) on a seq whose length
     differs from its loop's trips or an iterated ref outside a loop."""
     addr = alloc.addr
-    tile_of = res.buf_tile
-    assert tile_of.size == len(program.bufs), "reservation of another program"
+    cols = res.bufs
+    tile_of = cols.tile
+    assert len(cols) == len(program.bufs), "reservation of another program"
     support_addr = res.support_addr(device)
     patches = _Patches()
 
@@ -352,28 +346,29 @@ def link(
     a.update(x_src_tile=x_src_tile, x_src_addr=x_src_addr, x_dst_tile=x_dst_tile,
              x_dst_addr=x_dst_addr, x_bytes=x.nbytes)
     a.update(patches.arrays())
-    names, bufs = _memory_map(program, sched, alloc, res, device, tile_of)
+    names, bufs = _memory_map(cols, sched, alloc, res, device)
     a.update(bufs)
     a.update(_io_arrays(program, addr, tile_of))
     a.update(_footprint(alloc, res))
     io = tuple(IoTensor(d["name"], d["role"], tuple(d["shape"]), d["dtype"],
                         int(d.get("scale_exp", 0))) for d in program.io_tensors)
-    pkg = Package(name=name, device=device, io=io, buffer_names=tuple(names), arrays=a,
+    pkg = Package(name=name, device=device, io=io, buffer_names=names, arrays=a,
                   meta=meta)
     stats = LinkStats(patches.arith, patches.table, len(patches.values), len(names))
     return pkg, stats
 
 
-def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reservation,
-                device: Device, tile_of: np.ndarray) -> tuple[list[str], dict[str, np.ndarray]]:
-    nb = len(program.bufs)
+def _memory_map(cols: BufColumns, sched: Schedule, alloc: Allocation, res: Reservation,
+                device: Device) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """Buffer names and the `buf_*` arrays: the program's tensor buffers (kind
+    code = index in TENSOR_KINDS), then per tile code, exchange-table and
+    support buffers."""
     last_step = max(len(sched.steps) - 1, 0)
-    names = list(map(attrgetter("name"), program.bufs))
-    tiles_l = [tile_of]
+    names = [cols.names]
+    tiles_l = [cols.tile]
     addr_l = [alloc.addr]
-    bytes_l = [np.fromiter(map(attrgetter("nbytes"), program.bufs), dtype=np.int64, count=nb)]
-    kind_l = [np.fromiter(map(_KIND_CODES.__getitem__, map(attrgetter("kind"), program.bufs)),
-                          dtype=np.int64, count=nb)]
+    bytes_l = [cols.nbytes]
+    kind_l = [cols.kind]
     first_l = [alloc.first]
     last_l = [alloc.last]
     o = res.overheads
@@ -385,7 +380,7 @@ def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reser
     for kind, label, sizes in ((BUF_CODE, "code", o.code), (BUF_XTABLE, "xtable", o.xtable),
                                (BUF_SUPPORT, "support", o.support)):
         ts = np.flatnonzero(sizes > 0).astype(np.int64)
-        names.extend(f"{label}@{t}" for t in ts.tolist())
+        names.append(tuple(f"{label}@{t}" for t in ts.tolist()))
         tiles_l.append(ts)
         addr_l.append(starts[kind][ts])
         bytes_l.append(sizes[ts])
@@ -393,7 +388,7 @@ def _memory_map(program: Program, sched: Schedule, alloc: Allocation, res: Reser
         first_l.append(np.zeros(ts.size, dtype=np.int64))
         last_l.append(np.full(ts.size, last_step, dtype=np.int64))
     cat = np.concatenate
-    return names, {
+    return tuple(chain.from_iterable(names)), {
         "buf_tile": cat(tiles_l).astype(np.int64, copy=False),
         "buf_addr": cat(addr_l).astype(np.int64, copy=False),
         "buf_bytes": cat(bytes_l).astype(np.int64, copy=False),

@@ -221,7 +221,7 @@ class Package:
             raise PackageInvalid(f"meta: not JSON-serialisable: {e}") from None
         object.__setattr__(self, "device", dev)
         object.__setattr__(self, "io", io)
-        object.__setattr__(self, "buffer_names", tuple(str(n) for n in self.buffer_names))
+        object.__setattr__(self, "buffer_names", _names(self.buffer_names))
         object.__setattr__(self, "arrays", _checked_arrays(self.arrays, dev.tiles))
         object.__setattr__(self, "_hash", [])
         if len(self.buffer_names) != self.n_buffers:
@@ -333,6 +333,14 @@ class Package:
 
     def __hash__(self) -> int:
         return int(self.content_hash()[:16], 16)
+
+
+def _names(names: Any) -> tuple[str, ...]:
+    """`names` as a tuple of str; a tuple of exact str (what the linker
+    hands over: ~10⁵ names) is taken as is, in one C-level pass over types."""
+    if type(names) is tuple and set(map(type, names)) <= {str}:
+        return names
+    return tuple(str(n) for n in names)
 
 
 def _hash_content(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:

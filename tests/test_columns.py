@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from handprog import copy_vertex, loop_program
 
-from planner.columns import PhaseMemo, concat_columns, phase_columns
-from planner.program import Phase, Ref, Transfer, Vertex, Xfers
+from planner.columns import (
+    BufColumns,
+    BufMemo,
+    PhaseMemo,
+    buf_columns,
+    concat_columns,
+    phase_columns,
+)
+from planner.program import TENSOR_KINDS, Buf, Phase, Program, Ref, Transfer, Vertex, Xfers
 from planner.schedule import schedule, vertex_arrays
 
 
@@ -102,3 +110,48 @@ def test_schedule_sees_a_phase_changed_in_place() -> None:
     s = schedule(p)
     assert len(s.steps) == 2
     assert s.vertex_arrays().ref_buf.tolist() == [a, b, b, d]
+
+
+def _bufs(n: int, stem: str = "b") -> list[Buf]:
+    return [Buf(i, i % 3, 8 * (i + 1), TENSOR_KINDS[i % 4], f"{stem}{i}", i % 2 == 0,
+                8 << (i % 2)) for i in range(n)]
+
+
+def _assert_reads(c: BufColumns, bufs: list[Buf]) -> None:
+    """The slow, obvious twin: every field per Buf."""
+    assert c.tile.tolist() == [b.tile for b in bufs]
+    assert c.nbytes.tolist() == [b.nbytes for b in bufs]
+    assert c.align.tolist() == [b.align for b in bufs]
+    assert c.persistent.tolist() == [int(b.persistent) for b in bufs]
+    assert c.kind.tolist() == [TENSOR_KINDS.index(b.kind) for b in bufs]
+    assert c.names == tuple(b.name for b in bufs) and len(c) == len(bufs)
+    assert not c.tile.flags.writeable and not c.kind.flags.writeable
+
+
+def test_buf_memo_reads_only_past_a_remembered_prefix() -> None:
+    memo = BufMemo(2)
+    base = _bufs(3000)  # longer than one prefix chunk
+    c0 = memo.columns(base)
+    _assert_reads(c0, base)
+    assert memo.columns(list(base)) is c0  # an equal list: the same columns
+    grown = base[:2500] + _bufs(700, "x")[600:]  # incremental expansion: prefix + new
+    _assert_reads(memo.columns(grown), grown)
+    changed = list(base)
+    changed[1700] = Buf(1700, 2, 16, "scratch", "other")  # equal prefix ends mid-chunk
+    c2 = memo.columns(changed)
+    _assert_reads(c2, changed)
+    base.append(Buf(3000, 1, 8, "activation", "late"))  # the list read first grew since
+    _assert_reads(memo.columns(base), base)
+    assert len(memo) == 2
+    _assert_reads(memo.columns([]), [])
+
+
+def test_buf_columns_follow_the_program_and_reject_unknown_kinds() -> None:
+    prog = Program()
+    prog.new_buf(1, 64, "parameter", "w", persistent=True, align=16)
+    _assert_reads(buf_columns(prog), prog.bufs)
+    prog.new_buf(0, 32, "scratch", "s")
+    _assert_reads(buf_columns(prog), prog.bufs)
+    prog.bufs.append(Buf(2, 0, 8, "code", "bad"))
+    with pytest.raises(ValueError, match="buffer bad has kind 'code'"):
+        buf_columns(prog)

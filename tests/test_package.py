@@ -204,3 +204,18 @@ def test_hash_is_identical_across_processes_and_hash_seeds(pkg: Package) -> None
         hashes.append(out.stdout.strip())
     assert hashes[0] == hashes[1] == pkg.content_hash()
     assert len(hashes[0]) == 64
+
+
+def test_buffer_names_become_a_tuple_of_str_with_the_same_hash(pkg: Package) -> None:
+    class Label(str):
+        pass
+
+    names = pkg.buffer_names
+    as_list = Package(pkg.name, pkg.device, pkg.io, list(names), dict(pkg.arrays), pkg.meta)
+    sub = Package(pkg.name, pkg.device, pkg.io, (Label(names[0]),) + names[1:],
+                  dict(pkg.arrays), pkg.meta)
+    assert type(as_list.buffer_names) is tuple and as_list.buffer_names == names
+    assert type(sub.buffer_names[0]) is str
+    assert as_list.content_hash() == sub.content_hash() == pkg.content_hash()
+    ints = Package(pkg.name, pkg.device, pkg.io, (7,) + names[1:], dict(pkg.arrays), pkg.meta)
+    assert ints.buffer_names[0] == "7"
