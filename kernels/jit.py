@@ -47,24 +47,38 @@ _load_blas_pinned()
 CACHE_TAG_PREFIX = "kernels-"
 
 
+# packages whose jitted functions are compiled into jitted callers in other
+# files (kernels.dispatch into the engine; simulator.access into the engine and
+# the verifier's scan); planner's jitted functions call only their own file's
+SHARED_JIT_PACKAGES = ("kernels", "simulator")
+
+
+def source_digest(root: Path) -> str:
+    """16 hex digits of sha256 over the path and bytes of every module of
+    SHARED_JIT_PACKAGES under `root` (sorted)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for pkg in SHARED_JIT_PACKAGES for p in (root / pkg).glob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _source_keyed_cache_dir() -> None:
-    """Put Numba's cache under a subdirectory named by a hash of kernels/*.py.
+    """Put Numba's cache under a subdirectory named by a hash of the sources
+    of SHARED_JIT_PACKAGES.
 
     Numba keys a cached function on its own source file only, so a jitted
     caller in another file — the simulator engine, which compiles
-    kernels.dispatch into its loop — would keep running the old kernel code
-    after a kernels edit.  With the hash in the directory, any kernels change
-    starts a fresh cache for every function decorated after this import (the
-    simulator and planner import kernels before decorating theirs).  Only when
-    NUMBA_CACHE_DIR is set (make and CI set it); idempotent on re-import."""
+    kernels.dispatch and simulator.access helpers into its loop — would keep
+    running the old helper code after an edit of the helper's file.  With the
+    hash in the directory, any such change starts a fresh cache for every
+    function decorated after this import (the simulator and planner import
+    kernels before decorating theirs).  Only when NUMBA_CACHE_DIR is set (make
+    and CI set it); idempotent on re-import."""
     base = numba.config.CACHE_DIR  # type: ignore[attr-defined]
     if not base or Path(base).name.startswith(CACHE_TAG_PREFIX):
         return
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    tagged = os.path.join(base, CACHE_TAG_PREFIX + digest.hexdigest()[:16])
+    tagged = os.path.join(base, CACHE_TAG_PREFIX + source_digest(Path(__file__).parent.parent))
     numba.config.CACHE_DIR = tagged  # type: ignore[attr-defined]
 
 

@@ -32,3 +32,27 @@ def test_cache_dir_keyed_by_kernel_sources(tmp_path: Path) -> None:
     assert out[2] == "None"  # the pin is temporary: the environment is restored
     if out[3] != "no-scipy-openblas":  # a scipy built on another BLAS has nothing to pin
         assert set(out[3].split(",")) == {"1"}
+
+
+def test_source_digest_covers_every_shared_jit_package(tmp_path: Path) -> None:
+    """A jitted caller in one file compiles helpers of another (the engine and
+    the verifier's scan compile simulator.access and kernels.dispatch), and
+    numba's cache only notices edits of the caller's file: any edit in
+    kernels/ or simulator/ must give another cache directory; planner/ not."""
+    from kernels.jit import SHARED_JIT_PACKAGES, source_digest
+
+    assert SHARED_JIT_PACKAGES == ("kernels", "simulator")
+    for pkg in ("kernels", "simulator", "planner"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "jit.py").write_text("x = 1\n")
+    first = source_digest(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{16}", first) and source_digest(tmp_path) == first
+    (tmp_path / "planner" / "jit.py").write_text("x = 2\n")
+    assert source_digest(tmp_path) == first
+    seen = {first}
+    for pkg in SHARED_JIT_PACKAGES:
+        (tmp_path / pkg / "jit.py").write_text(f"x = {pkg!r}\n")
+        seen.add(source_digest(tmp_path))
+    assert len(seen) == 3
+    (tmp_path / "simulator" / "jit.py").rename(tmp_path / "simulator" / "access.py")
+    assert source_digest(tmp_path) not in seen  # paths count, not only bytes
