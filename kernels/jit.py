@@ -80,6 +80,14 @@ def _source_keyed_cache_dir() -> None:
         return
     tagged = os.path.join(base, CACHE_TAG_PREFIX + source_digest(Path(__file__).parent.parent))
     numba.config.CACHE_DIR = tagged  # type: ignore[attr-defined]
+    global COLD_CACHE
+    COLD_CACHE = not os.path.isdir(tagged) or not any(os.scandir(tagged))
+
+
+# True when this process starts with no Numba cache for the current sources
+# (NUMBA_CACHE_DIR set, its source-keyed subdirectory missing or empty): the
+# first plan/simulation then compiles everything (about a minute on 2 cores)
+COLD_CACHE = False
 
 
 _source_keyed_cache_dir()

@@ -220,6 +220,22 @@ PLAN_ARGS = (
 )
 
 
+def _note_cold_cache() -> None:
+    """One stderr line when Numba has no cached code for these sources yet
+    (`kernels.jit.COLD_CACHE`): the first plan or simulation then spends
+    about a minute compiling, which would otherwise look like a hang."""
+    import numba
+
+    from kernels import jit
+
+    if jit.COLD_CACHE:
+        cache_dir = numba.config.CACHE_DIR  # type: ignore[attr-defined]
+        print("tileplan: first run of this code: Numba compiles the kernel, simulator and "
+              f"planner loops into {cache_dir} (about a minute on 2 cores; later runs "
+              "load them)", file=sys.stderr)
+        jit.COLD_CACHE = False  # compiled by the time this process asks again
+
+
 def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
@@ -234,6 +250,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,
                          operator_candidate_limit=args.operator_candidate_limit,
                          capacity_baseline=args.capacity_baseline, jobs=args.jobs)
+    _note_cold_cache()
     outcome = run_model(graph, device, cfg, numerics=numerics, optimizer=LocalOptimizer())
     if args.out:
         save_run(args.out, outcome.result.package, outcome.summary)
@@ -292,6 +309,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     pkg = load_package(args.package)
     params, inputs = seeded_values(pkg, args.seed) if not args.no_numerics else ({}, {})
     tiles = _tile_list(args.trace_tiles)
+    _note_cold_cache()
     t0 = time.perf_counter()
     res = run(pkg, params=params, inputs=inputs, numerics=not args.no_numerics,
               engine=args.engine)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import planner
+from kernels import jit
 from planner.graph import Graph
 
 MICRO_TOML = """\
@@ -35,3 +36,10 @@ def micro_toml(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def micro_graph(micro_toml: Path) -> Graph:
     """The fp8 graph of the micro ViT."""
     return planner.load_model(micro_toml)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_cold_numba_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's first-compilation notice (stderr) depends on the state of
+    NUMBA_CACHE_DIR, not on the test: off unless a test turns it on."""
+    monkeypatch.setattr(jit, "COLD_CACHE", False)

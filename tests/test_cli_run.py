@@ -50,6 +50,25 @@ def test_plan_skips_numerics(micro_toml: Path, capsys: pytest.CaptureFixture[str
     assert status == 0 and s["rel_fro_error"] is None and s["cycles"] > 0
 
 
+def test_cold_numba_cache_is_announced_once_on_stderr(micro_toml: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A first run compiles for about a minute: say so, on stderr only (the
+    JSON on stdout stays parseable); a warm cache says nothing."""
+    from kernels import jit
+
+    argv = ["plan", str(micro_toml), "--device", "tiny", "--json", "--optimization-steps", "0"]
+    monkeypatch.setattr(jit, "COLD_CACHE", True)
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tileplan: first run of this code: Numba")
+    monkeypatch.setattr(jit, "COLD_CACHE", False)
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_custom_device_toml(micro_toml: Path, tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
     text = (PRESET_DIR / "tiny.toml").read_text()
