@@ -7,8 +7,8 @@ recomputed here.
 
 A vit-tiny build makes ~2·10⁴ vertices, so they are built by `make_vertex`
 from a ready args tuple (the per-kernel `*_args` builders, memoised: the cells
-of one op share a few shapes) and (arg, loc) operand pairs; `vertex` is its
-obvious dict-based twin (tests compare them).
+of one op share a few shapes) and (arg, loc) operand pairs (tests compare it
+with an obvious dict-based twin, tests/handprog.py `dict_vertex`).
 """
 
 from __future__ import annotations
@@ -37,20 +37,6 @@ def f32_bits(x: float) -> int:
     return int(struct.unpack("<I", struct.pack("<f", float(x)))[0])
 
 
-def vertex(tile: int, kid: int, args: dict[int, int], reads: dict[int, Loc],
-           writes: dict[int, Loc], extra: dict[int, int] | None = None) -> Vertex:
-    """A vertex with scalar `args`, address args from `reads`/`writes` locs
-    (arg index → loc, plus `extra` byte offsets)."""
-    a = [0] * NARGS
-    for k, v in args.items():
-        a[k] = int(v)
-    extra = extra or {}
-    refs = tuple(ref(k, loc, extra.get(k, 0)) for k, loc in sorted({**reads, **writes}.items()))
-    rb = tuple(sorted({b for loc in reads.values() for b in loc_bufs(loc)}))
-    wb = tuple(sorted({b for loc in writes.values() for b in loc_bufs(loc)}))
-    return Vertex(tile, kid, tuple(a), refs, rb, wb)
-
-
 def scalars(pairs: dict[int, int]) -> tuple[int, ...]:
     """The NARGS vertex args with `pairs` (arg index → value) set, the others 0."""
     a = [0] * NARGS
@@ -72,7 +58,7 @@ def _bufs(ops: Operands) -> tuple[int, ...]:
 
 def make_vertex(tile: int, kid: int, args: tuple[int, ...], reads: Operands,
                 writes: Operands) -> Vertex:
-    """`vertex` with its args as a ready NARGS tuple (address slots 0) and
+    """A vertex from its args as a ready NARGS tuple (address slots 0) and
     its address operands as (arg index, loc) pairs, arg indices distinct:
     refs in arg order, reads/writes the buffers of the read/written locs."""
     refs = tuple([ref(k, loc) if loc[3] else Ref(k, loc[0], loc[1], loc[2])

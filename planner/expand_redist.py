@@ -386,8 +386,9 @@ def _copies(lay: Layout, locs: list[list[Loc]], panels: _Panels, bufs: list[int]
             into_panel: bool) -> list[Vertex]:
     """One COPY per panel run between the cell replica and its panel buffer
     (`bufs[owner]`): cell → panel when `into_panel` (pack), else panel →
-    cell (unpack).  Built as `expand_ops.vertex` builds them (a test
-    compares), without its generic dict handling: a move may need 10⁴."""
+    cell (unpack).  Built directly, without the generic operand handling of
+    `expand_ops.make_vertex` (a test compares with the obvious twin): a move
+    may need 10⁴."""
     runs = panels.runs
     rc, cc = np.asarray(lay.row_cuts, dtype=np.int64), np.asarray(lay.col_cuts, dtype=np.int64)
     ri, ci = np.divmod(runs[:, 0], lay.nc)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.ids import ADD, COPY
-from planner.program import IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
+from planner.expand_redist import Loc, loc_bufs, ref
+from planner.program import NARGS, IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
 
 ROWS, COLS = 4, 8
 NBYTES = ROWS * COLS * 2  # fp16
@@ -33,6 +34,21 @@ def _args(values: dict[int, int]) -> tuple[int, ...]:
     for k, v in values.items():
         a[k] = v
     return tuple(a)
+
+
+def dict_vertex(tile: int, kid: int, args: dict[int, int], reads: dict[int, Loc],
+                writes: dict[int, Loc], extra: dict[int, int] | None = None) -> Vertex:
+    """The obvious twin of `planner.expand_ops.make_vertex`: scalar `args`,
+    address args from `reads`/`writes` locs (arg index → loc, plus `extra`
+    byte offsets)."""
+    a = [0] * NARGS
+    for k, v in args.items():
+        a[k] = int(v)
+    extra = extra or {}
+    refs = tuple(ref(k, loc, extra.get(k, 0)) for k, loc in sorted({**reads, **writes}.items()))
+    rb = tuple(sorted({b for loc in reads.values() for b in loc_bufs(loc)}))
+    wb = tuple(sorted({b for loc in writes.values() for b in loc_bufs(loc)}))
+    return Vertex(tile, kid, tuple(a), refs, rb, wb)
 
 
 def copy_vertex(tile: int, src: int, dst: int) -> Vertex:

@@ -295,8 +295,10 @@ def test_rank3_output_blocks_split_at_batch_boundaries(micro_graph: Graph) -> No
 @pytest.mark.parametrize("kid", [1, 3, 9])
 def test_make_vertex_equals_dict_vertex(kid: int) -> None:
     """The fast vertex builder (ready args tuple, operand pairs in any order)
-    gives the vertex the dict-based `vertex` gives, plain and ping-pong locs."""
-    from planner.expand_ops import make_vertex, scalars, vertex
+    gives the vertex the dict-based `handprog.dict_vertex` gives, plain and ping-pong locs."""
+    from handprog import dict_vertex as vertex
+
+    from planner.expand_ops import make_vertex, scalars
 
     plain, strided = (7, 16, 0, ()), (3, 0, 64, ())
     pong = (9, 0, 0, ((9, 0), (4, 0), (9, 0)))

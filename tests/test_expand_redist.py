@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from handprog import dict_vertex as vertex
 
 from kernels import ids
-from planner.expand_ops import vertex
 from planner.expand_redist import (
     PIECE_COLUMNS,
     Loc,
@@ -301,7 +301,7 @@ def test_granule_of_matches_granule() -> None:
 
 
 def test_copies_build_what_vertex_builds() -> None:
-    """The direct COPY construction equals `expand_ops.vertex`, also when
+    """The direct COPY construction equals `handprog.dict_vertex`, also when
     the cell location has a seq."""
     src = Layout(4, 4, (0, 4), (0, 4), ((3,),))
     dst = Layout(4, 2, (0, 4), (0, 2), ((1,),))
