@@ -46,9 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +55,7 @@ import numpy as np
 
 from kernels.exceptions import HardwareResultInvalid
 from kernels.registry import KERNELS
+from simulator.files import atomic_dir, read_npz
 from simulator.package import (
     STEP_COMPUTE,
     STEP_EXCHANGE,
@@ -188,11 +186,7 @@ def save_hardware_result(r: HardwareResult, path: str | os.PathLike[str],
     target = Path(path)
     if package is not None:
         check_against(r, package, str(target))
-    if target.exists() and not (target / RESULT_FILE).is_file():
-        raise FileExistsError(f"{target}: exists and is not a hardware result directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with atomic_dir(target, RESULT_FILE, "hardware result") as tmp:
         doc = {
             "version": r.version, "package_hash": r.package_hash, "device": r.device,
             "total_cycles": int(r.total_cycles),
@@ -210,16 +204,6 @@ def save_hardware_result(r: HardwareResult, path: str | os.PathLike[str],
             arrays["tile_cycles"] = r.tile_cycles
         with open(tmp / ARRAYS_FILE, "wb") as f:
             np.savez(f, **arrays)  # type: ignore[arg-type]
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
-                                        dir=target.parent))
-            os.replace(target, old / "r")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -251,7 +235,8 @@ def load_hardware_result(path: str | os.PathLike[str],
         raise HardwareResultInvalid(src, "meta", "must be an object", doc["meta"])
     if not isinstance(doc["outputs"], list):
         raise HardwareResultInvalid(src, "outputs", "must be a list", doc["outputs"])
-    arrays = _read_npz(apath)
+    arrays = read_npz(apath, lambda why: HardwareResultInvalid(
+        str(apath), "npz", f"unreadable or truncated: {why}"))
     wanted = {f"out:{o['name']}" if isinstance(o, dict) and "name" in o else "" for o in
               doc["outputs"]}
     if "" in wanted:
@@ -283,17 +268,6 @@ def load_hardware_result(path: str | os.PathLike[str],
     if package is not None:
         check_against(r, package, src)
     return r
-
-
-def _read_npz(apath: Path) -> dict[str, np.ndarray]:
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with np.load(apath, allow_pickle=False) as z:
-            for name in sorted(z.files):
-                arrays[name] = z[name]
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
-        raise HardwareResultInvalid(str(apath), "npz", f"unreadable or truncated: {e}") from None
-    return arrays
 
 
 def seeded_values(package: Package, seed: int) -> tuple[dict[str, np.ndarray],

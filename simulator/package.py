@@ -24,9 +24,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +32,7 @@ import numpy as np
 
 from kernels.exceptions import PackageInvalid
 from simulator.device import Device
+from simulator.files import atomic_dir, read_npz
 
 VERSION = 1
 MANIFEST_FILE = "package.json"
@@ -404,30 +402,12 @@ def save_package(pkg: Package, path: str | os.PathLike[str]) -> Path:
     Returns the path.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    old: Path | None = None
-    try:
+    with atomic_dir(target, MANIFEST_FILE, "package") as tmp:
         manifest = pkg.manifest()
         manifest["content_hash"] = pkg.content_hash()
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, sort_keys=True, indent=1))
         with open(tmp / ARRAYS_FILE, "wb") as f:
             np.savez(f, **dict(sorted(pkg.arrays.items())))  # type: ignore[arg-type]
-        if target.exists():
-            if not (target / MANIFEST_FILE).exists():
-                raise FileExistsError(f"{target}: exists and is not a package directory")
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
-                                        dir=target.parent))
-            os.replace(target, old / "pkg")
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not target.exists():
-            os.replace(old / "pkg", target)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return target
 
 
@@ -456,7 +436,8 @@ def load_package(path: str | os.PathLike[str]) -> Package:
     keys = {"version", "name", "device", "io", "buffer_names", "meta", "content_hash"}
     if set(manifest) != keys:
         raise PackageInvalid(f"{mpath}: fields must be {sorted(keys)}, got {sorted(manifest)}")
-    arrays = _read_npz(apath)
+    arrays = read_npz(apath, lambda why: PackageInvalid(
+        f"{apath}: unreadable or truncated npz: {why}"))
     try:
         pkg = Package(
             name=manifest["name"],
@@ -477,14 +458,3 @@ def load_package(path: str | os.PathLike[str]) -> Package:
             f"content gives {pkg.content_hash()!r} (file tampered or corrupt)"
         )
     return pkg
-
-
-def _read_npz(apath: Path) -> dict[str, np.ndarray]:
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with np.load(apath, allow_pickle=False) as z:
-            for name in sorted(z.files):
-                arrays[name] = z[name]
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
-        raise PackageInvalid(f"{apath}: unreadable or truncated npz: {e}") from None
-    return arrays
