@@ -51,6 +51,9 @@ from simulator.access import (
 )
 from simulator.jit import sjit
 
+# `_overlapping_write` when no other transfer's destination overlaps a read
+NO_OVERLAP, OWN_OVERLAP = -1, -2
+
 # error codes of `scan_accesses`
 E_REGION = 1  # vertex operand region not inside one live buffer
 E_SRC = 2  # transfer source not inside one live buffer
@@ -174,28 +177,41 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs
         hi = lo + x_bytes[i0 + k]
         if tile == last_tile and lo == last_lo and hi == last_hi:
             continue
-        # last destination of the tile starting before hi; earlier ones end earlier
-        a, b = w_ptr[tile], w_ptr[tile + 1]
-        while a < b:
-            m = (a + b) // 2
-            if w_lo[m] < hi:
-                a = m + 1
-            else:
-                b = m
-        q = a - 1
-        clean = True
-        while q >= w_ptr[tile] and w_hi[q] > lo:
-            clean = False
-            if order[q] != k:
-                err[1], err[2], err[3] = s, tile, max(lo, w_lo[q])
-                _name_pair(k, lo, order[q], w_lo[q], i0 + n_v, err)
-                return E_RACE
-            q -= 1
-        if clean:
+        q = _overlapping_write(tile, lo, hi, k, w_lo, w_hi, order, w_ptr)
+        if q >= 0:
+            err[1], err[2], err[3] = s, tile, max(lo, w_lo[q])
+            _name_pair(k, lo, order[q], w_lo[q], i0 + n_v, err)
+            return E_RACE
+        if q == NO_OVERLAP:
             last_tile, last_lo, last_hi = tile, lo, hi
         else:
             last_tile = -1
     return 0
+
+
+@sjit
+def _overlapping_write(tile, lo, hi, k, w_lo, w_hi, order,
+                       w_ptr):  # type: ignore[no-untyped-def]
+    """The destinations written on `tile` (sorted by start, disjoint; rows
+    w_ptr[tile]..w_ptr[tile+1]) against the read [lo, hi) of transfer k: the
+    row of one written by another transfer (a race), else OWN_OVERLAP when
+    only k's own destination overlaps, else NO_OVERLAP.  The last destination
+    starting before hi is found by bisection; earlier ones end earlier."""
+    a, b = w_ptr[tile], w_ptr[tile + 1]
+    while a < b:
+        m = (a + b) // 2
+        if w_lo[m] < hi:
+            a = m + 1
+        else:
+            b = m
+    q = a - 1
+    found = NO_OVERLAP
+    while q >= w_ptr[tile] and w_hi[q] > lo:
+        if order[q] != k:
+            return q
+        found = OWN_OVERLAP
+        q -= 1
+    return found
 
 
 @sjit
@@ -226,21 +242,11 @@ def _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v, c_l
         it = pt[lst[q], PT_INDEX]
         k = it - i0
         tile, lo = x_src_tile[it], src[k]
-        hi = lo + x_bytes[it]
-        a, b = w_ptr[tile], w_ptr[tile + 1]
-        while a < b:
-            m = (a + b) // 2
-            if w_lo[m] < hi:
-                a = m + 1
-            else:
-                b = m
-        r = a - 1
-        while r >= w_ptr[tile] and w_hi[r] > lo:
-            if order[r] != k:
-                err[1], err[2], err[3] = s, tile, max(lo, w_lo[r])
-                _name_pair(k, lo, order[r], w_lo[r], i0 + n_v, err)
-                return E_RACE
-            r -= 1
+        r = _overlapping_write(tile, lo, lo + x_bytes[it], k, w_lo, w_hi, order, w_ptr)
+        if r >= 0:
+            err[1], err[2], err[3] = s, tile, max(lo, w_lo[r])
+            _name_pair(k, lo, order[r], w_lo[r], i0 + n_v, err)
+            return E_RACE
     return 0
 
 
