@@ -35,9 +35,10 @@ from kernels import dispatch, ids
 from kernels.dtypes import DT_FP8, DT_FP16, fp8_decode
 from kernels.registry import by_name
 from kernels.testing import TileImage, random_codes
-from kernels.tile import TileDesc
+from simulator.device import load_device
 
 SEED = 0
+DEVICE = load_device("c600")
 SHAPES: tuple[tuple[int, int, int], ...] = ((32, 32, 32), (64, 64, 64), (128, 256, 128))
 REPEATS = 30
 OUT_DIR = Path("artifacts")
@@ -58,7 +59,7 @@ def measure(shape: tuple[int, int, int], repeats: int, rng: np.random.Generator
             ) -> dict[str, float]:
     """One row of the table for an M x K x N fp8 matmul block."""
     m, k, n = shape
-    desc = TileDesc()
+    desc = DEVICE.tile_desc()
     elem = desc.element_bytes
     img = TileImage(desc.element_bytes * 36)
     a = random_codes(rng, (m, k), DT_FP8)
@@ -88,7 +89,7 @@ def measure(shape: tuple[int, int, int], repeats: int, rng: np.random.Generator
         "numpy_gmacs": macs / t_numpy / 1e9,
         "ratio": t_numpy / t_kernel,
         "cycles": float(cycles),
-        "peak_fraction": macs / (desc.amp_macs_fp8 * cycles),
+        "peak_fraction": macs / (DEVICE.amp_macs_fp8 * cycles),
     }
 
 

@@ -139,7 +139,7 @@ def build_package(dev: Device, trips: int, patched: bool = True,
     code_n = int(-(-code.max() // dev.alignment) * dev.alignment)
     xt_n = int(-(-xtab.max() // dev.alignment) * dev.alignment)
     tab_bytes = 2 * trips * TABLE_ENTRY_BYTES if patched else 0
-    sup_n = dev.support_bytes + int(-(-tab_bytes // dev.alignment) * dev.alignment)
+    sup_n = dev.costs.support_bytes + int(-(-tab_bytes // dev.alignment) * dev.alignment)
     sup_at = dev.memory_end - sup_n
     code_at = sup_at - code_n
     xt_at = code_at - xt_n
@@ -151,7 +151,7 @@ def build_package(dev: Device, trips: int, patched: bool = True,
         p_stride=np.zeros(n_p, dtype=i64),
         p_table=np.arange(n_p + 1, dtype=i64) * trips, table_values=np.tile(table, n_p),
         p_table_tile=v_tile[:n_p].copy(),
-        p_table_addr=(sup_at + dev.support_bytes + half * trips * TABLE_ENTRY_BYTES)[:n_p],
+        p_table_addr=(sup_at + dev.costs.support_bytes + half * trips * TABLE_ENTRY_BYTES)[:n_p],
     )
     # buffers per tile: A, W, C, landing, code, xtable, support
     kinds = [BUF_ACTIVATION, BUF_PARAMETER, BUF_ACTIVATION, BUF_LANDING, BUF_CODE, BUF_XTABLE,

@@ -1,37 +1,40 @@
-"""Experiment: calibrate the device's linear timing constants from measured cycles.
+"""Experiment: calibrate the device's step-level timing constants from measured cycles.
 
 Question: given packages and their measured cycles (per step, or only the
-total), which device timing constants explain them?  The constants that enter
-the simulator's timing model (DESIGN §5, contracts §3) linearly are fitted by
-least squares on per-step features of each package:
+total), which exchange and loop constants explain them?  Kernel calls are
+calibrated one by one (`tileplan calibrate`, simulator/calibrate.py); what a
+whole-program measurement adds is the exchange and the loop.  The constants
+that enter the simulator's timing model (simulator/timing.py) linearly are
+fitted by least squares on per-step features of each package:
 
 | constant | feature of a step (summed over its executions) |
 |---|---|
-| compute_scale (nominal 1) | COMPUTE: max over tiles of the summed vertex cycles without overhead |
-| vertex_overhead_cycles | COMPUTE: vertices on the tile with the most vertices |
-| sync_cycles | EXCHANGE: executions |
+| compute_scale (nominal 1) | COMPUTE: max over tiles of the summed vertex cycles |
+| exchange_fixed_cycles (sync + setup) | EXCHANGE: executions |
 | exchange_cycles_per_byte (1 / bytes per cycle) | EXCHANGE: max over tiles of max(in, out) bytes |
 | loop_overhead_cycles | REPEAT_END: executions (iterations) |
 
 The features come from the simulator itself: one timing-only run on the
-package's device with overheads and sync set to 0 and 1 byte/cycle exchange
-(its cycles per step are the work and byte features), plus step executions
-and vertex counts from the package arrays.  The model is linear except where
-the overhead moves the busiest tile of a step (then the tile with the most
-vertices stands in) and for the per-execution ceil of exchange cycles; the
+package's device with sync, setup, loop overhead and transfer controls set to
+0 and 1 byte/cycle exchange (its cycles per step are the work and byte
+features; the Repeat patch cycles it still charges are a known offset), plus
+step executions from the package arrays.  The model is linear while transfers
+are payload-bound (a tile whose send or receive controls outlast its payload
+breaks it) and up to the per-execution ceil of exchange cycles; the
 residuals show how much that matters.  A second fit multiplies every measured
 step by 1 + N(0, NOISE) (seed SEED) to show the sensitivity to measurement
 noise.  `compute_scale` absorbs a uniform error of the kernels' cycle models
 (on real hardware); it cannot be changed on a simulated device, so in the
-synthetic demonstration its true value is 1.
-One exchange bandwidth is fitted (in = out, as on c600).
+synthetic demonstration its true value is 1.  One exchange bandwidth is
+fitted (in = out, as on c600).
 
 Without hardware the demonstration is SYNTHETIC and says so: the packages are
-simulated on a device with PERTURBED constants, those cycles are the
-"measurements", and the fit must recover the perturbed constants.  The seed's
-one hardware data point (988890 cycles for one siglip-so400m layer, built by
-another system's planner, baseline only) is compared with our simulated
-one-layer baseline as a ratio only — it is not fitted.
+simulated on a device with PERTURBED constants (and no control cost, so the
+model is linear), those cycles are the "measurements", and the fit must
+recover the perturbed constants.  The seed's one hardware data point (988890
+cycles for one siglip-so400m layer, built by another system's planner,
+baseline only) is compared with our simulated one-layer baseline as a ratio
+only — it is not fitted.
 
 Real measurements: `--from RESULT_DIR... --packages PKG_DIR...` reads hardware
 results saved with simulator.hardware (each matched to its package by content
@@ -62,18 +65,24 @@ import numpy as np
 
 from simulator import Package, load_package, run
 from simulator.device import Device
+from simulator.files import write_text_atomic
 from simulator.hardware import load_hardware_result
 from simulator.package import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
+from simulator.tables import table
 from simulator.trace import step_executions
 
 DEVICE = "c600"
 MODELS = (("vit-tiny", 2), ("siglip-so400m", 1))  # baseline packages of the demonstration
-PARAMS = ("compute_scale", "vertex_overhead_cycles", "sync_cycles", "exchange_cycles_per_byte",
+PARAMS = ("compute_scale", "exchange_fixed_cycles", "exchange_cycles_per_byte",
           "loop_overhead_cycles")
-# the SYNTHETIC device: c600 with these constants changed
-PERTURBED = {"vertex_overhead_cycles": 55, "sync_cycles": 760,
+# the SYNTHETIC device: c600 with these constants changed (no control cost: linear)
+PERTURBED = {"sync_cycles": 760, "exchange_setup_cycles": 40,
              "exchange_in_bytes_per_cycle": 3, "exchange_out_bytes_per_cycle": 3,
-             "loop_overhead_cycles": 35}
+             "loop_overhead_cycles": 35, "send_cycles": 0, "receive_cycles": 0}
+# the feature run: every linear constant at 0 (bytes at 1 per cycle)
+FEATURE_DEVICE = {"sync_cycles": 0, "exchange_setup_cycles": 0, "loop_overhead_cycles": 0,
+                  "exchange_in_bytes_per_cycle": 1, "exchange_out_bytes_per_cycle": 1,
+                  "send_cycles": 0, "receive_cycles": 0}
 NOISE = 0.01  # relative std of the multiplicative noise of the second, noisy fit
 SEED = 0  # of that noise
 SEED_HW_CYCLES = 988890  # seed: one siglip-so400m layer, another system's baseline package
@@ -82,46 +91,46 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
 def constants(dev: Device) -> np.ndarray:
-    """The device's values of PARAMS (float64 [5])."""
-    if dev.exchange_in_bytes_per_cycle != dev.exchange_out_bytes_per_cycle:
+    """The device's values of PARAMS (float64 [4])."""
+    c = dev.costs
+    if c.exchange_in_bytes_per_cycle != c.exchange_out_bytes_per_cycle:
         raise ValueError(f"device {dev.name}: one exchange bandwidth is fitted, but in "
-                         f"{dev.exchange_in_bytes_per_cycle} != out "
-                         f"{dev.exchange_out_bytes_per_cycle} bytes/cycle")
-    return np.array([1.0, dev.vertex_overhead_cycles, dev.sync_cycles,
-                     1.0 / dev.exchange_in_bytes_per_cycle, dev.loop_overhead_cycles])
+                         f"{c.exchange_in_bytes_per_cycle} != out "
+                         f"{c.exchange_out_bytes_per_cycle} bytes/cycle")
+    return np.array([1.0, dev.exchange_fixed_cycles, 1.0 / c.exchange_in_bytes_per_cycle,
+                     c.loop_overhead_cycles])
 
 
 def on_device(pkg: Package, **changes: int) -> Package:
-    """`pkg` with some device constants changed (same program)."""
-    return dataclasses.replace(pkg, device=dataclasses.replace(pkg.device, **changes))
+    """`pkg` with some device cost constants changed (same program)."""
+    return dataclasses.replace(pkg, device=pkg.device.with_costs(**changes))
 
 
-def features(pkg: Package) -> np.ndarray:
-    """float64 [S, 5]: per-step features of PARAMS (module docstring)."""
+def features(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 [S, 4] per-step features of PARAMS, float64 [S] the known
+    offset: the Repeat patch cycles at REPEAT_END steps) (module docstring)."""
     a = pkg.arrays
-    work = run(on_device(pkg, vertex_overhead_cycles=0, sync_cycles=0, loop_overhead_cycles=0,
-                         exchange_in_bytes_per_cycle=1, exchange_out_bytes_per_cycle=1),
-               numerics=False).cycles_per_step
+    work = run(on_device(pkg, **FEATURE_DEVICE), numerics=False).cycles_per_step
     execs = step_executions(pkg)
     kind = a["step_kind"]
     f = np.zeros((pkg.n_steps, len(PARAMS)))
+    offset = np.zeros(pkg.n_steps)
     for s in range(pkg.n_steps):
         k = int(kind[s])
         if k == STEP_COMPUTE:
-            tiles = a["v_tile"][a["step_vtx"][s]:a["step_vtx"][s + 1]]
-            most = int(np.bincount(tiles).max()) if tiles.size else 0
-            f[s, 0], f[s, 1] = work[s], most * execs[s]
+            f[s, 0] = work[s]
         elif k == STEP_EXCHANGE:
-            f[s, 2], f[s, 3] = execs[s], work[s]
+            f[s, 1], f[s, 2] = execs[s], work[s]
         elif k == STEP_REPEAT_END:
-            f[s, 4] = execs[s]
-    return f
+            f[s, 3] = execs[s]
+            offset[s] = work[s]
+    return f, offset
 
 
 @dataclass(frozen=True)
 class Fit:
-    values: np.ndarray  # float64 [5]; nan where not identifiable
-    identified: np.ndarray  # bool [5]
+    values: np.ndarray  # float64 [4]; nan where not identifiable
+    identified: np.ndarray  # bool [4]
     residuals: np.ndarray  # measured - fitted, per row (cycles)
     measured: np.ndarray
     fitted: np.ndarray
@@ -139,14 +148,6 @@ def fit(rows: np.ndarray, y: np.ndarray) -> Fit:
     values[ok] = sol / norms[ok]
     fitted = rows[:, ok] @ values[ok]
     return Fit(values, ok, y - fitted, y.astype(np.float64), fitted, int(rank))
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in
-                                                         zip(r[1:], widths[1:], strict=True)])
-                     for r in cells)
 
 
 def _fmt(v: float) -> str:
@@ -177,14 +178,16 @@ def synthetic(packages: Sequence[Package]) -> tuple[str, Fit, list[int]]:
     feats, ys, nominal, model_err = [], [], [], []
     truth = None
     for pkg in packages:
-        f = features(pkg)
+        linear = on_device(pkg, send_cycles=0, receive_cycles=0)
+        f, offset = features(linear)
         feats.append(f)
         perturbed = on_device(pkg, **PERTURBED)
         truth = constants(perturbed.device)
-        ys.append(run(perturbed, numerics=False).cycles_per_step)
-        nom = run(pkg, numerics=False)
-        nominal.append(nom.cycles)
-        model_err.append(float(np.abs(f @ constants(pkg.device) - nom.cycles_per_step).max()))
+        ys.append(run(perturbed, numerics=False).cycles_per_step - offset)
+        nom = run(linear, numerics=False)
+        nominal.append(run(pkg, numerics=False).cycles)
+        model_err.append(float(np.abs(f @ constants(pkg.device) + offset
+                                      - nom.cycles_per_step).max()))
     rows, y = np.concatenate(feats), np.concatenate(ys)
     keep = rows.any(axis=1)
     res = fit(rows[keep], y[keep])
@@ -195,14 +198,14 @@ def synthetic(packages: Sequence[Package]) -> tuple[str, Fit, list[int]]:
     def rel(v: float, t: float) -> str:
         return "n/a" if not np.isfinite(v) else f"{(v - t) / t:+.2e}"
 
-    table = [[p, _fmt(t), _fmt(v), rel(v, t), _fmt(w), rel(w, t)]
+    rows_ = [[p, _fmt(t), _fmt(v), rel(v, t), _fmt(w), rel(w, t)]
              for p, t, v, w in zip(PARAMS, truth, res.values, noisy.values, strict=True)]
     lines = ["SYNTHETIC calibration: 'measurements' are simulations on a perturbed device "
              f"({', '.join(f'{k}={v}' for k, v in PERTURBED.items())}), not hardware.",
              "packages: " + "; ".join(f"{_describe(p)} {p.n_steps} steps" for p in packages),
              f"rows (steps with features): {int(keep.sum())}, rank {res.rank}", "",
-             _table(["constant", "true (perturbed)", "fitted", "rel. error",
-                     f"fitted, {NOISE:.0%} noise", "rel. error"], table), "",
+             table(["constant", "true (perturbed)", "fitted", "rel. error",
+                     f"fitted, {NOISE:.0%} noise", "rel. error"], rows_), "",
              _residual_lines(res),
              "linear model at the nominal device, max |features @ constants - simulated| "
              f"per step: {max(model_err):.0f} cycles"]
@@ -240,23 +243,23 @@ def measured(result_dirs: Sequence[str], packages: Sequence[Package]) -> tuple[s
     per_step = all(r.step_cycles is not None for _, r in pairs)
     rows, ys = [], []
     for pkg, r in pairs:
-        f = features(pkg)
+        f, offset = features(pkg)
         if per_step:
             assert r.step_cycles is not None
             rows.append(f)
-            ys.append(r.step_cycles.astype(np.float64))
+            ys.append(r.step_cycles.astype(np.float64) - offset)
         else:
             rows.append(f.sum(axis=0, keepdims=True))
-            ys.append(np.array([float(r.total_cycles)]))
+            ys.append(np.array([float(r.total_cycles) - offset.sum()]))
     x, y = np.concatenate(rows), np.concatenate(ys)
     keep = x.any(axis=1)
     res = fit(x[keep], y[keep])
     nominal = constants(pairs[0][0].device)
     kind = "SYNTHETIC results" if any(r.synthetic for _, r in pairs) else "hardware results"
-    table = [[p, _fmt(n), _fmt(v)] for p, n, v in zip(PARAMS, nominal, res.values, strict=True)]
+    rows_ = [[p, _fmt(n), _fmt(v)] for p, n, v in zip(PARAMS, nominal, res.values, strict=True)]
     text = "\n".join([f"calibration from {len(pairs)} {kind} "
                       f"({'per-step' if per_step else 'total'} cycles), rank {res.rank}",
-                      _table(["constant", "device", "fitted"], table), _residual_lines(res)])
+                      table(["constant", "device", "fitted"], rows_), _residual_lines(res)])
     return text, res
 
 
@@ -290,9 +293,7 @@ def main(packages: Sequence[Package] | None = None, out_dir: Path = ARTIFACTS,
         text += "\n" + seed_comparison(pkgs, nominal)
         title = "SYNTHETIC: perturbed-device simulations, per step"
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / ".calibrate.txt.tmp"
-    tmp.write_text(text + "\n")
-    os.replace(tmp, out_dir / "calibrate.txt")
+    write_text_atomic(out_dir / "calibrate.txt", text + "\n")
     plot(res, out_dir / "calibrate.png", title)
     print(text)
     return text

@@ -101,13 +101,11 @@ class Point:
 
 
 def device_toml(tiles: int, directory: Path) -> Path:
-    """Write BASE_DEVICE's tile with `tiles` tiles as a user device TOML."""
-    d = load_device(BASE_DEVICE).to_dict()
-    d.update(tiles=tiles, name=f"{BASE_DEVICE}-{tiles}")
-    lines = [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"'
-             for k, v in d.items()]
+    """Write BASE_DEVICE's tile with `tiles` tiles as a user device TOML (a
+    device that inherits everything else from the preset)."""
     path = directory / f"{BASE_DEVICE}-{tiles}.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(f'name = "{BASE_DEVICE}-{tiles}"\nbase = "{BASE_DEVICE}"\n'
+                    f"tiles = {tiles}\n")
     return path
 
 

@@ -6,10 +6,11 @@ to dtype_y with the rounding of kernels.dtypes (fp8: ml_dtypes float8_e4m3fn,
 saturating to NaN above 464).  Casting to fp8 with scale exponent e uses
 shift = -e (contracts §1); decoding fp8 codes with exponent e uses shift = e.
 
-Cycle model (kernels.cost): rows split over the workers; one vector op per
-element at the fp16 rate (4/cycle/tile) when neither side is fp32 (the IPU21
-converts fp8<->fp16 in pairs), else at the fp32 rate (2/cycle/tile).  The
-power-of-two scale is folded into the conversion instruction.
+Cycle model (kernels.cost.vector_pass): the elements are split over the
+workers in chunks of `cast_grain`, `cast_slots` slots per chunk; each further
+non-contiguous row costs `cast_row`; cycles = cast_call + work.  A contiguous
+block is one row of M * N.  The power-of-two scale is folded into the
+conversion instruction.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import math
 import numpy as np
 
 from kernels.blocks import read_row, write_row
-from kernels.cost import put_region, vector_cycles
+from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP32, dtype_bytes
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
-from kernels.tile import D_VEC_FP16, D_VEC_FP32
+from kernels.tile import D_CAST_CALL, D_CAST_GRAIN, D_CAST_ROW, D_CAST_SLOTS
 
 
 @kjit
@@ -46,9 +47,15 @@ def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def cast_stream(args, desc):  # type: ignore[no-untyped-def]
-    rate = desc[D_VEC_FP32] if args[6] == DT_FP32 or args[7] == DT_FP32 else desc[D_VEC_FP16]
-    return vector_cycles(max(args[4], 1), max(args[5], 1), 1, rate, desc)
+def cast_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a CAST vertex (module docstring)."""
+    m, n = max(args[4], 1), max(args[5], 1)
+    valid = args[6] >= 0 and args[6] <= DT_FP32 and args[7] >= 0 and args[7] <= DT_FP32
+    if valid and (contiguous(m, args[1], n * dtype_bytes(args[6]))
+                  and contiguous(m, args[3], n * dtype_bytes(args[7]))):
+        m, n = 1, m * n
+    return desc[D_CAST_CALL], vector_pass(m, n, desc[D_CAST_GRAIN], desc[D_CAST_SLOTS],
+                                          desc[D_CAST_ROW], desc)
 
 
 @kjit_inline

@@ -6,22 +6,31 @@ like memmove).  TRANSPOSE writes dst[N, M] = src[M, N]ᵀ for elements of
 `elem_bytes` bytes (1, 2 or 4); it reads the whole block before writing, so
 dst may alias src.  Bytes are moved unchanged: no rounding.
 
-Cycle model (kernels.cost): COPY splits its rows over the workers; a worker
-moves 8 bytes per load/store pair (ld64/st64) at 1/workers of
-LDST_BYTES_PER_CYCLE, rows padded to whole 8-byte words.  TRANSPOSE splits the
-N output rows over the workers and moves TRANSPOSE_ELEMS_PER_CYCLE elements
-per cycle per tile (one element-granular load and store each).
+Cycle models: COPY moves `copy_bytes_per_cycle` bytes per cycle on the tile
+(the six workers share the load/store unit) plus `copy_row` per further
+non-contiguous row: cycles = copy_call + rows * ceil(row_bytes / bpc) +
+(rows - 1) * copy_row (a contiguous block is one row).  TRANSPOSE takes the
+source rows in groups of `transpose_rows` (shared by the workers) and the
+columns in pairs: cycles = transpose_call + ceil(M / transpose_rows) *
+(transpose_group + transpose_pair * ceil(N / 2)).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.cost import LDST_BYTES_PER_CYCLE, put_region, round_up, worker_cycles, worker_rows
+from kernels.cost import ceil_div, contiguous, put_region
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
-
-TRANSPOSE_ELEMS_PER_CYCLE = 1
+from kernels.tile import (
+    D_COPY_BYTES_PER_CYCLE,
+    D_COPY_CALL,
+    D_COPY_ROW,
+    D_TRANSPOSE_CALL,
+    D_TRANSPOSE_GROUP,
+    D_TRANSPOSE_PAIR,
+    D_TRANSPOSE_ROWS,
+)
 
 
 @kjit
@@ -72,15 +81,22 @@ def transpose_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def copy_stream(args, desc):  # type: ignore[no-untyped-def]
-    rw = worker_rows(max(args[4], 1), desc)
-    return worker_cycles(rw * round_up(max(args[5], 1), 8), LDST_BYTES_PER_CYCLE, desc)
+def copy_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a COPY vertex (module docstring)."""
+    rows, nb = max(args[4], 1), max(args[5], 1)
+    if contiguous(rows, args[1], nb) and contiguous(rows, args[3], nb):
+        rows, nb = 1, rows * nb
+    work = rows * ceil_div(nb, desc[D_COPY_BYTES_PER_CYCLE]) + (rows - 1) * desc[D_COPY_ROW]
+    return desc[D_COPY_CALL], work
 
 
 @kjit_inline
-def transpose_stream(args, desc):  # type: ignore[no-untyped-def]
-    rw = worker_rows(max(args[5], 1), desc)
-    return worker_cycles(rw * max(args[4], 1), TRANSPOSE_ELEMS_PER_CYCLE, desc)
+def transpose_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a TRANSPOSE vertex (module docstring)."""
+    m, n = max(args[4], 1), max(args[5], 1)
+    groups = ceil_div(m, desc[D_TRANSPOSE_ROWS])
+    return desc[D_TRANSPOSE_CALL], groups * (desc[D_TRANSPOSE_GROUP]
+                                             + desc[D_TRANSPOSE_PAIR] * ceil_div(n, 2))
 
 
 @kjit_inline

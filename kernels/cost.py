@@ -1,28 +1,21 @@
-"""Building blocks of the kernel cycle models (DESIGN §3, §5).
+"""Building blocks of the kernel cycle models.
 
-Every vertex is modelled as a multi-worker vertex (the IPU runs six hardware
-worker threads per tile in a round-robin barrel: each issues one instruction
-every `workers` cycles, so one worker gets 1/workers of the tile's issue rate).
-A vertex splits its rows over the workers; the busiest worker, with
-ceil(rows / workers) rows, bounds the vertex:
+A vertex costs `call + work` cycles: `call` is the kernel's fixed cost
+(supervisor entry, worker start and rendezvous, setup), `work` the busiest
+worker's streaming time.  Both come from each kernel family's formula over the
+cost constants of the tile descriptor (kernels.tile).  The IPU's six workers
+share the tile's pipeline in a round-robin barrel, so `s` issue slots of one
+worker cost `s * workers` cycles (`slots`).
 
-    cycles = overhead + stream * (CONFLICT_FACTOR if two streams conflict else 1)
-
-`overhead` is the tile's fixed per-vertex cost (desc[D_OVERHEAD]: supervisor
-launch of the workers and their sync).  `stream` is the busiest worker's
-streaming time, computed by the kernel family from the tile rates
-(AMP MACs/cycle by dtype, vector ops/cycle by dtype, LDST_BYTES_PER_CYCLE).
-
-Memory-element conflict: tile SRAM is built from 16 KiB elements
-(desc[D_ELEMENT]); one element serves one access per cycle, so two operand
-streams of one vertex that live in the same element halve the streaming rate
-(Graphcore's guidance to place a vertex's operands in different memory
-elements).  Two regions conflict when their spans touch a common element
-((address - base) // element_bytes).  A read-modify-write operand, which
-`vertex_regions` reports as a read and a write of the same span, is one
-stream and does not conflict with itself.
+Memory-element conflict: tile SRAM is built from elements of
+desc[D_ELEMENT_BYTES] bytes; one element serves one access per cycle, so when two
+operand streams of one vertex live in the same element the work takes
+desc[D_CONFLICT_PERCENT] percent of its time (`conflicted`).  Two regions
+conflict when their spans touch a common element ((address - base) //
+element_bytes).  A read-modify-write operand, which `vertex_regions` reports as
+a read and a write of the same span, is one stream and does not conflict with
+itself.
 """
-
 from __future__ import annotations
 
 import math
@@ -30,13 +23,7 @@ import math
 import numpy as np
 
 from kernels.jit import kjit, kjit_inline
-from kernels.tile import D_BASE, D_ELEMENT, D_WORKERS
-
-# One 64-bit load or store issued per cycle per tile (ld64/st64), shared by the workers.
-LDST_BYTES_PER_CYCLE = 8
-# Streaming slowdown when two operand streams share a memory element.
-CONFLICT_FACTOR = 2
-
+from kernels.tile import D_CONFLICT_PERCENT, D_ELEMENT_BYTES, D_MEMORY_BASE, D_WORKERS
 
 # Below this, a float64 quotient of two int64s is exact enough that its floor/ceil
 # is the integer floor/ceil (a relative error of 2**-53 cannot cross an integer).
@@ -67,22 +54,38 @@ def round_up(a, grain):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def worker_rows(rows, desc):  # type: ignore[no-untyped-def]
-    """Rows of the busiest worker when `rows` are split over desc's workers."""
-    return ceil_div(rows, desc[D_WORKERS])
+def slots(n, desc):  # type: ignore[no-untyped-def]
+    """Cycles of `n` issue slots of one worker (workers share the barrel)."""
+    return n * desc[D_WORKERS]
 
 
 @kjit_inline
-def worker_cycles(work, rate, desc):  # type: ignore[no-untyped-def]
-    """Cycles one worker needs for `work` units at 1/workers of a tile rate."""
-    return ceil_div(work * desc[D_WORKERS], rate)
+def per_worker(units, desc):  # type: ignore[no-untyped-def]
+    """Units of the busiest worker when `units` are split over the workers."""
+    return ceil_div(units, desc[D_WORKERS])
 
 
 @kjit_inline
-def vector_cycles(rows, n, passes, rate, desc):  # type: ignore[no-untyped-def]
-    """Busiest worker of a row-wise vector kernel: rows x n elements, `passes`
-    vector ops per element, tile vector rate `rate` ops/cycle."""
-    return worker_cycles(worker_rows(rows, desc) * n * passes, rate, desc)
+def conflicted(work, desc):  # type: ignore[no-untyped-def]
+    """`work` cycles slowed by a memory-element conflict."""
+    return ceil_div(work * desc[D_CONFLICT_PERCENT], 100)
+
+
+@kjit_inline
+def contiguous(rows, ld, row_bytes):  # type: ignore[no-untyped-def]
+    """True if `rows` rows of `row_bytes` at stride `ld` are one contiguous run."""
+    return rows == 1 or ld == row_bytes
+
+
+@kjit_inline
+def vector_pass(rows, cols, grain, slots_per_chunk, row_cycles, desc):  # type: ignore[no-untyped-def]
+    """Work of an elementwise pass over `rows` x `cols` elements split over the
+    workers in chunks of `grain` elements per worker: each row takes
+    ceil(cols / (workers * grain)) rounds of `slots_per_chunk` slots, and each
+    row after the first `row_cycles` more (pointer setup of a new row).
+    Callers pass a contiguous block as one row of rows * cols elements."""
+    rounds = ceil_div(cols, desc[D_WORKERS] * grain)
+    return rows * rounds * slots(slots_per_chunk, desc) + (rows - 1) * row_cycles
 
 
 @kjit_inline
@@ -122,8 +125,8 @@ def has_conflict(regions, n, desc):  # type: ignore[no-untyped-def]
     read-modify-write operand) is the same stream and is skipped.  Each span
     becomes a bit mask of the elements it touches, so the test is linear in n;
     tiles with more than 62 elements fall back to comparing every pair."""
-    base = desc[D_BASE]
-    elem = desc[D_ELEMENT]
+    base = desc[D_MEMORY_BASE]
+    elem = desc[D_ELEMENT_BYTES]
     seen = np.int64(0)
     for i in range(n):
         if regions[i, 5] <= 0 or _same_span_earlier(regions, i):

@@ -2,15 +2,18 @@
 
 All three take the kernel id first and branch to the family module:
 
-- `vertex_cycles(kid, args, desc) -> int64`: desc[D_OVERHEAD] + the busiest
-  worker's streaming cycles, times CONFLICT_FACTOR when two operand regions
-  share a memory element (kernels.cost); -1 for an unknown kernel id.
+- `vertex_cycles(kid, args, desc) -> int64`: the kernel's call cost + its
+  work cycles, the work slowed to desc[D_CONFLICT_PERCENT] percent when two
+  operand regions share a memory element (kernels.cost); -1 for an unknown
+  kernel id.
 - `vertex_execute(kid, mem, base, args) -> int64`: runs the numeric body on the
   tile image `mem` (uint8, index 0 = address `base`); returns a kernels.status
   code (0 ok).  The caller has checked that every region lies inside `mem`.
 - `vertex_regions(kid, args, out) -> int64`: fills out[:n] (int64
   [MAX_REGIONS, REGION_COLS]) with the regions the vertex reads and writes;
   -1 for an unknown kernel id.
+- `vertex_call_work(kid, args, desc) -> (call, work)`: the two parts of the
+  cycle count before the conflict penalty.
 - `vertex_cost(kid, args, desc, out) -> (cycles, n)`: both of the above in one
   call on the caller's scratch `out` (no allocation: the engine's hot path).
 
@@ -24,69 +27,68 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import ids
-from kernels.cast import cast_execute, cast_regions, cast_stream
+from kernels.cast import cast_cost, cast_execute, cast_regions
 from kernels.copy import (
+    copy_cost,
     copy_execute,
     copy_regions,
-    copy_stream,
+    transpose_cost,
     transpose_execute,
     transpose_regions,
-    transpose_stream,
 )
-from kernels.cost import CONFLICT_FACTOR, has_conflict
+from kernels.cost import conflicted, has_conflict
 from kernels.elementwise import (
+    add_cost,
     add_execute,
     add_regions,
-    add_stream,
+    bias_add_cost,
     bias_add_execute,
     bias_add_regions,
-    bias_add_stream,
+    gelu_cost,
     gelu_execute,
     gelu_regions,
-    gelu_stream,
 )
 from kernels.jit import kjit, kjit_inline
-from kernels.layernorm import layernorm_execute, layernorm_regions, layernorm_stream
+from kernels.layernorm import layernorm_cost, layernorm_execute, layernorm_regions
 from kernels.matmul import (
+    batch_matmul_cost,
     batch_matmul_execute,
     batch_matmul_regions,
-    batch_matmul_stream,
+    matmul_cost,
     matmul_execute,
     matmul_regions,
-    matmul_stream,
 )
-from kernels.reduce import reduce_execute, reduce_regions, reduce_stream
-from kernels.softmax import softmax_execute, softmax_regions, softmax_stream
+from kernels.reduce import reduce_cost, reduce_execute, reduce_regions
+from kernels.softmax import softmax_cost, softmax_execute, softmax_regions
 from kernels.status import BAD_KERNEL
-from kernels.tile import D_OVERHEAD
 
 
 @kjit_inline
-def vertex_stream(kid, args, desc):  # type: ignore[no-untyped-def]
-    """Busiest-worker streaming cycles, before overhead and conflict; -1 if unknown."""
+def vertex_call_work(kid, args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles before any conflict penalty; (-1, -1) if unknown."""
     if kid == ids.MATMUL:
-        return matmul_stream(args, desc)
+        return matmul_cost(args, desc)
     if kid == ids.BATCH_MATMUL:
-        return batch_matmul_stream(args, desc)
+        return batch_matmul_cost(args, desc)
     if kid == ids.REDUCE:
-        return reduce_stream(args, desc)
+        return reduce_cost(args, desc)
     if kid == ids.ADD:
-        return add_stream(args, desc)
+        return add_cost(args, desc)
     if kid == ids.BIAS_ADD:
-        return bias_add_stream(args, desc)
+        return bias_add_cost(args, desc)
     if kid == ids.LAYERNORM:
-        return layernorm_stream(args, desc)
+        return layernorm_cost(args, desc)
     if kid == ids.GELU:
-        return gelu_stream(args, desc)
+        return gelu_cost(args, desc)
     if kid == ids.SOFTMAX:
-        return softmax_stream(args, desc)
+        return softmax_cost(args, desc)
     if kid == ids.CAST:
-        return cast_stream(args, desc)
+        return cast_cost(args, desc)
     if kid == ids.COPY:
-        return copy_stream(args, desc)
+        return copy_cost(args, desc)
     if kid == ids.TRANSPOSE:
-        return transpose_stream(args, desc)
-    return -1
+        return transpose_cost(args, desc)
+    return np.int64(-1), np.int64(-1)
 
 
 @kjit_inline
@@ -131,13 +133,13 @@ def vertex_conflict(kid, args, desc):  # type: ignore[no-untyped-def]
 def vertex_cost(kid, args, desc, out):  # type: ignore[no-untyped-def]
     """(cycles, n): vertex_cycles and vertex_regions in one call, the regions left
     in out[:n] (caller's scratch, so nothing is allocated); (-1, -1) if unknown."""
-    stream = vertex_stream(kid, args, desc)
+    call, work = vertex_call_work(kid, args, desc)
     n = vertex_regions(kid, args, out)
-    if stream < 0 or n < 0:
+    if work < 0 or n < 0:
         return np.int64(-1), np.int64(-1)
     if has_conflict(out, n, desc):
-        stream = stream * CONFLICT_FACTOR
-    return np.int64(desc[D_OVERHEAD] + stream), np.int64(n)
+        work = conflicted(work, desc)
+    return np.int64(call + work), np.int64(n)
 
 
 @kjit

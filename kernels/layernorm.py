@@ -7,11 +7,16 @@ rounded once to fp16.  The float64 sums make the statistics independent of the
 summation order (kernels.formulas), so the kernel sums in four interleaved
 partial sums.  eps arrives as the bits of a float32 in arg 8.
 
-Cycle model (kernels.cost): rows split over the workers at 1/workers of the
-fp32 vector rate, LN_PASSES vector ops per element (sum; subtract, square-
-accumulate; subtract, divide, * gamma, + beta) plus LN_ROW_INSTRS scalar
-instructions per row (horizontal sums, 1/N, +eps, sqrt), each costing one
-worker issue slot = `workers` cycles.
+Cycle model (the IPU21 layernorm's structure): the six workers share each
+row; a row costs `ln_row` (worker rendezvous, the row's statistics, 1/sqrt)
+plus `ln_stats` per workers x 8 elements of the statistics pass and
+`ln_chunk` per workers x 4 elements of the moments and apply passes:
+
+    shared = rows * (ln_row + ln_stats * ceil(N / (8 w)) + ln_chunk * ceil(N / (4 w)))
+
+With many rows the workers may instead take whole rows each (no sharing:
+ceil(rows / w) rounds of ln_row + ln_stats * ceil(N / 8) + ln_chunk *
+ceil(N / 4)); the kernel takes the cheaper.  cycles = ln_call + work.
 """
 
 from __future__ import annotations
@@ -21,14 +26,11 @@ import math
 import numpy as np
 
 from kernels.blocks import read_row, write_row
-from kernels.cost import put_region, vector_cycles, worker_rows
+from kernels.cost import ceil_div, put_region
 from kernels.dtypes import DT_FP16, u32_as_f32
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
-from kernels.tile import D_VEC_FP32, D_WORKERS
-
-LN_PASSES = 7
-LN_ROW_INSTRS = 8
+from kernels.tile import D_LN_CALL, D_LN_CHUNK, D_LN_ROW, D_LN_STATS, D_WORKERS
 
 
 @kjit_inline
@@ -82,10 +84,13 @@ def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def layernorm_stream(args, desc):  # type: ignore[no-untyped-def]
-    m = max(args[6], 1)
-    vec = vector_cycles(m, max(args[7], 1), LN_PASSES, desc[D_VEC_FP32], desc)
-    return vec + worker_rows(m, desc) * LN_ROW_INSTRS * desc[D_WORKERS]
+def layernorm_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a LAYERNORM vertex (module docstring)."""
+    m, n, w = max(args[6], 1), max(args[7], 1), desc[D_WORKERS]
+    row, stats, chunk = desc[D_LN_ROW], desc[D_LN_STATS], desc[D_LN_CHUNK]
+    shared = m * (row + stats * ceil_div(n, 8 * w) + chunk * ceil_div(n, 4 * w))
+    whole = ceil_div(m, w) * (row + stats * ceil_div(n, 8) + chunk * ceil_div(n, 4))
+    return desc[D_LN_CALL], min(shared, whole)
 
 
 @kjit_inline

@@ -6,21 +6,20 @@ accumulation; the order of the K sum is BLAS's), the fp32 result is scaled by
 2**scale_exp (exact), the fp16 bias is added in fp32, in accumulate mode the
 old fp32 C is added (C_old + result), and the sum is rounded once to out_dtype.
 
-Cycle model (multi-worker vertex, see kernels.cost): the rows of C (batch * M
-for BATCH_MATMUL) are split over the workers; the busiest worker runs the AMP
-at 1/workers of the tile rate (128 fp8 / 64 fp16 MACs per cycle per tile on
-the C600's IPU21 tiles).  The AMP consumes K in chunks of AMP_K_GRAIN (32 fp8
-or 16 fp16 elements = 256 bits, the width of one AMP weight-load) and N in
-chunks of AMP_N_GRAIN = 8 output columns, so a partial chunk costs a full one:
+Cycle model (the AMP's structure, fitted to IPU21 GEMM measurements): B is
+fed to the AMP in coefficient panels of `k grain` x `n grain` (K32 x N16 for
+fp8, K16 x N16 for fp16: one 64-entry coefficient store); each panel costs a
+fixed load `mm_panel` plus `mm_row` cycles per row of A streamed through it
+(the six workers feed the rows together; below `mm_min_rows` rows the AMP
+pipeline costs as many):
 
-    mac  = ceil(rows_w * roundup(K, kg) * roundup(N, 8) * workers / amp_rate)
-    io   = ceil(rows_w * (K*in_bytes + N*out_bytes*(2 if accumulate else 1))
-                * workers / LDST_BYTES_PER_CYCLE)
-    stream = max(mac, io)      (operand loads overlap the AMP pipeline)
+    panels = ceil(K / k_grain) * ceil(N / n_grain)
+    work   = panels * (mm_panel + mm_row * max(M, mm_min_rows))   (x batch)
+    cycles = mm_call + work (+ a fused bias / accumulate pass)
 
-B is held in the AMP's weight registers and re-reads of it are hidden, which is
-what makes large blocks approach the peak; the `io` term makes low-K or
-wide-output blocks store bound.
+A fused bias is an add pass over the result at the output dtype's lanes and
+accumulate mode an fp32 add of the old C (kernels.cost.vector_pass with the ADD constants).  The
+output dtype does not change the AMP time (accumulation is fp32 either way).
 """
 
 from __future__ import annotations
@@ -30,17 +29,22 @@ import math
 import numpy as np
 
 from kernels.blocks import read_block, read_row, write_block
-from kernels.cost import LDST_BYTES_PER_CYCLE as LDST
-from kernels.cost import put_region, round_up, worker_cycles, worker_rows
+from kernels.cost import ceil_div, put_region, vector_pass
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, dtype_bytes
 from kernels.ids import FLAG_ACCUMULATE, FLAG_TRANS_B
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, BAD_STRIDE, OK
-from kernels.tile import D_AMP_FP8, D_AMP_FP16
-
-AMP_K_GRAIN_FP8 = 32
-AMP_K_GRAIN_FP16 = 16
-AMP_N_GRAIN = 8
+from kernels.tile import (
+    D_ADD_SLOTS,
+    D_MM_CALL,
+    D_MM_K_GRAIN_FP8,
+    D_MM_K_GRAIN_FP16,
+    D_MM_MIN_ROWS,
+    D_MM_N_GRAIN,
+    D_MM_PANEL,
+    D_MM_ROW,
+    D_VECTOR_BYTES,
+)
 
 
 @kjit
@@ -130,32 +134,37 @@ def batch_matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def _stream(rows, k, n, in_dt, out_dt, accumulate, desc):  # type: ignore[no-untyped-def]
-    if in_dt == DT_FP8:
-        rate = desc[D_AMP_FP8]
-        kg = AMP_K_GRAIN_FP8
-    else:
-        rate = desc[D_AMP_FP16]
-        kg = AMP_K_GRAIN_FP16
-    rw = worker_rows(rows, desc)
-    mac = worker_cycles(rw * round_up(k, kg) * round_up(n, AMP_N_GRAIN), rate, desc)
-    out_passes = 2 if accumulate else 1
-    io_bytes = rw * (k * dtype_bytes(in_dt) + n * dtype_bytes(out_dt) * out_passes)
-    return max(mac, worker_cycles(io_bytes, LDST, desc))
+def _panels_work(rows, k, n, in_dt, desc):  # type: ignore[no-untyped-def]
+    kg = desc[D_MM_K_GRAIN_FP8] if in_dt == DT_FP8 else desc[D_MM_K_GRAIN_FP16]
+    panels = ceil_div(k, kg) * ceil_div(n, desc[D_MM_N_GRAIN])
+    return panels * (desc[D_MM_PANEL] + desc[D_MM_ROW] * max(rows, desc[D_MM_MIN_ROWS]))
 
 
 @kjit_inline
-def matmul_stream(args, desc):  # type: ignore[no-untyped-def]
-    """Busiest-worker streaming cycles of a MATMUL vertex (no overhead/conflict)."""
-    return _stream(max(args[6], 1), max(args[7], 1), max(args[8], 1), args[9], args[10],
-                   (args[11] & FLAG_ACCUMULATE) != 0, desc)
+def _add_pass(rows, n, elem_bytes, desc):  # type: ignore[no-untyped-def]
+    """An add pass over rows x n results of `elem_bytes` (bias or accumulate)."""
+    grain = max(desc[D_VECTOR_BYTES] // max(elem_bytes, 2), 1)
+    return vector_pass(1, rows * n, grain, desc[D_ADD_SLOTS], 0, desc)
 
 
 @kjit_inline
-def batch_matmul_stream(args, desc):  # type: ignore[no-untyped-def]
-    """Busiest-worker streaming cycles of a BATCH_MATMUL vertex (rows = batch * M)."""
-    return _stream(max(args[6], 1) * max(args[12], 1), max(args[7], 1), max(args[8], 1),
-                   args[9], args[10], False, desc)
+def matmul_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a MATMUL vertex (module docstring)."""
+    m, k, n = max(args[6], 1), max(args[7], 1), max(args[8], 1)
+    work = _panels_work(m, k, n, args[9], desc)
+    if args[13] != 0:
+        work += _add_pass(m, n, 4 if args[10] == DT_FP32 else 2, desc)
+    if (args[11] & FLAG_ACCUMULATE) != 0:
+        work += _add_pass(m, n, 4, desc)
+    return desc[D_MM_CALL], work
+
+
+@kjit_inline
+def batch_matmul_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a BATCH_MATMUL vertex: `batch` GEMMs of M rows."""
+    batch = max(args[12], 1)
+    return desc[D_MM_CALL], batch * _panels_work(max(args[6], 1), max(args[7], 1),
+                                                 max(args[8], 1), args[9], desc)
 
 
 @kjit_inline

@@ -4,9 +4,16 @@ Numerics = kernels.formulas.reduce_parts: acc = part_0, acc = acc + part_j for
 j = 1..k-1 in fp32, then + bias (fp16[N] decoded) if given, rounded once to
 out_dtype.  Part j's row i starts at parts + j*part_stride + i*ld_parts.
 
-Cycle model (kernels.cost): rows split over the workers at 1/workers of the
-fp32 vector rate; k vector ops per element (k-1 adds and the final convert)
-plus one for the bias.
+Cycle model (the IPU21 reduction's structure): the elements are split over
+the workers in chunks of `reduce_grain`; a chunk costs `reduce_chunk` slots
+(load the first partial, convert, store) plus `reduce_partial` slots per
+further partial (the bias counts as one):
+
+    work   = rows * ceil(cols / (workers * grain)) * workers
+             * (reduce_chunk + reduce_partial * (k - 1 + bias))
+    cycles = reduce_call + work
+
+A block whose partials and output are contiguous is one row of M * N.
 """
 
 from __future__ import annotations
@@ -14,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.blocks import read_row, write_row
-from kernels.cost import put_region, vector_cycles
+from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
-from kernels.tile import D_VEC_FP32
+from kernels.tile import D_REDUCE_CALL, D_REDUCE_CHUNK, D_REDUCE_GRAIN, D_REDUCE_PARTIAL
 
 
 @kjit
@@ -49,9 +56,15 @@ def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def reduce_stream(args, desc):  # type: ignore[no-untyped-def]
-    passes = max(args[3], 1) + (1 if args[9] != 0 else 0)
-    return vector_cycles(max(args[6], 1), max(args[7], 1), passes, desc[D_VEC_FP32], desc)
+def reduce_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a REDUCE vertex (module docstring)."""
+    m, n = max(args[6], 1), max(args[7], 1)
+    extra = max(args[3], 1) - 1 + (1 if args[9] != 0 else 0)
+    per_chunk = desc[D_REDUCE_CHUNK] + desc[D_REDUCE_PARTIAL] * extra
+    ob = dtype_bytes(args[8]) if args[8] >= 0 and args[8] <= DT_FP32 else 4
+    if contiguous(m, args[1], n * 4) and contiguous(m, args[5], n * ob):
+        m, n = 1, m * n
+    return desc[D_REDUCE_CALL], vector_pass(m, n, desc[D_REDUCE_GRAIN], per_chunk, 0, desc)
 
 
 @kjit_inline

@@ -6,11 +6,21 @@ kernels.transcend, s = f32(sum(e)) with a float64 row sum (independent of
 the summation order, kernels.formulas; four interleaved partial sums here),
 y = e / s in fp32, rounded once to dtype_y.
 
-Cycle model (kernels.cost): rows split over the workers at 1/workers of the
-fp32 vector rate, SOFTMAX_PASSES vector ops per element (scale, max, subtract,
-exp on the hardware transcendental unit, sum, divide) plus SOFTMAX_ROW_INSTRS
-scalar instructions per row (horizontal max and sum), each one worker issue
-slot = `workers` cycles.
+Cycle model (the IPU21 softmax's two paths; the kernel takes the cheaper):
+
+- whole rows: each worker takes whole rows, rounds of `workers` rows; a row
+  costs `softmax_row` slots plus `softmax_panel` slots per panel of
+  `softmax_panel_keys` keys (max scan, exp, sum, scale):
+      softmax_call + ceil(M / w) * w * (softmax_row + softmax_panel * ceil(N / keys))
+- split rows: `softmax_split_rows` rows at a time, each shared by
+  w / split_rows workers that take a slice of its keys and combine partial
+  maxima and sums:
+      softmax_split_call + ceil(M / split_rows) * w * (softmax_split_panel
+      * ceil(N / (keys * w / split_rows)) + softmax_split_row)
+      + ceil(M / w) * softmax_split_round
+
+Arg 9 `path` picks one (PATH_WHOLE 1, PATH_SPLIT 2; 0, the default, the
+cheaper); the numerics do not depend on it (the row sum is order-free).
 """
 
 from __future__ import annotations
@@ -18,15 +28,27 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.blocks import read_row, write_row
-from kernels.cost import put_region, vector_cycles, worker_rows
+from kernels.cost import ceil_div, put_region, slots
 from kernels.dtypes import DT_FP32, dtype_bytes, u32_as_f32
 from kernels.jit import kjit, kjit_inline
-from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
-from kernels.tile import D_VEC_FP32, D_WORKERS
+from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, OK
+from kernels.tile import (
+    D_SOFTMAX_CALL,
+    D_SOFTMAX_PANEL,
+    D_SOFTMAX_PANEL_KEYS,
+    D_SOFTMAX_ROW,
+    D_SOFTMAX_SPLIT_CALL,
+    D_SOFTMAX_SPLIT_PANEL,
+    D_SOFTMAX_SPLIT_ROUND,
+    D_SOFTMAX_SPLIT_ROW,
+    D_SOFTMAX_SPLIT_ROWS,
+    D_WORKERS,
+)
 from kernels.transcend import exp_nonpos
 
-SOFTMAX_PASSES = 6
-SOFTMAX_ROW_INSTRS = 6
+PATH_AUTO = 0
+PATH_WHOLE = 1
+PATH_SPLIT = 2
 
 
 @kjit_inline
@@ -55,6 +77,8 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
         return BAD_SHAPE
     if args[7] < 0 or args[7] > DT_FP32 or args[8] < 0 or args[8] > DT_FP32:
         return BAD_DTYPE
+    if args[9] < PATH_AUTO or args[9] > PATH_SPLIT:
+        return BAD_FLAGS
     scale = u32_as_f32(args[6])
     x = np.empty(n, dtype=np.float32)
     for i in range(m):
@@ -75,10 +99,24 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def softmax_stream(args, desc):  # type: ignore[no-untyped-def]
-    m = max(args[4], 1)
-    vec = vector_cycles(m, max(args[5], 1), SOFTMAX_PASSES, desc[D_VEC_FP32], desc)
-    return vec + worker_rows(m, desc) * SOFTMAX_ROW_INSTRS * desc[D_WORKERS]
+def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a SOFTMAX vertex: the cheaper path (module docstring)."""
+    m, n, w = max(args[4], 1), max(args[5], 1), desc[D_WORKERS]
+    keys = desc[D_SOFTMAX_PANEL_KEYS]
+    whole = ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL] * ceil_div(n, keys),
+                                   desc)
+    sr = min(desc[D_SOFTMAX_SPLIT_ROWS], w)
+    per_row_workers = max(w // sr, 1)
+    split = (ceil_div(m, sr) * slots(desc[D_SOFTMAX_SPLIT_PANEL]
+                                     * ceil_div(n, keys * per_row_workers)
+                                     + desc[D_SOFTMAX_SPLIT_ROW], desc)
+             + ceil_div(m, w) * desc[D_SOFTMAX_SPLIT_ROUND])
+    path = args[9]
+    if path == PATH_SPLIT or (path != PATH_WHOLE
+                              and desc[D_SOFTMAX_SPLIT_CALL] + split
+                              < desc[D_SOFTMAX_CALL] + whole):
+        return desc[D_SOFTMAX_SPLIT_CALL], split
+    return desc[D_SOFTMAX_CALL], whole
 
 
 @kjit_inline

@@ -1,7 +1,8 @@
 """Baseline policies: the first Plan, built before any optimisation.
 
-`default` (DESIGN §6): canonical activation boundaries everywhere (no open
-boundary), casts after redistribution, compact parameter homes with one shared
+`default`: canonical activation boundaries everywhere (no open boundary),
+casts after redistribution, narrow pieces of moves row by row up to
+`default_row_moves(device)` rows, compact parameter homes with one shared
 rotation (planner/lower.py), identity tile mapping, element packing.  Each op
 takes the best-estimate recipe of its catalogue shortlist whose per-tile
 parameter homes (all layers) stay within PARAM_HEADROOM × the device mean
@@ -66,7 +67,7 @@ def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
     ops = [(name, sub, op, trips) for name, sub, op, trips in _ops(g) if not isinstance(op, Cast)]
     # parameter bytes per tile if spread evenly (the shared rotation's aim)
     mean_params = sum(g.tensor(p).nbytes for p in g.parameters) / device.tiles
-    free = device.memory_size - device.support_bytes - int(PARAM_HEADROOM * mean_params)
+    free = device.memory_size - device.fixed_bytes - int(PARAM_HEADROOM * mean_params)
     chosen: dict[str, str] = {}
     for name, sub, op, trips in ops:
         shortlist = cat.catalogue(sub, op, device, limit)
@@ -76,8 +77,20 @@ def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
             shortlist, key=lambda r: (trips * r.home_bytes + r.mem_bytes, r.cycles, r.key))
         chosen[name] = pick.key
     casts = {name: "after" for name, _, op, _ in _ops(g) if isinstance(op, Cast)}
-    plan = Plan(recipes=tuple(sorted(chosen.items())), cast_order=tuple(sorted(casts.items())))
+    plan = Plan(recipes=tuple(sorted(chosen.items())), cast_order=tuple(sorted(casts.items())),
+                row_moves=default_row_moves(device))
     return plan
+
+
+def default_row_moves(device: Device) -> int:
+    """Rows up to which moving a narrow piece row by row is cheaper than a
+    COPY call on a side: a COPY call costs `copy_call` cycles, each row a send
+    and a receive control.  0 (always pack) on a device whose transfers cost
+    no control cycles: there only the exchange-table bytes count, and packing
+    saves them."""
+    c = device.costs
+    control = c.send_cycles + c.receive_cycles
+    return c.copy_call // control if control > 0 else 0
 
 
 def _capacity_plan(g: Graph, device: Device, limit: int) -> Plan:
@@ -99,7 +112,8 @@ def _capacity_plan(g: Graph, device: Device, limit: int) -> Plan:
                                              r.cycles, r.key))
         chosen[name] = pick.key
     casts = [(name, sub, op) for name, sub, op, _ in _ops(g) if isinstance(op, Cast)]
-    base = Plan(recipes=tuple(sorted(chosen.items())), packing="rows")
+    base = Plan(recipes=tuple(sorted(chosen.items())), packing="rows",
+                row_moves=default_row_moves(device))
     after = base.with_cast_orders({name: "after" for name, _, _ in casts})
     before = base.with_cast_orders({name: "before" for name, _, _ in casts})
     mem_after = _conversion_bytes(lower(g, device, after, limit), casts)

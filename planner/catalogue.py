@@ -49,9 +49,6 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
-from kernels import ids
 from kernels.exceptions import Unsupported
 from planner.graph import (
     DTYPE_BYTES,
@@ -68,9 +65,9 @@ from planner.graph import (
     SplitHeads,
 )
 from planner.layout import canonical_rows_per_owner, view2d
+from simulator.cost import kernel_cycles
 from simulator.device import Device
 
-DT_CODE = {"fp8": 0, "fp16": 1, "fp32": 2}
 DEFAULT_LIMIT = 8
 # grid extents tried per matmul dimension (then clipped to the dimension)
 GRID_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -103,63 +100,50 @@ class Recipe:
 
 
 @lru_cache(maxsize=1 << 16)
-def kernel_cycles(kid: int, args: tuple[int, ...], device: Device) -> int:
-    """Cycles of one vertex from the kernels' cycle model (operand addresses
-    are placed in distinct memory elements: no conflict penalty)."""
-    from kernels.dispatch import vertex_cycles
-
-    a = np.zeros(16, dtype=np.int64)
-    a[: len(args)] = args
-    return int(vertex_cycles(kid, a, np.asarray(device.tile_desc().as_array())))
+def _call_cycles(kernel: str, named: tuple[tuple[str, object], ...], device: Device) -> int:
+    return kernel_cycles(device, kernel, **dict(named))
 
 
-def _addr(device: Device, slot: int) -> int:
-    """A fake operand address in memory element `slot` (for cycle estimates)."""
-    return device.memory_base + slot * device.element_bytes
+def call_cycles(kernel: str, device: Device, **named: object) -> int:
+    """Cycles of one `kernel` call with named arguments (simulator.cost: the
+    simulator's own cycle model; operands in distinct memory elements, dense
+    rows), cached."""
+    return _call_cycles(kernel, tuple(sorted(named.items())), device)
 
 
-def matmul_cycles(m: int, k: int, n: int, in_dt: str, out_dt: str, device: Device) -> int:
-    e_in, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
-    args = (_addr(device, 0), k * e_in, _addr(device, 12), n * e_in, _addr(device, 24),
-            n * e_out, m, k, n, DT_CODE[in_dt], DT_CODE[out_dt], 0, 0, 0)
-    return kernel_cycles(ids.MATMUL, args, device)
+def matmul_cycles(m: int, k: int, n: int, in_dt: str, out_dt: str, device: Device,
+                  bias: bool = False) -> int:
+    return call_cycles("MATMUL", device, M=m, K=k, N=n, in_dtype=in_dt, out_dtype=out_dt,
+                       bias=int(bias))
 
 
-def reduce_cycles(m: int, n: int, k: int, out_dt: str, device: Device) -> int:
+def reduce_cycles(m: int, n: int, k: int, out_dt: str, device: Device,
+                  bias: bool = False) -> int:
     """REDUCE of k fp32 partial blocks m × n into out_dt."""
-    args = (_addr(device, 0), n * 4, m * n * 4, k, _addr(device, 24), n * DTYPE_BYTES[out_dt],
-            m, n, DT_CODE[out_dt], 0)
-    return kernel_cycles(ids.REDUCE, args, device)
+    return call_cycles("REDUCE", device, M=m, N=n, k=k, out_dtype=out_dt, bias=int(bias))
 
 
 def exchange_cycles(nbytes: int, device: Device) -> int:
     """One exchange phase landing `nbytes` on the busiest tile."""
-    return device.sync_cycles + math.ceil(nbytes / device.exchange_in_bytes_per_cycle)
+    return device.exchange_fixed_cycles + math.ceil(
+        nbytes / device.costs.exchange_in_bytes_per_cycle)
 
 
 def row_kernel_cycles(kind: str, rows: int, cols: int, in_dt: str, out_dt: str,
                       device: Device) -> int:
     """Cycles of the row kernel of op `kind` on a rows × cols block."""
-    e_in, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
-    x, y, p = _addr(device, 0), _addr(device, 12), _addr(device, 24)
-    ldx, ldy = cols * e_in, cols * e_out
-    dx, dy = DT_CODE[in_dt], DT_CODE[out_dt]
-    args: tuple[int, ...]
     if kind == "LayerNorm":
-        # gamma and beta in separate elements, as the allocator places them
-        args = (x, ldx, p, _addr(device, 36), y, ldy, rows, cols, 0)
-        kid = ids.LAYERNORM
-    elif kind == "Gelu":
-        args, kid = (x, ldx, y, ldy, rows, cols), ids.GELU
-    elif kind == "Softmax":
-        args, kid = (x, ldx, y, ldy, rows, cols, 0x3F800000, dx, dy), ids.SOFTMAX
-    elif kind == "Add":
-        args, kid = (x, ldx, p, ldx, y, ldy, rows, cols, dx, dx, dy), ids.ADD
-    elif kind == "Cast":
-        args, kid = (x, ldx, y, ldy, rows, cols, dx, dy, 0), ids.CAST
-    else:
-        raise Unsupported(kind, "no row kernel")
-    return kernel_cycles(kid, args, device)
+        return call_cycles("LAYERNORM", device, M=rows, N=cols)
+    if kind == "Gelu":
+        return call_cycles("GELU", device, M=rows, N=cols)
+    if kind == "Softmax":
+        return call_cycles("SOFTMAX", device, M=rows, N=cols, dtype_x=in_dt, dtype_y=out_dt)
+    if kind == "Add":
+        return call_cycles("ADD", device, M=rows, N=cols, dtype_a=in_dt, dtype_b=in_dt,
+                           dtype_c=out_dt)
+    if kind == "Cast":
+        return call_cycles("CAST", device, M=rows, N=cols, dtype_x=in_dt, dtype_y=out_dt)
+    raise Unsupported(kind, "no row kernel")
 
 
 # ------------------------------------------------------------ signatures
@@ -247,7 +231,7 @@ def recipe_from_key(g: Graph, op: Op, device: Device, key: str,
 
 
 def _generate(g: Graph, op: Op, device: Device, packing: str) -> list[Recipe]:
-    budget = device.memory_size - device.support_bytes
+    budget = device.memory_size - device.fixed_bytes
     if isinstance(op, MatMul):
         out = _matmul_recipes(g, op, device, packing)
     elif isinstance(op, BatchMatMul):
@@ -319,7 +303,7 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
     if gm > 1:
         phases.append(b_bytes)
     if gk == 1:
-        compute = matmul_cycles(mb, kb, nb, in_dt, out_dt, device)
+        compute = matmul_cycles(mb, kb, nb, in_dt, out_dt, device, bias)
         mem += mb * nb * e_out
         out_block = mb * nb * e_out
     else:
@@ -329,7 +313,7 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
         phases.append(land)
         mem += mb * nb * 4 + land + slice_rows * nb * e_out
         xbytes += land
-        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device)
+        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device, bias)
         out_block = slice_rows * nb * e_out
     phases.append(max(out_block, out_canon))
     xcyc = sum(exchange_cycles(p, device) for p in phases)
@@ -364,10 +348,8 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str) -> lis
     for bg, gr in sorted(grids):
         mb = math.ceil(m / gr)
         a_bytes, b_bytes, o_bytes = bg * mb * k * e, bg * k * n * e, bg * mb * n * e_out
-        args = (_addr(device, 0), k * e, _addr(device, 12), (k if op.transpose_b else n) * e,
-                _addr(device, 24), n * e_out, mb, k, n, DT_CODE[a.dtype], DT_CODE[out.dtype],
-                int(op.transpose_b), bg, mb * k * e, k * n * e, mb * n * e_out)
-        compute = kernel_cycles(ids.BATCH_MATMUL, args, device)
+        compute = call_cycles("BATCH_MATMUL", device, M=mb, K=k, N=n, in_dtype=a.dtype,
+                              out_dtype=out.dtype, transpose_b=int(op.transpose_b), batch=bg)
         phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
                   max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
         xcyc = sum(exchange_cycles(p, device) for p in phases)
@@ -388,10 +370,8 @@ def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int,
     e, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
     mb, nb = math.ceil(m / gr), math.ceil(n / gc)
     a_bytes, b_bytes, o_bytes = mb * k * e, k * nb * e, mb * nb * e_out
-    args = (_addr(device, 0), k * e, _addr(device, 12), (k if op.transpose_b else nb) * e,
-            _addr(device, 24), nb * e_out, mb, k, nb, DT_CODE[in_dt], DT_CODE[out_dt],
-            int(op.transpose_b), 1, mb * k * e, k * nb * e, mb * nb * e_out)
-    compute = kernel_cycles(ids.BATCH_MATMUL, args, device)
+    compute = call_cycles("BATCH_MATMUL", device, M=mb, K=k, N=nb, in_dtype=in_dt,
+                          out_dtype=out_dt, transpose_b=int(op.transpose_b), batch=1)
     phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
               max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
     xcyc = sum(exchange_cycles(p, device) for p in phases)

@@ -116,23 +116,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Plain fixed-width table: first column left-aligned, the rest right."""
-    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = []
-    for r in cells:
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:],
-                                                                      strict=True)]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
+    from simulator.tables import table
+
+    return table(header, rows)
 
 
 # ---------------------------------------------------------------- subcommands
 
 
 @command("devices", "list the device presets, or show one device TOML",
-         arg("path", nargs="?", help="a device TOML file (or preset name) to show in full"))
+         arg("path", nargs="?", help="a device TOML file (or preset name) to show in full"),
+         arg("--json", action="store_true", help="print the device as one JSON object"))
 def cmd_devices(args: argparse.Namespace) -> int:
+    import json
+
     from simulator.device import Device, load_device, preset_names
 
     def row(d: Device) -> list[object]:
@@ -141,13 +138,30 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     header = ["device", "tiles", "memory/tile", "clock", "fp8 peak TFLOP/s"]
     if args.path is None:
-        print(_table(header, [row(load_device(n)) for n in preset_names()]))
+        devs = [load_device(n) for n in preset_names()]
+        if args.json:
+            print(json.dumps([d.to_dict() for d in devs], sort_keys=True))
+        else:
+            print(_table(header, [row(d) for d in devs]))
         return 0
+    from simulator.device import COST_DOCS
+
     dev = load_device(args.path)
+    d = dev.to_dict()
+    costs = d.pop("costs")
+    images = costs.pop("kernel_image_bytes")
+    if args.json:
+        print(json.dumps(dev.to_dict(), sort_keys=True))
+        return 0
     print(_table(header, [row(dev)]))
     print()
-    fields = sorted(dev.to_dict().items())
-    print(_table(["field", "value"], [(k, hex(v) if k == "memory_base" else v) for k, v in fields]))
+    print(_table(["field", "value"], [(k, hex(v) if k == "memory_base" else v)
+                                      for k, v in d.items()]))
+    print()
+    print(_table(["cost constant", "value", "meaning"],
+                 [(k, v, COST_DOCS[k]) for k, v in costs.items()]))
+    print()
+    print(_table(["kernel image", "bytes"], list(images.items())))
     return 0
 
 
@@ -388,3 +402,122 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
     for b in bad:
         print(f"outside tolerance: {b}")
     return 1 if bad else 0
+
+
+@command("calibrate", "fit a device's cost constants to a file of kernel measurements",
+         arg("measurements", help="measurements TOML ([[measurement]] entries, e.g. "
+                                  "simulator/calibration/ipu21.toml)"),
+         arg("--device", default="c600", help="device to start from (preset or TOML); c600"),
+         arg("--out", default=None, metavar="DEVICE.toml",
+             help="write the fitted device TOML here (atomically)"),
+         arg("--name", default=None, help="name of the fitted device (default: --out's stem)"),
+         arg("--plot", default=None, metavar="PNG", help="draw measured vs modelled cycles"),
+         arg("--window-days", type=int, default=3,
+             help="a kernel's current version: measurements within this many days of its "
+                  "newest (default 3)"),
+         arg("--json", action="store_true", help="print the result as one JSON object"))
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime
+    import json
+    from pathlib import Path
+
+    from simulator.calibrate import calibrate, device_toml, format_report, plot, report_json
+    from simulator.device import load_device
+    from simulator.files import write_text_atomic
+    from simulator.measurements import read_file
+
+    for flag, value in (("--out", args.out), ("--plot", args.plot)):
+        if value is not None and not Path(value).parent.is_dir():
+            raise ConfigError(value, flag, "directory does not exist")
+    start = load_device(args.device)
+    entries = read_file(args.measurements)
+    cal = calibrate(entries, start, window_days=args.window_days)
+    name = args.name or (Path(args.out).stem if args.out else f"{start.name}-fit")
+    cal.device = dataclasses.replace(cal.device, name=name)
+    if args.out:
+        header = [f"{name}: {start.name} with its cost constants fitted to "
+                  f"{Path(args.measurements).name}",
+                  f"by `tileplan calibrate {args.measurements} --device {args.device} "
+                  f"--out {args.out}` on {datetime.date.today().isoformat()}",
+                  "(simulator/calibrate.py).  Each constant says what it is and where its "
+                  "value came from:", "fitted to n measurements, a fact read from a dataset "
+                  "entry, or kept from the starting device.",
+                  "The measurements file's header names their public source.", ""]
+        from simulator.calibrate import KEPT_SOURCES
+
+        notes = {c.name: c.how if c.how != "kept" else
+                 f"kept from {start.name}" + (f"; published: {KEPT_SOURCES[c.name]}"
+                                              if c.name in KEPT_SOURCES else "")
+                 for c in cal.changes}
+        notes.update({k: v for k, v in cal.facts.items() if k == "kernel_image_bytes"})
+        write_text_atomic(Path(args.out), device_toml(cal.device, header, notes))
+    if args.plot:
+        plot(cal, args.plot)
+    if args.json:
+        print(json.dumps(report_json(cal), sort_keys=True))
+        return 0
+    print(format_report(cal, args.measurements))
+    if args.out:
+        print(f"wrote {args.out}")
+    if args.plot:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+@command("cost", "modelled cycles of one kernel call (arguments by name)",
+         arg("kernel", help="kernel name (MATMUL, REDUCE, GELU, ...)"),
+         arg("args", nargs="*", metavar="NAME=VALUE",
+             help="kernel arguments by name (contracts §2), e.g. M=184 K=288 N=48 "
+                  "in_dtype=fp16; dtypes by name"),
+         *DEVICE_ARGS,
+         arg("--json", action="store_true", help="print the result as one JSON object"))
+def cmd_cost(args: argparse.Namespace) -> int:
+    import json
+
+    from kernels.registry import KERNELS
+    from simulator.cost import call_parts, kernel_cycles
+    from simulator.device import load_device
+
+    names = sorted(s.name for s in KERNELS.values())
+    if args.kernel not in names:
+        raise ConfigError("tileplan cost", "kernel", f"unknown kernel; known: {names}",
+                          args.kernel)
+    named: dict[str, object] = {}
+    for text in args.args:
+        key, eq, value = text.partition("=")
+        if not eq or not key:
+            raise ConfigError("tileplan cost", text, "arguments are NAME=VALUE")
+        named[key] = _arg_value(key, value)
+    device = load_device(args.device)
+    try:
+        call, work, conflict = call_parts(device, args.kernel, **named)
+    except ValueError as e:
+        raise ConfigError("tileplan cost", "args", str(e)) from None
+    cycles = kernel_cycles(device, args.kernel, **named)
+    if args.json:
+        print(json.dumps({"kernel": args.kernel, "device": device.name, "cycles": cycles,
+                          "call": call, "work": work, "conflict": conflict,
+                          "args": {k: v for k, v in named.items()}}, sort_keys=True))
+        return 0
+    shown = " ".join(f"{k}={v}" for k, v in named.items()) or "(defaults)"
+    print(f"{args.kernel} {shown} on {device.name}: {cycles:,} cycles "
+          f"(call {call:,} + work {work:,}{', operands conflict' if conflict else ''})")
+    return 0
+
+
+def _arg_value(key: str, text: str) -> object:
+    """A NAME=VALUE value: an int (decimal or 0x), a float for eps/scale, or a
+    dtype name."""
+    if key in ("eps", "scale"):
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError("tileplan cost", key, "must be a number", text) from None
+    if text in ("fp8", "fp16", "fp32"):
+        return text
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise ConfigError("tileplan cost", key, "must be an integer or a dtype name",
+                          text) from None

@@ -65,7 +65,7 @@ class Expander:
         self.prog = Program()
         self.placed: dict[str, list[list[Loc]]] = {}
         self.persistent = set(lw.inputs.values()) | set(lw.outputs.values())
-        self.limit = device.memory_size - device.support_bytes  # bytes a tile can hold
+        self.limit = device.memory_size - device.fixed_bytes  # bytes a tile can hold
 
     # ------------------------------------------------------------ helpers
 
@@ -238,7 +238,7 @@ class Expander:
         elif s.kind == "loop_end":
             self.emit(LoopMark(False, s.trips, s.label))
         elif s.kind == "redistribute":
-            self.redistribute(s.inputs[0], s.outputs[0], s.segments, s.label)
+            self.redistribute(s.inputs[0], s.outputs[0], s.segments, s.label, s.row_moves)
         elif s.kind == "cast":
             expand_ops.expand_cast_step(self, s)
         elif isinstance(s.op, MatMul):
@@ -247,7 +247,8 @@ class Expander:
         elif isinstance(s.op, BatchMatMul):
             expand_ops.expand_bmm(self, s)
         elif isinstance(s.op, (SplitHeads, MergeHeads)):
-            self.redistribute(s.inputs[0], s.outputs[0], heads_segments(self.lw, s), s.label)
+            self.redistribute(s.inputs[0], s.outputs[0], heads_segments(self.lw, s), s.label,
+                              s.row_moves)
         else:
             self.params(s)
             expand_ops.expand_rows(self, s)
@@ -258,7 +259,8 @@ class Expander:
             if v.role == "parameter":
                 self.materialise(v)
 
-    def redistribute(self, src: str, dst: str, segments: tuple, label: str) -> None:
+    def redistribute(self, src: str, dst: str, segments: tuple, label: str,
+                     row_moves: int = 0) -> None:
         sv, dv = self.value(src), self.value(dst)
         if sv.role == "parameter":
             self.materialise(sv)
@@ -272,7 +274,7 @@ class Expander:
         kind = "activation" if dv.role in ("canonical", "output") else "exchange-landing"
         self.materialise(dv, kind=kind, skip=skip)
         mv = moves(self.prog, label, sv.layout, self.placed[src], dv.layout, self.placed[dst],
-                   sv.elem, segments, set(skip))
+                   sv.elem, segments, set(skip), row_moves)
         self.emit(Phase("compute", f"{label} pack", vertices=mv.pack))
         self.emit(Phase("exchange", label, transfers=mv.transfers))
         self.emit(Phase("compute", f"{label} unpack", vertices=mv.unpack))

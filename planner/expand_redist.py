@@ -147,14 +147,16 @@ class _Enumerated:
 
 def _enumerated(src: _Grid, dst: _Grid, segments: tuple, skip: set[tuple[int, int]],
                 slocs: np.ndarray, sseq: np.ndarray, dlocs: np.ndarray, dseq: np.ndarray,
-                elem: int, every: bool) -> _Enumerated:
-    """Count, allocate, fill (`_enumerate`); `every`: list every piece in `ps`."""
+                elem: int, every: bool, row_moves: int = 0) -> _Enumerated:
+    """Count, allocate, fill (`_enumerate`); `every`: list every piece in `ps`;
+    pieces of at most `row_moves` rows that would be packed or landed move row
+    by row instead (one transfer per row, nothing listed)."""
     todo = np.ones(dst.tiles.size, dtype=np.bool_)
     for cell, k in skip:
         todo[dst.off[cell] + k] = False
     segs = np.asarray(segments, dtype=np.int64).reshape(-1, 6)
     args = (segs, dst.rc, dst.cc, dst.off, dst.tiles, todo, src.rc, src.cc, src.off, src.tiles,
-            slocs, sseq, dlocs, dseq, elem, every)
+            slocs, sseq, dlocs, dseq, elem, every, row_moves)
     n, m = _enumerate(*args, np.empty((7, 0), dtype=np.int64), np.empty(0, dtype=np.uint8),
                       np.empty(0, dtype=np.uint8), np.empty((11, 0), dtype=np.int64))
     out = _Enumerated(np.empty((7, n), dtype=np.int64), np.empty(n, dtype=np.uint8),
@@ -182,7 +184,8 @@ def pieces(src: Layout, dst: Layout, segments: tuple,
 
 @kjit
 def _enumerate(segs, d_rc, d_cc, doff, dtile, todo, s_rc, s_cc, soff, stile, slocs, sseq,
-               dlocs, dseq, elem, every, xf, flags, head, ps):  # pragma: no cover - jitted
+               dlocs, dseq, elem, every, row_moves, xf, flags, head,
+               ps):  # pragma: no cover - jitted
     """Enumerate the pieces in `pieces` order and fill `_Enumerated`'s
     arrays while they fit (call with empty ones to count); return (pieces,
     listed pieces).  `slocs`/`dlocs` are the cell replicas' (buffer,
@@ -236,6 +239,22 @@ def _enumerate(segs, d_rc, d_cc, doff, dtile, todo, s_rc, s_cc, soff, stile, slo
                                     break
                             sj = soff[scell] + rep
                             ff = f | (SRC_SEQ if sseq[sj] else 0) | (DST_SEQ if dseq[kk] else 0)
+                            if (ff & (PACK | LAND)) != 0 and (ff & (SRC_SEQ | DST_SEQ)) == 0 \
+                                    and a1 - a0 <= row_moves:
+                                for r in range(a1 - a0):  # row by row: no COPY either side
+                                    if n < xf.shape[1]:
+                                        x = xf[:, n]
+                                        x[0] = slocs[0, sj]
+                                        x[1] = slocs[1, sj] + s_at + r * s_w * elem
+                                        x[2] = slocs[2, sj]
+                                        x[3] = dlocs[0, kk]
+                                        x[4] = dlocs[1, kk] + d_at + r * d_w * elem
+                                        x[5] = dlocs[2, kk]
+                                        x[6] = (b1 - b0) * elem
+                                        flags[n] = 0
+                                        head[n] = _head(x[1] | x[2] | x[4] | x[5], x[6])
+                                    n += 1
+                                continue
                             if n < xf.shape[1]:
                                 x = xf[:, n]
                                 x[0], x[1], x[2] = slocs[0, sj], slocs[1, sj] + s_at, slocs[2, sj]
@@ -336,7 +355,7 @@ def _panels(keys: np.ndarray, elem: int) -> _Panels:
 
 def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst: Layout,
           dst_locs: list[list[Loc]], elem: int, segments: tuple,
-          skip: set[tuple[int, int]]) -> Moves:
+          skip: set[tuple[int, int]], row_moves: int = 0) -> Moves:
     """Pack/transfer/unpack work filling every destination replica except the
     `(cell, replica)` pairs in `skip` (which share storage).
 
@@ -344,12 +363,14 @@ def moves(prog: Program, label: str, src: Layout, src_locs: list[list[Loc]], dst
     panel of the source replica's pack buffer (one COPY per run of
     consecutive rows of one column range); one narrower than its destination
     cell lands in a column panel of a landing buffer and is unpacked the same
-    way.  Each piece is then one contiguous transfer (split in two as
-    `_aligned` says), in `pieces` order."""
+    way, unless it has at most `row_moves` rows (`Plan.row_moves`): then it
+    moves row by row, one transfer per row and no COPY.  Each piece is then
+    one contiguous transfer (split in two as `_aligned` says), in `pieces`
+    order."""
     sg, dg = _Grid.of(src), _Grid.of(dst)
     sflat, slocs, sseq = sg.loc_columns(src_locs)
     dflat, dlocs, dseq = dg.loc_columns(dst_locs)
-    en = _enumerated(sg, dg, segments, skip, slocs, sseq, dlocs, dseq, elem, False)
+    en = _enumerated(sg, dg, segments, skip, slocs, sseq, dlocs, dseq, elem, False, row_moves)
     res = Moves()
     if not en.flags.size:
         return res

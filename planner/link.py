@@ -3,13 +3,13 @@
 Two entry points, called before and after allocation:
 
 `reserve(program, sched, device)` sizes what occupies tile memory besides
-tensors, from counts:
-- code = `code_bytes_per_vertex` × vertices on the tile (a Repeat body's
-  vertices count once: every iteration runs the same code) + the kernel image
-  `code_bytes` of every distinct kernel the tile runs (kernels.registry);
-- exchange tables = `exchange_table_bytes_per_transfer` per transfer endpoint
-  (a transfer counts on its source and on its destination tile);
-- support = `device.support_bytes` + Repeat patch tables, on every tile that
+tensors:
+- code and exchange tables by the footprint model (simulator.footprint), from
+  the schedule's vertices and transfers; a receive counts as following the
+  previous one only when it lands in the same buffer at the next offset (all
+  that is known before allocation), so the reservation bounds what the
+  package's addresses need;
+- support = `costs.support_bytes` + Repeat patch tables, on every tile that
   holds a buffer, a vertex or a transfer endpoint.
 
 A patch table holds one `TABLE_ENTRY_BYTES` (8-byte little-endian int64) entry
@@ -53,6 +53,7 @@ from planner.columns import BufColumns, buf_columns
 from planner.program import Program, Ref
 from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
 from simulator.device import Device
+from simulator.footprint import code_bytes, follows_previous, xtable_bytes
 from simulator.package import (
     BUF_CODE,
     BUF_SUPPORT,
@@ -84,7 +85,7 @@ TableKey = tuple[int, tuple[tuple[int, int], ...]]
 class Reservation:
     """Per-tile overheads and where each shared patch table sits: `tables`
     maps (tile, seq) to the byte offset of its table inside the tile's patch
-    table area (which starts `device.support_bytes` into the support buffer).
+    table area (which starts `costs.support_bytes` into the support buffer).
     `bufs` are the program's buffer columns, read once for reserve,
     allocate and link."""
 
@@ -102,13 +103,6 @@ def _round(n: np.ndarray, a: int) -> np.ndarray:
     return -(-n // a) * a
 
 
-def _kernel_code_bytes(kid: int) -> int:
-    spec = KERNELS.get(kid)
-    if spec is None:
-        raise BuildFailure("link", -1, 0, 0, f"unknown kernel id {kid}")
-    return int(spec.code_bytes)
-
-
 def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
     """Size code, exchange-table and support bytes per tile (module docstring)."""
     tiles = device.tiles
@@ -124,7 +118,6 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
         return sched.steps[loop].trips if loop >= 0 else 0
 
     v = sched.vertex_arrays()
-    nvtx = np.bincount(v.tile, minlength=tiles)
     used[v.tile] = True
     for k, r in zip(v.iterated.tolist(), v.iter_refs, strict=True):
         if r.seq:
@@ -132,42 +125,37 @@ def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
             _reserve_table(tables, table_bytes, int(v.tile[vi]), r, trips_at(int(v.step[vi])))
     x = sched.transfers()
     ts, td = tile_of[x.src_buf], tile_of[x.dst_buf]
-    xends = np.bincount(ts, minlength=tiles) + np.bincount(td, minlength=tiles)
-    used |= xends > 0
+    used[ts] = True
+    used[td] = True
     for i in x.seq.tolist():
         src, dst = x.refs(i)
         if src.seq:
             _reserve_table(tables, table_bytes, int(ts[i]), src, trips_at(int(x.step[i])))
         if dst.seq:
             _reserve_table(tables, table_bytes, int(td[i]), dst, trips_at(int(x.step[i])))
-    kcode = _kernel_code(v.tile, v.kernel, tiles)
+    _check_kernels(v.tile, v.kernel)
     a = device.alignment
-    code = _round(nvtx * device.code_bytes_per_vertex + kcode, a)
-    xtable = _round(xends * device.exchange_table_bytes_per_transfer, a)
-    support = np.where(used, _round(device.support_bytes + table_bytes, a), 0).astype(np.int64)
+    code = _round(code_bytes(device, used, v.tile, v.kernel, v.step, len(sched.loops())), a)
+    dst_key = (x.dst_buf << 32) + x.dst_off
+    follows = follows_previous(x.step, td, dst_key, dst_key + x.nbytes)
+    xtable = _round(xtable_bytes(device, x.step, ts, (x.src_buf << 32) + x.src_off, td,
+                                 x.nbytes, follows), a)
+    support = np.where(used, _round(device.costs.support_bytes + table_bytes, a),
+                       0).astype(np.int64)
     return Reservation(Overheads(code, xtable, support), tables, used, cols)
 
 
-def _kernel_code(tile: np.ndarray, kernel: np.ndarray, tiles: int) -> np.ndarray:
-    """Per tile, the summed `code_bytes` of the distinct kernels its vertices
-    run.  Raises BuildFailure on an unknown kernel id (the first in (tile,
+
+
+def _check_kernels(tile: np.ndarray, kernel: np.ndarray) -> None:
+    """Raises BuildFailure naming the first unknown kernel id (in (tile,
     kernel) order)."""
-    if tile.size == 0:
-        return np.zeros(tiles, dtype=np.int64)
-    order = np.lexsort((kernel, tile))
-    t, k = tile[order], kernel[order]
-    first = np.ones(t.size, dtype=bool)
-    first[1:] = (t[1:] != t[:-1]) | (k[1:] != k[:-1])
-    t, k = t[first], k[first]
-    ids, inverse = np.unique(k, return_inverse=True)
-    known = [KERNELS.get(kid) is not None for kid in ids.tolist()]
-    if not all(known):
-        bad = np.flatnonzero(~np.asarray(known)[inverse])[0]
-        _kernel_code_bytes(int(k[bad]))
-    code = np.asarray([_kernel_code_bytes(kid) for kid in ids.tolist()], dtype=np.int64)
-    out = np.zeros(tiles, dtype=np.int64)
-    np.add.at(out, t, code[inverse])
-    return out
+    bad = ~np.isin(kernel, np.array(sorted(KERNELS), dtype=np.int64))
+    if bad.any():
+        order = np.lexsort((kernel, tile))
+        first = order[bad[order]][0]
+        raise BuildFailure("link", int(tile[first]), 0, 0,
+                           f"unknown kernel id {int(kernel[first])}")
 
 
 def _reserve_table(tables: dict[TableKey, int], table_bytes: np.ndarray, tile: int, r: Ref,
@@ -288,7 +276,7 @@ def link(
                                    f"{trips}-trip Repeat")
             addrs = [addr_l[b] + o for b, o in r.seq]
             off = res.tables[(tile, r.seq)]
-            at = (tile, int(support_addr[tile]) + device.support_bytes + off)
+            at = (tile, int(support_addr[tile]) + device.costs.support_bytes + off)
             patches.add(target, index, arg, loop, addrs, at)
             return addrs[0]
         patches.arith_row(target, index, arg, loop, a0, r.iter_stride)

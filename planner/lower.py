@@ -226,7 +226,7 @@ class _Lowerer:
         out_t = self.qual(op.outputs[0])
         out_v = self.new_value(out_t, out_layout, suffix=f"@{op.name}")
         self.out.steps.append(Step("compute", self.qual(op.name), tuple(ins), (out_v,), op,
-                                   recipe))
+                                   recipe, row_moves=self.plan.row_moves))
         self.publish(g, op.outputs[0], out_v)
 
     def publish(self, g: Graph, name: str, value: str) -> None:
@@ -246,7 +246,8 @@ class _Lowerer:
         cv = self.new_value(q, canon, role=role)
         rows, cols = view2d(v.shape)
         self.out.steps.append(Step("redistribute", f"canon {q}", (value,), (cv,),
-                                   segments=identity_segments(rows, cols)))
+                                   segments=identity_segments(rows, cols),
+                                   row_moves=self.plan.row_moves))
         self.source[q] = cv
 
     def periodic(self, g: Graph, op: Op, name: str) -> tuple:
@@ -277,7 +278,7 @@ class _Lowerer:
             else:
                 out = self.new_value(tensor, layout, suffix=f"@{len(self.out.values)}")
                 self.out.steps.append(Step("redistribute", f"to {out}", (src,), (out,),
-                                           segments=segments))
+                                           segments=segments, row_moves=self.plan.row_moves))
         self.converted[key] = out
         return out
 
@@ -305,7 +306,7 @@ class _Lowerer:
             return hv
         out = self.new_value(tensor, layout, suffix=f"@{op.name}")
         self.out.steps.append(Step("redistribute", f"param {outer}", (hv,), (out,),
-                                   segments=segs))
+                                   segments=segs, row_moves=self.plan.row_moves))
         return out
 
     def rotate(self, count: int, key: str) -> int:

@@ -43,6 +43,7 @@ class Step:
     recipe: cat.Recipe | None = None
     segments: tuple[tuple[int, int, int, int, int, int], ...] = ()
     trips: int = 0
+    row_moves: int = 0  # a move's pieces of at most this many rows go row by row (Plan)
 
 
 @dataclass(frozen=True)

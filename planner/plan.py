@@ -26,6 +26,13 @@ A Plan says *what* to build; lower/expand say *how*.  It holds
   not listed continue the running rotation.  The optimizer pins the
   incumbent's bases so that a recipe change of one op leaves every other
   op's parameter homes where they were.
+- `row_moves`: a redistribution moves a piece of at most this many rows
+  that is narrower than its source or destination cell row by row (one
+  transfer per row) instead of packing it into a column panel with COPY
+  vertices on either side (0: always pack).  Row by row costs a send and a
+  receive control and exchange-table entries per row; a pack costs a COPY
+  call per side.  The baseline sets it from the device (`default_row_moves`);
+  left out of `repr` while 0, like `tile_shift`.
 - `tile_shift`: op qualified name → logical tile offset (1 ≤ shift) added to
   the placement of that op alone: a row op's row blocks, a batched matmul's
   or elementwise grid's spread tiles, a matmul's grid (rotation base +
@@ -70,6 +77,7 @@ class Plan:
     tile_stride: int = 1
     rotation: tuple[tuple[str, int], ...] = ()
     tile_shift: tuple[tuple[str, int], ...] = ()
+    row_moves: int = 0
 
     def __post_init__(self) -> None:
         if self.packing not in PACKINGS:
@@ -90,6 +98,8 @@ class Plan:
             keys = [k for k, _ in items]
             if keys != sorted(set(keys)):
                 raise ValueError(f"plan {name} must be sorted with unique keys: {keys}")
+        if not isinstance(self.row_moves, int) or self.row_moves < 0:
+            raise ValueError(f"plan row_moves {self.row_moves!r} must be an int >= 0")
         if list(self.open_boundaries) != sorted(set(self.open_boundaries)):
             raise ValueError(f"plan open_boundaries must be sorted unique: {self.open_boundaries}")
 
@@ -97,7 +107,8 @@ class Plan:
         # the dataclass repr, without `tile_shift` while it is empty: plan
         # digests (build.plan_digest hashes the repr) of plans without shifts
         # are what they were before the field existed
-        shown = [f for f in fields(self) if f.name != "tile_shift" or self.tile_shift]
+        shown = [f for f in fields(self) if (f.name != "tile_shift" or self.tile_shift)
+                 and (f.name != "row_moves" or self.row_moves)]
         return f"Plan({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     # ------------------------------------------------------------ queries
@@ -183,6 +194,9 @@ class Plan:
 
     def with_packing(self, packing: str) -> Plan:
         return replace(self, packing=packing)
+
+    def with_row_moves(self, rows: int) -> Plan:
+        return replace(self, row_moves=int(rows))
 
     def with_reduction_overlap(self, flag: bool) -> Plan:
         return replace(self, reduction_overlap=bool(flag))

@@ -72,6 +72,7 @@ schedule's step labels, and keeps every merged step's own cycles under
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,7 +317,7 @@ class _Generator:
             early = site.trips * cat.recipe_from_key(site.graph, site.op, self.device, key,
                                                      self.plan.packing).cycles
             moved = self.measured_prefix(f"to {site.scope}{site.op.x}@")
-            sync = self.device.sync_cycles
+            sync = self.device.exchange_fixed_cycles
             payload = max(0, moved - sync * site.trips)
             narrow = 1 - DTYPE_BYTES[y.dtype] / DTYPE_BYTES[x.dtype]
             gain = measured - early + int(payload * narrow)
@@ -345,7 +346,8 @@ class _Generator:
             if q not in tensors:
                 continue
             rows, cols, elem, trips = tensors[q]
-            out.append((max(0, cyc - self.device.sync_cycles * trips), rows, cols, elem))
+            out.append((max(0, cyc - self.device.exchange_fixed_cycles * trips), rows, cols,
+                        elem))
         return out
 
     def packing(self) -> list[Proposal]:
@@ -478,6 +480,10 @@ def _merged(base: tuple, changed: tuple, onto: tuple) -> tuple:
     return tuple(sorted(out.items()))
 
 
+# Plan fields that map keys to decisions (the rest are scalars or open_boundaries)
+PER_KEY_FIELDS = ("recipes", "cast_order", "rotation", "tile_shift")
+
+
 def apply_change(base: Plan, changed: Plan, onto: Plan) -> Plan:
     """`onto` with the decisions in which `changed` differs from `base` (a
     proposal's change replayed on another plan, e.g. on a proposal that may
@@ -491,17 +497,16 @@ def apply_change(base: Plan, changed: Plan, onto: Plan) -> Plan:
         new = getattr(changed, name)
         return new if new != getattr(base, name) else getattr(onto, name)
 
-    return Plan(
-        recipes=_merged(base.recipes, changed.recipes, onto.recipes),
-        open_boundaries=tuple(sorted(opened)),
-        cast_order=_merged(base.cast_order, changed.cast_order, onto.cast_order),
-        packing=pick("packing"),
-        reduction_overlap=pick("reduction_overlap"),
-        tile_offset=pick("tile_offset"),
-        tile_stride=pick("tile_stride"),
-        rotation=_merged(base.rotation, changed.rotation, onto.rotation),
-        tile_shift=_merged(base.tile_shift, changed.tile_shift, onto.tile_shift),
-    )
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Plan):
+        if f.name == "open_boundaries":
+            fields[f.name] = tuple(sorted(opened))
+        elif f.name in PER_KEY_FIELDS:
+            fields[f.name] = _merged(getattr(base, f.name), getattr(changed, f.name),
+                                     getattr(onto, f.name))
+        else:
+            fields[f.name] = pick(f.name)
+    return Plan(**fields)
 
 
 def _moves(lw: Lowered) -> dict[tuple[str, str, str], list[Step]]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import numpy as np
 from kernels.exceptions import ConfigError
 from planner.graph import Graph, graph_flops
 from simulator.device import Device
+from simulator.files import write_file_atomic
 from simulator.package import Package, save_package
 
 SUMMARY_KEYS = (
@@ -146,14 +146,8 @@ def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str
         raise ConfigError(str(root), "--out", "exists and is not a directory")
     root.mkdir(parents=True, exist_ok=True)
     save_package(package, root / PACKAGE_DIR)
-    fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=root)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(dict(summary), f, indent=1, sort_keys=True)
-        os.replace(tmp, root / SUMMARY_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file_atomic(root / SUMMARY_FILE,
+                      lambda f: json.dump(dict(summary), f, indent=1, sort_keys=True))
     return root
 
 

@@ -18,10 +18,10 @@ the `Lowered` steps alone (no expansion), with the engine's cost model
 - a compute phase of an op (its own label or a K-split `partials` /
   `reduce` phase) costs its recipe's `compute_cycles` on
   every tile of its output layout (an overestimate for the reduce phase);
-  a move's `pack` (`unpack`) COPY phase costs its bytes / LDST_BYTES_PER_CYCLE
-  + the vertex overhead on the source (destination) tiles; an absorbed cast
-  its elements / the fp16 vector rate + the overhead on its tiles; a
-  compute step costs the max over tiles of the summed loads.
+  a move's `pack` (`unpack`) COPY phase costs a copy call + its bytes at the
+  copy rate on the source (destination) tiles; an absorbed cast a cast call
+  + its elements' vector work on its tiles (the device's COPY / CAST cost
+  constants); a compute step costs the max over tiles of the summed loads.
 
 Bytes already on the destination tile are counted as moved (locality is
 not modelled), so moving the tiles of a phase changes its modelled cost only
@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.cost import LDST_BYTES_PER_CYCLE
 from planner.graph import MatMul, MergeHeads, SplitHeads
 from planner.lowered import Lowered, Step
 from simulator.device import Device
@@ -68,7 +67,7 @@ def phase_load(lowered: Lowered, step: Step, label: str, exchange: bool,
     exchange (`exchange`) or compute step."""
     n = device.tiles
     zero = np.zeros(n, dtype=np.int64)
-    overhead = device.vertex_overhead_cycles
+    c = device.costs
     if exchange and step.kind == "compute" and not is_heads(step):
         # a K-split matmul's `partial sums`: within the op's own tiles
         on = _tiles_of(lowered, step.outputs[0], n)
@@ -79,13 +78,14 @@ def phase_load(lowered: Lowered, step: Step, label: str, exchange: bool,
     if label.endswith(" pack") or label.endswith(" unpack"):
         pack = label.endswith(" pack")
         side = _tiles_of(lowered, step.inputs[0] if pack else step.outputs[0], n, pack)
-        return PhaseLoad(np.where(side > 0, side // LDST_BYTES_PER_CYCLE + overhead, 0),
+        return PhaseLoad(np.where(side > 0, c.copy_call + side // c.copy_bytes_per_cycle, 0),
                          zero, zero)
     out = lowered.values[step.outputs[0]]
     on = _tiles_of(lowered, out.name, n)
     if step.kind == "cast":
-        rate = device.vector_fp16
-        return PhaseLoad(np.where(on > 0, on // out.elem // rate + overhead, 0), zero, zero)
+        group = device.workers * c.cast_grain
+        work = -(-(on // out.elem) // group) * device.workers * c.cast_slots
+        return PhaseLoad(np.where(on > 0, c.cast_call + work, 0), zero, zero)
     assert step.recipe is not None, f"compute step {step.label} without a recipe"
     return PhaseLoad(np.where(on > 0, step.recipe.compute_cycles, 0), zero, zero)
 
@@ -98,10 +98,10 @@ def step_cycles(loads: list[PhaseLoad], exchange: bool, device: Device) -> int:
             total[p] += getattr(ld, p)
     if not exchange:
         return int(total["compute"].max(initial=0))
-    cin, cout = device.exchange_in_bytes_per_cycle, device.exchange_out_bytes_per_cycle
+    cin, cout = device.costs.exchange_in_bytes_per_cycle, device.costs.exchange_out_bytes_per_cycle
     bytes_in, bytes_out = total["bytes_in"], total["bytes_out"]
     worst = np.maximum(-(-bytes_in // cin), -(-bytes_out // cout)).max(initial=0)
-    return device.sync_cycles + int(worst)
+    return device.exchange_fixed_cycles + int(worst)
 
 
 def shifted(load: PhaseLoad, parts: tuple[str, ...], by: int) -> PhaseLoad:

@@ -1,5 +1,6 @@
 """The machine: device presets, package format, verifier and simulator engines."""
 
+from simulator.cost import kernel_cycles
 from simulator.device import Device, load_device, preset_names
 from simulator.hardware import (
     HardwareResult,
@@ -19,6 +20,7 @@ __all__ = [
     "Package",
     "SimResult",
     "crosscheck",
+    "kernel_cycles",
     "load_device",
     "load_hardware_result",
     "load_package",

@@ -46,35 +46,40 @@ def read_toml(
 
 
 def check_fields(
-    data: Any, source: str, limits: Limits, defaults: dict[str, Any] | None = None
+    data: Any, source: str, limits: Limits, defaults: dict[str, Any] | None = None,
+    prefix: str = "", named: bool = True,
 ) -> dict[str, Any]:
-    """Validate `name` + the numeric `limits` fields of a flat table.
+    """Validate `name` (when `named`) + the numeric `limits` fields of a flat table.
 
     Unknown, missing (after `defaults`), mistyped and out-of-range fields
-    raise ConfigError(source, field, ...).  Returns the values converted to
-    their declared types, `name` first.
+    raise ConfigError(source, prefix + field, ...).  Returns the values
+    converted to their declared types, `name` first.
     """
     if not isinstance(data, dict):
-        raise ConfigError(source, "table", "must be a table", type(data).__name__)
-    known = {"name", *limits}
+        raise ConfigError(source, prefix.rstrip(".") or "table", "must be a table",
+                          type(data).__name__)
+    known = {*(("name",) if named else ()), *limits}
     for key in sorted(data):
         if key not in known:
-            raise ConfigError(source, key, f"unknown field; expected one of {sorted(known)}")
+            raise ConfigError(source, prefix + key,
+                              f"unknown field; expected one of {sorted(known)}")
     merged = {**(defaults or {}), **data}
-    for key in ["name", *limits]:
+    for key in [*(("name",) if named else ()), *limits]:
         if key not in merged:
-            raise ConfigError(source, key, "missing")
-    name = merged["name"]
-    if not isinstance(name, str) or not name:
-        raise ConfigError(source, "name", "must be a non-empty string", name)
-    values: dict[str, Any] = {"name": name}
+            raise ConfigError(source, prefix + key, "missing")
+    values: dict[str, Any] = {}
+    if named:
+        name = merged["name"]
+        if not isinstance(name, str) or not name:
+            raise ConfigError(source, prefix + "name", "must be a non-empty string", name)
+        values["name"] = name
     for key, (kind, lo, hi) in limits.items():
         v = merged[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(source, key, f"must be {kind.__name__}", v)
+            raise ConfigError(source, prefix + key, f"must be {kind.__name__}", v)
         if kind is int and not isinstance(v, int):
-            raise ConfigError(source, key, "must be an integer", v)
+            raise ConfigError(source, prefix + key, "must be an integer", v)
         if not lo <= v <= hi:
-            raise ConfigError(source, key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
+            raise ConfigError(source, prefix + key, f"out of range [{kind(lo)}, {kind(hi)}]", v)
         values[key] = kind(v)
     return values

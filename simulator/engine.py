@@ -5,14 +5,13 @@
 - REPEAT_BEGIN/REPEAT_END run natively with loop counters indexed by the
   BEGIN step and a stack of open loops; patches read the counter of their
   loop (`base + i*stride` or `table[i]`).  Nothing is unrolled.
-- Timing (DESIGN §5): a COMPUTE step costs the max over tiles of the summed
-  vertex cycles (`kernels.dispatch.vertex_cost`, = `vertex_cycles` without its
+- Timing: a COMPUTE step costs the max over tiles of the summed vertex
+  cycles (`kernels.dispatch.vertex_cost`, = `vertex_cycles` without its
   scratch allocation; computed once for vertices without patches); an
-  EXCHANGE step costs `sync_cycles` + the max over tiles of
-  max(ceil(bytes in / in_bw), ceil(bytes out / out_bw)), where a tile's bytes
-  out count each distinct (src tile, src addr, bytes) once (multicast); each
-  REPEAT_END execution (one per iteration) costs `loop_overhead_cycles`,
-  charged to the END step.  Cycles per step are summed over iterations.
+  EXCHANGE step and each REPEAT_END execution cost what simulator.timing
+  says (sync + setup + the busiest tile's payload or control cycles; loop
+  overhead + patched words before a jump back), charged to the step.  Cycles
+  per step are summed over iterations.
 - Numerics (when `image` is given): before a step runs, every region of every
   vertex/transfer (with its patched values) is checked: inside the tile's
   image window (the span of its tensor buffers, see `MemoryImage`), on its
@@ -39,6 +38,18 @@ from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
 from simulator.access import R_LEN, find_race, region_granule, region_span, tile_order
 from simulator.jit import sjit
 from simulator.package import Package
+from simulator.timing import (
+    DV_IN_BW,
+    DV_LOOP,
+    DV_OUT_BW,
+    DV_PATCH,
+    DV_RECV,
+    DV_SEND,
+    DV_SEND_MAX,
+    DV_SYNC,
+    device_scalars,
+    loop_patch_words,
+)
 from simulator.verify import patch_index
 
 MAX_FAULTS = 256
@@ -65,8 +76,6 @@ FAULT_NAMES = {
 }
 FAULT_COLS = 8
 
-# dev scalar array layout
-DV_BASE, DV_SIZE, DV_IN_BW, DV_OUT_BW, DV_SYNC, DV_LOOP = range(6)
 # counters layout
 C_FAULTS, C_VERTICES, C_CYCLES, C_TRANSFERS = range(4)
 
@@ -108,9 +117,7 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
     """Run `pkg` (already structure-checked) for timing, and numerics if `image`."""
     a, dev = pkg.arrays, pkg.device
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
-    devv = np.array([dev.memory_base, dev.memory_size, dev.exchange_in_bytes_per_cycle,
-                     dev.exchange_out_bytes_per_cycle, dev.sync_cycles,
-                     dev.loop_overhead_cycles], dtype=np.int64)
+    devv = device_scalars(dev)
     numerics = image is not None
     if image is None:
         none = np.full(pkg.tiles, -1, dtype=np.int64)
@@ -132,7 +139,7 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
         a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
         vp_ptr, vp_list, xp_ptr, xp_list,
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
-        a["p_table"], a["table_values"],
+        a["p_table"], a["table_values"], loop_patch_words(pkg),
         dev.tile_desc().as_array(), devv, numerics, image.mem, image.written, image.tile_row,
         image.tile_base, image.tile_size, np.zeros(stage_bytes, dtype=np.uint8),
         out_steps, busy, b_in, b_out, faults, counters,
@@ -238,12 +245,15 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     v_tile, v_kernel, v_args, x_src_tile, x_src_addr, x_dst_tile, x_dst_addr,
                     x_bytes, vp_ptr, vp_list, xp_ptr, xp_list,
                     p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
-                    desc, devv, numerics, mem, written, tile_row, tile_base, tile_size, stage,
+                    loop_patch, desc, devv, numerics, mem, written, tile_row, tile_base, tile_size,
+                    stage,
                     cycles_per_step, tile_busy, bytes_in, bytes_out, faults, counters):  # type: ignore[no-untyped-def]
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
     acc = np.zeros(n_tiles, dtype=np.int64)
     acc2 = np.zeros(n_tiles, dtype=np.int64)
+    n_in = np.zeros(n_tiles, dtype=np.int64)  # receives per tile in an exchange step
+    n_out = np.zeros(n_tiles, dtype=np.int64)  # send instructions per tile
     touched = np.zeros(n_tiles, dtype=np.int64)
     mark = np.zeros(n_tiles, dtype=np.bool_)
     ctr = np.zeros(max(n_steps, 1), dtype=np.int64)
@@ -286,6 +296,9 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
             total += devv[DV_LOOP]
             ctr[b] += 1
             if ctr[b] < step_trips[b]:
+                patch_c = devv[DV_PATCH] * loop_patch[b]
+                cycles_per_step[s] += patch_c
+                total += patch_c
                 s = b + 1
             else:
                 depth -= 1
@@ -402,6 +415,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     touched[n_touched] = d
                     n_touched += 1
                 acc[d] += nb
+                n_in[d] += 1
                 bytes_in[d] += nb
                 keys[x - i0] = src
                 ktile[x - i0] = x_src_tile[x]
@@ -409,12 +423,13 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                 step_c = xcyc[s]
                 for x in range(i0, i1):
                     acc[x_dst_tile[x]] = 0
+                    n_in[x_dst_tile[x]] = 0
                     mark[x_dst_tile[x]] = False
                     if xout[x]:
                         bytes_out[x_src_tile[x]] += x_bytes[x]
             else:
-                step_c = _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, mark,
-                                          touched, n_touched, bytes_out, xout, devv)
+                step_c = _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out,
+                                          mark, touched, n_touched, bytes_out, xout, devv)
                 if xp_ptr[i0] == xp_ptr[i1]:
                     xcyc[s] = step_c
             counters[C_TRANSFERS] += n
@@ -432,11 +447,12 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
 
 
 @sjit
-def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, mark, touched, n_touched,
-                     bytes_out, xout, devv):  # type: ignore[no-untyped-def]
-    """Cycles of one exchange step (sync included) from the bytes in already in
-    `acc`; counts bytes out once per distinct (src tile, src addr, bytes) and
-    records in `xout` which transfers counted; resets the per-tile scratch."""
+def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark, touched,
+                     n_touched, bytes_out, xout, devv):  # type: ignore[no-untyped-def]
+    """Cycles of one exchange step (simulator.timing) from the bytes in and
+    receives already in `acc` / `n_in`; counts bytes out and send instructions
+    once per distinct (src tile, src addr, bytes) and records in `xout` which
+    transfers counted; resets the per-tile scratch."""
     n = i1 - i0
     order = tile_order(ktile, keys, n)
     for j in range(n):
@@ -458,15 +474,18 @@ def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, mark, touched, n_t
             touched[n_touched] = t
             n_touched += 1
         acc2[t] += x_bytes[x]
+        n_out[t] += (x_bytes[x] + devv[DV_SEND_MAX] - 1) // devv[DV_SEND_MAX]
         bytes_out[t] += x_bytes[x]
     step_c = np.int64(0)
     for k in range(n_touched):
         t = touched[k]
-        c_in = (acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW]
-        c_out = (acc2[t] + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW]
+        c_in = max((acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], n_in[t] * devv[DV_RECV])
+        c_out = max((acc2[t] + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW], n_out[t] * devv[DV_SEND])
         step_c = max(step_c, c_in, c_out)
         acc[t] = 0
         acc2[t] = 0
+        n_in[t] = 0
+        n_out[t] = 0
         mark[t] = False
     return step_c + devv[DV_SYNC]
 

@@ -23,16 +23,20 @@ The model (one `simpy.Environment`, time in device cycles):
   cycle model: busiest worker + overhead + element conflicts), and signals its
   done event.  The superstep ends at the **barrier**: `AllOf` the tiles' done
   events, i.e. the max over tiles of their summed vertex cycles.
-- **EXCHANGE**: the sync is a timeout of `sync_cycles`; then every source is
-  read (the exchange reads the pre-step state), and per tile an **out port**
-  streams its distinct sends (each `(src tile, src addr, bytes)` once: a
-  multicast leaves its tile once) and an **in port** receives every transfer
-  landing on it, each port at its bandwidth in bytes/cycle.  A port's k-th
-  item completes at ceil(cumulative bytes / bandwidth); the in port writes a
+- **EXCHANGE**: the sync is a timeout of `sync_cycles + exchange_setup_cycles`;
+  then every source is read (the exchange reads the pre-step state), and per
+  tile an **out port** streams its distinct sends (each `(src tile, src addr,
+  bytes)` once: a multicast leaves its tile once) and an **in port** receives
+  every transfer landing on it.  A port's k-th item completes at the later of
+  ceil(cumulative bytes / bandwidth) and its cumulative control cycles (per
+  send instruction `send_cycles`, a send of b bytes being ceil(b /
+  send_max_bytes) instructions; per receive `receive_cycles`): the payload
+  streams while the supervisor issues the controls.  The in port writes a
   transfer's bytes into the destination when it completes.  The step ends
   when all ports are idle.
-- **REPEAT_END**: a timeout of `loop_overhead_cycles` per iteration, charged
-  to the END step.
+- **REPEAT_END**: a timeout of `loop_overhead_cycles` per iteration, plus,
+  before a jump back, `patch_word_cycles` per patched word of the loop on its
+  busiest tile; charged to the END step.
 
 Event order is SimPy's: (time, priority, insertion sequence); processes are
 created in tile order, so a run is deterministic.
@@ -153,8 +157,15 @@ class _Machine:
         self.a = pkg.arrays
         dev = pkg.device
         self.desc = dev.tile_desc().as_array()
-        self.in_bw, self.out_bw = dev.exchange_in_bytes_per_cycle, dev.exchange_out_bytes_per_cycle
-        self.sync, self.loop_overhead = dev.sync_cycles, dev.loop_overhead_cycles
+        c = dev.costs
+        self.in_bw, self.out_bw = c.exchange_in_bytes_per_cycle, c.exchange_out_bytes_per_cycle
+        self.sync = c.sync_cycles + c.exchange_setup_cycles
+        self.loop_overhead = c.loop_overhead_cycles
+        self.send_cycles, self.send_max, self.recv_cycles = (c.send_cycles, c.send_max_bytes,
+                                                             c.receive_cycles)
+        # patched words of each loop on its busiest tile, counted here from the patches
+        self.loop_patch = self._loop_patch_words(pkg)
+        self.patch_cycles = c.patch_word_cycles
         self.env = simpy.Environment()
         n = pkg.tiles
         self.c = _Counters(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
@@ -201,12 +212,14 @@ class _Machine:
                 continue
             if kind == STEP_REPEAT_END:
                 yield self.env.timeout(self.loop_overhead)
-                self.cycles_per_step[s] += self.env.now - t0
                 b = int(match[s])
                 counter[b] += 1
                 if counter[b] < int(trips[b]):
+                    yield self.env.timeout(self.patch_cycles * self.loop_patch.get(b, 0))
+                    self.cycles_per_step[s] += self.env.now - t0
                     s = b + 1
                 else:
+                    self.cycles_per_step[s] += self.env.now - t0
                     loops.pop()
                     s += 1
                 continue
@@ -218,6 +231,23 @@ class _Machine:
                 yield from self._exchange(s, loop, it, counter)
             self.cycles_per_step[s] += self.env.now - t0
             s += 1
+
+    @staticmethod
+    def _loop_patch_words(pkg: Package) -> dict[int, int]:
+        """REPEAT_BEGIN step -> patches it drives on its busiest tile."""
+        a = pkg.arrays
+        per: dict[tuple[int, int], int] = {}
+        for p in range(pkg.n_patches):
+            i = int(a["p_index"][p])
+            target = int(a["p_target"][p])
+            tile = int(a["v_tile"][i] if target == 0 else
+                       a["x_src_tile"][i] if target == 1 else a["x_dst_tile"][i])
+            key = (int(a["p_loop"][p]), tile)
+            per[key] = per.get(key, 0) + 1
+        out: dict[int, int] = {}
+        for (loop, _), n in per.items():
+            out[loop] = max(out.get(loop, 0), n)
+        return out
 
     def _patched(self, target: int, index: int, counter: dict[int, int]) -> dict[int, int]:
         """{arg: value} of the patches on vertex (target 0) or transfer (1, 2) `index`."""
@@ -302,18 +332,22 @@ class _Machine:
             work.done.succeed()
 
     def _out_port(self, sends: list[int]) -> Proc:
-        sent = 0
+        sent = control = done = 0
         for nb in sends:
-            before = -(-sent // self.out_bw)
             sent += nb
-            yield self.env.timeout(-(-sent // self.out_bw) - before)
+            control += -(-nb // self.send_max) * self.send_cycles
+            at = max(-(-sent // self.out_bw), control)
+            yield self.env.timeout(at - done)
+            done = at
 
     def _in_port(self, t: int, items: list[tuple[int, int, np.ndarray | None]]) -> Proc:
-        got = 0
+        got = control = done = 0
         for dst, nb, data in items:
-            before = -(-got // self.in_bw)
             got += nb
-            yield self.env.timeout(-(-got // self.in_bw) - before)
+            control += self.recv_cycles
+            at = max(-(-got // self.in_bw), control)
+            yield self.env.timeout(at - done)
+            done = at
             if data is not None:
                 tile = self.tiles[t]
                 off = dst - tile.base

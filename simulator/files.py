@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,30 @@ def atomic_dir(target: Path, marker: str, what: str) -> Iterator[Path]:
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def write_file_atomic(path: str | os.PathLike[str], write: Callable[[Any], None],
+                      mode: str = "w") -> Path:
+    """Write a file through `write(f)` into a temporary file beside `path`,
+    then `os.replace` it into place: `path` holds the old file or the whole
+    new one, never a part.  The parent directory must exist (FileNotFoundError
+    otherwise); the file is readable by all (0o644)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """`write_file_atomic` of a text."""
+    return write_file_atomic(path, lambda f: f.write(text))
 
 
 def read_npz(path: Path, fail: Callable[[str], Exception]) -> dict[str, np.ndarray]:

@@ -21,7 +21,8 @@ iteration (patched vertex arguments applied; a jitted twin of the engine's
 compute timing, checked against `sim.cycles_per_step`); an EXCHANGE step's
 summed cycles are split evenly over its executions (exact unless patched
 source addresses change its multicast grouping between iterations, which
-planner packages do not do); REPEAT_END costs `loop_overhead_cycles`.
+planner packages do not do); REPEAT_END costs `loop_overhead_cycles` (plus
+`patch_word_cycles` per patched word before a jump back, simulator.timing).
 
 `unit="cycles"` puts device cycles in the `ts`/`dur` fields (the viewer labels
 them µs: read 1 µs as 1 cycle); `unit="us"` converts at the device clock.
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kernels.dispatch import vertex_cost
+from simulator.files import write_file_atomic
 from simulator.hardware import step_label
 from simulator.jit import sjit
 from simulator.package import (
@@ -50,6 +51,7 @@ from simulator.package import (
     Package,
 )
 from simulator.run import SimResult
+from simulator.timing import loop_patch_words
 from simulator.verify import patch_index
 
 MAX_TRACE_TILES = 64
@@ -152,6 +154,7 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
     got = np.zeros(package.n_steps, dtype=np.int64)  # cycles laid out per step
     seen = np.zeros(package.n_steps, dtype=np.int64)  # executions laid out per step
     ctr = np.zeros(max(package.n_steps, 1), dtype=np.int64)
+    patch_words = loop_patch_words(package)
     start: dict[int, int] = {}
     stack: list[int] = []
     t = 0
@@ -173,7 +176,9 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
             continue
         if kind == STEP_REPEAT_END:
             b = int(a["step_match"][s])
-            dur = dev.loop_overhead_cycles
+            dur = dev.costs.loop_overhead_cycles
+            if int(ctr[b]) + 1 < int(a["step_trips"][b]):  # patches before the jump back
+                dur += dev.costs.patch_word_cycles * int(patch_words[b])
             span(f"loop overhead @{b}", "loop", 0, 0, t, dur, {"step": s, **it})
             t += dur
             got[s] += dur
@@ -197,7 +202,7 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
             total, n = int(sim.cycles_per_step[s]), int(execs[s])
             dur = total // n + (1 if int(seen[s]) < total % n else 0)
             span(f"step {s}", "exchange", 0, 0, t, dur, {"step": s, "label": labels[s], **it})
-            span("sync", "sync", 0, 0, t, min(dev.sync_cycles, dur), {"step": s})
+            span("sync", "sync", 0, 0, t, min(dev.exchange_fixed_cycles, dur), {"step": s})
         seen[s] += 1
         got[s] += dur
         t += dur
@@ -239,13 +244,4 @@ def save_trace(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write `trace` as JSON to `path` atomically (temp file + os.replace)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(trace, f, separators=(",", ":"))
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; a trace is for sharing
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_file_atomic(target, lambda f: json.dump(trace, f, separators=(",", ":")))

@@ -41,6 +41,7 @@ from kernels.exceptions import PackageInvalid
 from kernels.registry import KERNELS
 from simulator.access import R_LEN, BufferIndex, find_buffers
 from simulator.device import Device
+from simulator.footprint import code_bytes, follows_previous, xtable_bytes
 from simulator.jit import sjit
 from simulator.package import (
     BUF_CODE,
@@ -320,25 +321,24 @@ def _check_patches(pkg: Package, bidx: BufferIndex) -> None:
 
 
 def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Minimum (code, exchange-table) bytes per tile (DESIGN §3).
-
-    code = code_bytes_per_vertex × vertices on the tile + the kernel image
-    (`KernelSpec.code_bytes`) of each distinct kernel the tile runs;
-    exchange table = exchange_table_bytes_per_transfer × transfer endpoints on
-    the tile (a transfer has one on its source and one on its destination).
-    """
-    tiles, kid = arrays["v_tile"], arrays["v_kernel"]
-    code = np.bincount(tiles, minlength=dev.tiles) * dev.code_bytes_per_vertex
-    known = np.array(sorted(KERNELS), dtype=np.int64)
-    image = np.array([KERNELS[k].code_bytes for k in known.tolist()], dtype=np.int64)
-    pos = np.minimum(np.searchsorted(known, kid), known.size - 1)
-    ok = known[pos] == kid  # unknown kernels have no image
-    runs = np.zeros((dev.tiles, known.size), dtype=np.int64)  # 1 where a tile runs a kernel
-    runs[tiles[ok], pos[ok]] = 1
-    code += runs @ image
-    xt = (np.bincount(arrays["x_src_tile"], minlength=dev.tiles)
-          + np.bincount(arrays["x_dst_tile"], minlength=dev.tiles))
-    return code.astype(np.int64), xt.astype(np.int64) * dev.exchange_table_bytes_per_transfer
+    """Minimum (code, exchange-table) bytes per tile: the footprint model of
+    simulator.footprint applied to the package's vertices and transfers (a
+    tile holding any buffer is in use)."""
+    v_step = np.repeat(np.arange(arrays["step_vtx"].size - 1, dtype=np.int64),
+                       np.diff(arrays["step_vtx"]))
+    x_step = np.repeat(np.arange(arrays["step_xfer"].size - 1, dtype=np.int64),
+                       np.diff(arrays["step_xfer"]))
+    used = np.zeros(dev.tiles, dtype=bool)
+    for key in ("buf_tile", "v_tile", "x_src_tile", "x_dst_tile"):
+        if key in arrays:
+            used[arrays[key]] = True
+    loops = int(np.count_nonzero(arrays["step_kind"] == STEP_REPEAT_BEGIN))
+    code = code_bytes(dev, used, arrays["v_tile"], arrays["v_kernel"], v_step, loops)
+    dst = arrays["x_dst_addr"]
+    follows = follows_previous(x_step, arrays["x_dst_tile"], dst, dst + arrays["x_bytes"])
+    xt = xtable_bytes(dev, x_step, arrays["x_src_tile"], arrays["x_src_addr"],
+                      arrays["x_dst_tile"], arrays["x_bytes"], follows)
+    return code, xt
 
 
 def _check_footprint(pkg: Package) -> None:

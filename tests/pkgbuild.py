@@ -260,7 +260,7 @@ class PackageBuilder:
         for tile in sorted(used):
             top = dev.memory_end
             table = _round_up(self._auto.get(tile, 0), align)
-            sizes = [("support", BUF_SUPPORT, dev.support_bytes + table),
+            sizes = [("support", BUF_SUPPORT, dev.costs.support_bytes + table),
                      ("code", BUF_CODE, _round_up(int(code[tile]), align)),
                      ("xtable", BUF_XTABLE, _round_up(int(xtab[tile]), align))]
             for label, kind, n in sizes:
@@ -271,7 +271,7 @@ class PackageBuilder:
                 if kind == BUF_SUPPORT:
                     for j, (t, addr) in enumerate(tables):
                         if t == tile and addr < 0:
-                            tables[j] = (t, top + dev.support_bytes + (-addr - 1))
+                            tables[j] = (t, top + dev.costs.support_bytes + (-addr - 1))
         return out
 
 

@@ -33,7 +33,8 @@ def test_devices_lists_presets(capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert lines[0].split()[:2] == ["device", "tiles"]
     assert lines[1].split() == ["c600", "1472", "624", "KiB", "1.5", "GHz", "565.2"]
-    assert lines[2].split()[:2] == ["tiny", "16"]
+    assert lines[2].split()[:2] == ["c600-ideal", "1472"]
+    assert lines[3].split()[:2] == ["tiny", "16"]
 
 
 def test_devices_shows_user_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_custom_device_toml(micro_toml: Path, tmp_path: Path,
                             capsys: pytest.CaptureFixture[str]) -> None:
     text = (PRESET_DIR / "tiny.toml").read_text()
     text = text.replace('name = "tiny"', 'name = "tiny-slow"').replace(
-        "sync_cycles = 600", "sync_cycles = 6000")
+        "[costs]\n", "[costs]\nsync_cycles = 6000\n")
     dev = tmp_path / "slow.toml"
     dev.write_text(text)
     base = ["--json", "--optimization-steps", "0"]

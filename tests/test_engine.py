@@ -12,6 +12,7 @@ from simulator import load_device, run, verify
 from simulator.device import Device
 from simulator.engine import F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE
 from simulator.package import Package
+from simulator.timing import loop_patch_words
 
 TRIPS = 5
 
@@ -43,7 +44,12 @@ def test_repeat_equals_unrolled_in_outputs_and_cycles(dev: Device) -> None:
         np.testing.assert_array_equal(r_loop.outputs[name], r_unr.outputs[name])
     y, hist = repeat_reference(inputs["x"], params["w"])
     np.testing.assert_array_equal(r_loop.outputs["hist"], hist)
-    overhead = dev.loop_overhead_cycles * TRIPS
+    # loop overhead every iteration; before each of the TRIPS - 1 jumps back the
+    # busiest tile's patches (tile 0: four patched args and transfer sources)
+    patched = int(loop_patch_words(looped).max())
+    assert patched == 4
+    overhead = (dev.costs.loop_overhead_cycles * TRIPS
+                + dev.costs.patch_word_cycles * patched * (TRIPS - 1))
     assert r_loop.cycles == r_unr.cycles + overhead
     # per-step cycles: the body steps hold the sum over iterations of the unrolled steps
     body = r_loop.cycles_per_step
@@ -74,7 +80,9 @@ def test_nested_repeat_runs_inner_body_product_times(dev: Device) -> None:
     res = run(pkg, inputs={"x": np.ones((4, 8), np.float32)})
     assert res.ok and res.vertex_invocations == 6
     one = KERNELS[COPY].cycles(pkg["v_args"][0], dev.tile_desc().as_array())
-    assert res.cycles == 6 * one + (6 + 2) * dev.loop_overhead_cycles
+    # the inner loop jumps back 2 of 3 times per outer iteration, 1 patch on tile 0
+    assert res.cycles == 6 * one + (6 + 2) * dev.costs.loop_overhead_cycles \
+        + 2 * 2 * dev.costs.patch_word_cycles
 
 
 def test_compute_step_is_max_over_tiles_of_summed_vertex_cycles(dev: Device) -> None:
@@ -123,11 +131,30 @@ def test_exchange_step_cycles_follow_the_formula_with_multicast(dev: Device) -> 
     bytes_out[0], bytes_out[4], bytes_out[5] = 1000 + 300, 2001, 100
     np.testing.assert_array_equal(res.tile_bytes_in, bytes_in)
     np.testing.assert_array_equal(res.tile_bytes_out, bytes_out)
-    bw_in, bw_out = dev.exchange_in_bytes_per_cycle, dev.exchange_out_bytes_per_cycle
+    c = dev.costs
+    bw_in, bw_out = c.exchange_in_bytes_per_cycle, c.exchange_out_bytes_per_cycle
     per_tile = [max(-(-int(i) // bw_in), -(-int(o) // bw_out))
                 for i, o in zip(bytes_in, bytes_out, strict=True)]
-    assert res.cycles == dev.sync_cycles + max(per_tile)
-    assert res.cycles == 600 + 501  # tile 5: ceil(2001 / 4)
+    assert res.cycles == dev.exchange_fixed_cycles + max(per_tile)
+    assert res.cycles == c.sync_cycles + c.exchange_setup_cycles + 501  # tile 5: ceil(2001 / 4)
+
+
+def test_many_small_transfers_are_bound_by_their_controls(dev: Device) -> None:
+    """The supervisor issues one send and one receive control per transfer:
+    200 eight-byte transfers into one tile cost 200 receive controls, more
+    than their 400 payload cycles would."""
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("src", 0, base, 4096, "activation")
+    b.buffer("dst", 1, base, 4096, "activation")
+    b.exchange(*[(0, base + 8 * i, 1, base + 8 * i, 8) for i in range(200)])
+    pkg = b.build()
+    verify(pkg)
+    c = dev.costs
+    want = max(-(-1600 // c.exchange_in_bytes_per_cycle), 200 * c.receive_cycles,
+               200 * c.send_cycles)
+    assert run(pkg, numerics=False).cycles == dev.exchange_fixed_cycles + want
+    assert want == 200 * c.receive_cycles > 400
 
 
 # ---- run-time faults --------------------------------------------------------------------
@@ -290,7 +317,17 @@ def naive_timing(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
                 for i in range(int(a["step_trips"][s])):
                     counters[s] = i
                     walk(s + 1, end)
-                    per_step[end] += dev.loop_overhead_cycles
+                    per_step[end] += dev.costs.loop_overhead_cycles
+                    if i + 1 < int(a["step_trips"][s]):  # patches before the jump back
+                        per_tile_patches: dict[int, int] = {}
+                        for p in np.flatnonzero(a["p_loop"] == s).tolist():
+                            i_ = int(a["p_index"][p])
+                            t = int(a["v_tile"][i_] if a["p_target"][p] == 0 else
+                                    a["x_src_tile"][i_] if a["p_target"][p] == 1 else
+                                    a["x_dst_tile"][i_])
+                            per_tile_patches[t] = per_tile_patches.get(t, 0) + 1
+                        per_step[end] += dev.costs.patch_word_cycles * max(
+                            per_tile_patches.values(), default=0)
                 s = end + 1
                 continue
             if kind == 0:
@@ -306,6 +343,7 @@ def naive_timing(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
                 per_step[s] += max(tiles.values(), default=0)
             elif kind == 1:
                 into: dict[int, int] = {}
+                receives: dict[int, int] = {}
                 sources: set[tuple[int, int, int]] = set()
                 for x in range(a["step_xfer"][s], a["step_xfer"][s + 1]):
                     src = int(a["x_src_addr"][x])
@@ -314,18 +352,24 @@ def naive_timing(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
                             src = value(p)
                     nb, d = int(a["x_bytes"][x]), int(a["x_dst_tile"][x])
                     into[d] = into.get(d, 0) + nb
+                    receives[d] = receives.get(d, 0) + 1
                     sources.add((int(a["x_src_tile"][x]), src, nb))
                 out: dict[int, int] = {}
+                sends: dict[int, int] = {}
+                c = dev.costs
                 for t, _, nb in sources:
                     out[t] = out.get(t, 0) + nb
+                    sends[t] = sends.get(t, 0) + -(-nb // c.send_max_bytes)
                 for t, n in into.items():
                     b_in[t] += n
                 for t, n in out.items():
                     b_out[t] += n
-                worst = max([-(-n // dev.exchange_in_bytes_per_cycle) for n in into.values()]
-                            + [-(-n // dev.exchange_out_bytes_per_cycle) for n in out.values()],
+                worst = max([max(-(-n // c.exchange_in_bytes_per_cycle),
+                                  receives[t] * c.receive_cycles) for t, n in into.items()]
+                            + [max(-(-n // c.exchange_out_bytes_per_cycle),
+                                   sends[t] * c.send_cycles) for t, n in out.items()],
                             default=0)
-                per_step[s] += dev.sync_cycles + worst
+                per_step[s] += dev.exchange_fixed_cycles + worst
             s += 1
 
     walk(0, pkg.n_steps)

@@ -23,6 +23,7 @@ from simulator.device import Device
 from simulator.engine import F_MISALIGNED, F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS
 from simulator.package import Package
 from simulator.run import SimResult
+from simulator.timing import loop_patch_words
 
 TRIPS = 4
 
@@ -102,7 +103,8 @@ def test_repeat_with_table_and_arithmetic_patches_agrees(dev: Device, unrolled: 
     np.testing.assert_array_equal(slow.outputs["y"], y)
     np.testing.assert_array_equal(slow.outputs["hist"], hist)
     if not unrolled:  # loop overhead is charged to the END step, once per iteration
-        assert slow.cycles_per_step[4] == TRIPS * dev.loop_overhead_cycles
+        assert slow.cycles_per_step[4] == TRIPS * dev.costs.loop_overhead_cycles + (
+            (TRIPS - 1) * dev.costs.patch_word_cycles * int(loop_patch_words(pkg).max()))
 
 
 def test_nested_repeat_and_multicast_exchange_agree(dev: Device) -> None:
@@ -133,8 +135,8 @@ def test_nested_repeat_and_multicast_exchange_agree(dev: Device) -> None:
 
 def test_sync_cycles_mutation_moves_both_engines_equally(dev: Device) -> None:
     pkg = repeat_program(dev, TRIPS)
-    slower = dataclasses.replace(pkg, device=dataclasses.replace(
-        dev, sync_cycles=dev.sync_cycles + 37))
+    slower = dataclasses.replace(pkg, device=dev.with_costs(
+        sync_cycles=dev.costs.sync_cycles + 37))
     params, inputs = _repeat_io()
     fast0, slow0 = _both(pkg, params, inputs)
     fast1, slow1 = _both(slower, params, inputs)
@@ -310,11 +312,13 @@ def _assert_same_faults(graph: Graph, bad: Package) -> None:
 
 
 @pytest.mark.parametrize("change", [{"sync_cycles": 600 + 123}, {"loop_overhead_cycles": 57},
-                                    {"exchange_in_bytes_per_cycle": 1}])
+                                    {"exchange_in_bytes_per_cycle": 1},
+                                    {"receive_cycles": 40}, {"send_cycles": 30},
+                                    {"patch_word_cycles": 500}])
 def test_micro_vit_timing_mutations_move_both_engines_equally(
         micro_package: Package, change: dict[str, Any]) -> None:
-    mutated = dataclasses.replace(micro_package, device=dataclasses.replace(
-        micro_package.device, **change))
+    mutated = dataclasses.replace(micro_package, device=micro_package.device.with_costs(
+        **change))
     fast0, slow0 = _both(micro_package, numerics=False)
     fast1, slow1 = _both(mutated, numerics=False)
     _assert_agree(fast1, slow1)

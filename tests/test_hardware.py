@@ -40,7 +40,7 @@ def ksplit() -> tuple[Package, dict, dict]:
 def synthetic_result(pkg: Package, params: dict, inputs: dict, seed: int | None = None
                      ) -> HardwareResult:
     """Simulate on the device with SYNC_EXTRA more sync cycles; shift one output."""
-    dev = dataclasses.replace(pkg.device, sync_cycles=pkg.device.sync_cycles + SYNC_EXTRA)
+    dev = pkg.device.with_costs(sync_cycles=pkg.device.costs.sync_cycles + SYNC_EXTRA)
     sim = run(dataclasses.replace(pkg, device=dev), params=params, inputs=inputs)
     outs = {k: v.copy() for k, v in sim.outputs.items()}
     outs["out"][1, 2] += np.float32(DELTA)

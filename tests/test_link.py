@@ -7,7 +7,6 @@ import pytest
 from handprog import NBYTES, loop_program, loop_reference
 
 from kernels.exceptions import BuildFailure
-from kernels.registry import KERNELS
 from planner.allocate import allocate
 from planner.link import link, reserve
 from planner.schedule import schedule
@@ -35,18 +34,28 @@ def _linked(trips: int):
 
 
 def test_reserve_counts() -> None:
+    """The footprint model on a hand-made program, every term non-zero."""
+    dev = TINY.with_costs(runtime_bytes=1000, step_code_bytes=24, loop_code_bytes=40,
+                          xt_jump_bytes=4, xt_phase_bytes=8, xt_send_long_bytes=4,
+                          xt_long_bytes=NBYTES - 1)
+    c = dev.costs
     p = loop_program(3)
-    res = reserve(p, schedule(p), TINY)
+    res = reserve(p, schedule(p), dev)
     o = res.overheads
-    cb, xb = TINY.code_bytes_per_vertex, TINY.exchange_table_bytes_per_transfer
-    copy, add = KERNELS[10].code_bytes, KERNELS[4].code_bytes
+    copy, add = c.image_bytes(10), c.image_bytes(4)
     r8 = lambda n: -(-n // 8) * 8  # noqa: E731
-    # tile 1: copy + add vertices (the body's add once), two transfer endpoints, two tables
-    assert o.code[1] == r8(2 * cb + copy + add)
-    assert o.xtable[1] == r8(2 * xb)
-    assert o.support[1] == r8(TINY.support_bytes + 2 * 3 * TABLE_ENTRY_BYTES)
-    assert o.code[0] == 0 and o.xtable[0] == r8(2 * xb) and o.support[0] == TINY.support_bytes
-    assert o.support[3] == 0  # an unused tile holds nothing
+    used = c.runtime_bytes + c.loop_code_bytes  # every tile in use runs the one loop
+    # tile 1: copy + add vertices (the body's add once) in two compute steps; one
+    # send and one receive (its first in the phase: a jump), each in its own phase
+    assert o.code[1] == r8(used + 2 * c.vertex_code_bytes + 2 * c.step_code_bytes + copy + add)
+    xt = c.xt_send_bytes + c.xt_send_long_bytes + c.xt_receive_bytes + c.xt_jump_bytes \
+        + 2 * c.xt_phase_bytes
+    assert o.xtable[1] == r8(xt)
+    assert o.support[1] == r8(c.support_bytes + 2 * 3 * TABLE_ENTRY_BYTES)
+    # tile 0 holds x and y, sends x and receives y, runs no vertex
+    assert o.code[0] == r8(used) and o.xtable[0] == r8(xt)
+    assert o.support[0] == c.support_bytes
+    assert o.support[3] == o.code[3] == 0  # an unused tile holds nothing
 
 
 def test_three_trips_table_patches_verify() -> None:
@@ -67,7 +76,7 @@ def test_three_trips_table_patches_verify() -> None:
     # tables sit in tile 1's support buffer, after the runtime support bytes
     sup = np.flatnonzero((a["buf_kind"] == BUF_SUPPORT) & (a["buf_tile"] == 1))[0]
     t_addr = a["p_table_addr"][a["p_mode"] == PATCH_TABLE]
-    assert (t_addr >= a["buf_addr"][sup] + TINY.support_bytes).all()
+    assert (t_addr >= a["buf_addr"][sup] + TINY.costs.support_bytes).all()
     assert (a["p_table_tile"][a["p_mode"] == PATCH_TABLE] == 1).all()
 
 

@@ -97,7 +97,7 @@ def test_steps_zero_is_exactly_the_baseline(micro_graph: Graph) -> None:
 def test_slower_and_failed_proposals_keep_the_incumbent(
         micro_graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
     base = _baseline(micro_graph, TINY)
-    slower = base.plan.with_recipes({"encoder/mm_q": "mm:1x2x4", "encoder/mm_k": "mm:1x2x4"})
+    slower = base.plan.with_recipes({"encoder/mm_q": "mm:1x1x16", "encoder/mm_k": "mm:1x1x16"})
     broken = base.plan.with_recipe("encoder/mm_v", "mm:bogus")
     props = [Proposal("operator", "slower", 100, slower),
              Proposal("operator", "broken", 50, broken)]
@@ -230,11 +230,12 @@ def test_packing_accepted(packing_graph: Graph) -> None:
 def test_reduction_overlap_accepted() -> None:
     """Two independent K-split matmuls whose results go straight to the Add
     (open boundaries): with overlap, mm1's reduction shares a superstep with
-    mm2's partial products."""
+    mm2's partial products.  Narrow pieces packed (row_moves 0): the unpack
+    phase after the result moves is what a reduction is delayed past."""
     g = two_matmuls()
     plan0 = baseline_plan(g, TINY)
     assert int(plan0.recipe("mm1").rpartition("x")[2]) > 1  # the baseline K-splits
-    base = evaluate(g, TINY, plan0.with_open("y1").with_open("y2"))
+    base = evaluate(g, TINY, plan0.with_open("y1").with_open("y2").with_row_moves(0))
     final, hist = _accepted_kinds(g, TINY, base, ("overlap",), steps=1)
     assert hist[0].accepted and final.plan.reduction_overlap
     assert final.built.stats["delayed_reductions"] >= 1

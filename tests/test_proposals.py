@@ -172,7 +172,9 @@ def test_packing_gain_scales_canonical_moves() -> None:
     c600 = simulator.load_device("c600")
     g = planner.load_model("vit-tiny", layers=1)
     plan = baseline_plan(g, c600)
-    prof = {"canon encoder/q": 600 + 4000, "to encoder/ln1@3": 600 + 1000, "encoder/mm_q": 99}
+    fixed = c600.exchange_fixed_cycles  # one sync and setup per move, not scaled
+    prof = {"canon encoder/q": fixed + 4000, "to encoder/ln1@3": fixed + 1000,
+            "encoder/mm_q": 99}
     props = {p.description: p.gain
              for p in proposals(g, c600, plan, prof, kinds=("packing",))}
     rpo = canonical_rows_per_owner(197, 192, 2, c600.element_bytes, c600.tiles)

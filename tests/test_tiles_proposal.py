@@ -168,7 +168,7 @@ def test_tile_load_model_matches_the_measured_merged_step() -> None:
     labels = key.partition(": ")[2].split(" | ")
     loads = [phase_load(lw, next(s for s in lw.steps if s.label == lab), lab, True, SMALL)
              for lab in labels]
-    assert step_cycles(loads, True, SMALL) == cycles == SMALL.sync_cycles + 3 * 16384 // 4
+    assert step_cycles(loads, True, SMALL) == cycles == SMALL.exchange_fixed_cycles + 3 * 16384 // 4
     moved = [loads[0], shifted(loads[1], ("bytes_in",), 2)]
     assert step_cycles(moved, True, SMALL) == cycles - 16384 // 4
 

@@ -12,7 +12,7 @@ from kernels.registry import KERNELS
 from simulator import load_device, verify
 from simulator.access import region_span
 from simulator.device import Device
-from simulator.package import Package
+from simulator.package import STEP_REPEAT_BEGIN, STEP_REPEAT_END, Package
 from simulator.verify import io_block_spans, patch_index, required_bytes
 
 
@@ -33,23 +33,61 @@ def _set(pkg: Package, name: str, index: tuple[int, ...] | int, value: int) -> P
 
 
 def test_required_bytes_agrees_with_a_loop(dev: Device) -> None:
+    """The footprint model (simulator.footprint) against a plain loop over a
+    random program, with every footprint constant non-zero."""
+    dev = dev.with_costs(runtime_bytes=1000, step_code_bytes=24, loop_code_bytes=40,
+                         xt_jump_bytes=4, xt_phase_bytes=8, xt_send_long_bytes=4,
+                         xt_long_bytes=48)
+    c = dev.costs
     rng = np.random.default_rng(3)
     kinds = sorted(KERNELS) + [999]  # an unknown kernel has no image
+    n_steps, nv, nx = 12, 300, 200
+    kind = np.array([STEP_REPEAT_BEGIN] + [0, 1] * 5 + [STEP_REPEAT_END], dtype=np.int64)
+    v_step = np.sort(rng.choice(np.flatnonzero(kind == 0), nv))
+    x_step = np.sort(rng.choice(np.flatnonzero(kind == 1), nx))
     arrays = {
-        "v_tile": rng.integers(0, dev.tiles, 300),
-        "v_kernel": rng.choice(kinds, 300),
-        "x_src_tile": rng.integers(0, dev.tiles, 200),
-        "x_dst_tile": rng.integers(0, dev.tiles, 200),
+        "step_kind": kind,
+        "step_vtx": np.searchsorted(v_step, np.arange(n_steps + 1)),
+        "step_xfer": np.searchsorted(x_step, np.arange(n_steps + 1)),
+        "v_tile": rng.integers(0, dev.tiles, nv),
+        "v_kernel": rng.choice(kinds, nv),
+        "x_src_tile": rng.integers(0, dev.tiles, nx),
+        "x_src_addr": dev.memory_base + 8 * rng.integers(0, 4, nx),
+        "x_dst_tile": rng.integers(0, dev.tiles, nx),
+        "x_dst_addr": dev.memory_base + 8 * rng.integers(0, 8, nx),
+        "x_bytes": 8 * rng.integers(1, 9, nx),
+        "buf_tile": np.array([0], dtype=np.int64),
     }
     code, xt = required_bytes(dev, arrays)
+    used = set(arrays["v_tile"].tolist()) | set(arrays["x_src_tile"].tolist()) \
+        | set(arrays["x_dst_tile"].tolist()) | {0}
     want_code = [0] * dev.tiles
+    want_xt = [0] * dev.tiles
     for tile in range(dev.tiles):
-        on = arrays["v_kernel"][arrays["v_tile"] == tile].tolist()
-        want_code[tile] = dev.code_bytes_per_vertex * len(on) + sum(
-            KERNELS[k].code_bytes for k in set(on) if k in KERNELS)
-    want_xt = [dev.exchange_table_bytes_per_transfer
-               * int((arrays["x_src_tile"] == t).sum() + (arrays["x_dst_tile"] == t).sum())
-               for t in range(dev.tiles)]
+        on = arrays["v_tile"] == tile
+        ks = arrays["v_kernel"][on].tolist()
+        want_code[tile] = (c.runtime_bytes + c.loop_code_bytes if tile in used else 0) \
+            + c.vertex_code_bytes * len(ks) + sum(c.image_bytes(k) for k in set(ks)
+                                                   if k in KERNELS) \
+            + c.step_code_bytes * len(set(v_step[on].tolist()))
+        phases = set()
+        sends = set()
+        prev_end: dict[int, int] = {}
+        for x in range(nx):
+            s = int(x_step[x])
+            if arrays["x_src_tile"][x] == tile:
+                sends.add((s, int(arrays["x_src_addr"][x]), int(arrays["x_bytes"][x])))
+                phases.add(s)
+            if arrays["x_dst_tile"][x] == tile:
+                phases.add(s)
+                want_xt[tile] += c.xt_receive_bytes
+                a0 = int(arrays["x_dst_addr"][x])
+                if prev_end.get(s) != a0:
+                    want_xt[tile] += c.xt_jump_bytes
+                prev_end[s] = a0 + int(arrays["x_bytes"][x])
+        want_xt[tile] += sum(c.xt_send_bytes + (c.xt_send_long_bytes if nb > c.xt_long_bytes
+                                                else 0) for _, _, nb in sends)
+        want_xt[tile] += c.xt_phase_bytes * len(phases)
     assert code.tolist() == want_code and xt.tolist() == want_xt
     assert code.dtype == xt.dtype == np.int64
 

@@ -1,0 +1,174 @@
+"""The cycles of one vertex call from its named arguments: `kernel_cycles`.
+
+One cost model, three entry points: the simulator runs every vertex of a
+package through `kernels.dispatch.vertex_cost`; `kernel_cycles` (Python) and
+`tileplan cost` (CLI) price one call the same way, and the planner's catalogue
+prices its recipes through `kernel_cycles` too.
+
+`call_args(device, kernel, **named)` builds the int64 argument vector of
+contracts §2 from argument names: extents (`M`, `K`, `N`, `k`, `batch`,
+`rows`, `row_bytes`, ...), dtypes by name (`"fp8"`, `"fp16"`, `"fp32"`) or
+code, and flags.  What is not given gets a default: dtypes as the planner uses
+them (MATMUL fp8 -> fp16, vector kernels fp16, CAST fp16 -> fp8), row strides
+dense, and every operand its own memory elements (no conflict penalty; pass
+addresses to place operands yourself).  Pseudo-arguments: `bias=1` gives a
+MATMUL / REDUCE a bias operand, `broadcast=1` makes ADD's b one row read by
+every row, `transpose_b=1` / `accumulate=1` set the MATMUL flags.  An unknown
+kernel or argument raises ValueError naming the choices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kernels import dispatch, ids
+from kernels.registry import by_name
+from simulator.device import Device
+
+DTYPE_CODES = {"fp8": 0, "fp16": 1, "fp32": 2}
+DTYPE_BYTES = {0: 1, 1: 2, 2: 4}
+PSEUDO = ("bias", "broadcast", "transpose_b", "accumulate")
+_DEFAULT_DTYPES = {
+    "MATMUL": {"in_dtype": 0, "out_dtype": 1},
+    "BATCH_MATMUL": {"in_dtype": 0, "out_dtype": 1},
+    "REDUCE": {"out_dtype": 1},
+    "ADD": {"dtype_a": 1, "dtype_b": 1, "dtype_c": 1},
+    "BIAS_ADD": {"dtype_x": 1, "dtype_y": 1},
+    "SOFTMAX": {"dtype_x": 1, "dtype_y": 1},
+    "CAST": {"dtype_x": 1, "dtype_y": 0},
+    "TRANSPOSE": {"elem_bytes": 2},
+}
+_FLOAT_DEFAULTS: dict[str, dict[str, float]] = {"LAYERNORM": {"eps": 1e-6},
+                                                "SOFTMAX": {"scale": 1.0}}
+
+
+def _code(kernel: str, name: str, value: Any) -> int:
+    if isinstance(value, str):
+        if value not in DTYPE_CODES:
+            raise ValueError(f"kernel {kernel}: {name}={value!r}: dtype must be one of "
+                             f"{sorted(DTYPE_CODES)}")
+        return DTYPE_CODES[value]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"kernel {kernel}: {name}={value!r} must be an integer")
+    return int(value)
+
+
+def _operands(kernel: str, v: dict[str, int], pseudo: dict[str, int]) -> list[tuple[str, int]]:
+    """(address arg, bytes) of each operand, and sets dense strides in `v`."""
+    def eb(k: str) -> int:
+        return DTYPE_BYTES.get(v.get(k, 1), 4)
+
+    m, n = max(v.get("M", 1), 1), max(v.get("N", 1), 1)
+    if kernel in ("MATMUL", "BATCH_MATMUL"):
+        k, ib, ob = max(v.get("K", 1), 1), eb("in_dtype"), eb("out_dtype")
+        trans = v.get("flags", 0) & ids.FLAG_TRANS_B
+        v.setdefault("lda", k * ib)
+        v.setdefault("ldb", (k if trans else n) * ib)
+        v.setdefault("ldc", n * ob)
+        batch = max(v.get("batch", 1), 1) if kernel == "BATCH_MATMUL" else 1
+        if kernel == "BATCH_MATMUL":
+            v.setdefault("batch_stride_a", m * k * ib)
+            v.setdefault("batch_stride_b", k * n * ib)
+            v.setdefault("batch_stride_c", m * n * ob)
+        ops = [("a", batch * m * k * ib), ("b", batch * k * n * ib), ("c", batch * m * n * ob)]
+        if kernel == "MATMUL" and pseudo.get("bias"):
+            ops.append(("bias", n * 2))
+        return ops
+    if kernel == "REDUCE":
+        parts = max(v.get("k", 1), 1)
+        v.setdefault("ld_parts", n * 4)
+        v.setdefault("part_stride", m * n * 4)
+        v.setdefault("ldo", n * eb("out_dtype"))
+        ops = [("parts", parts * m * n * 4), ("out", m * n * eb("out_dtype"))]
+        if pseudo.get("bias"):
+            ops.append(("bias", n * 2))
+        return ops
+    if kernel == "ADD":
+        v.setdefault("lda", n * eb("dtype_a"))
+        v.setdefault("ldb", 0 if pseudo.get("broadcast") else n * eb("dtype_b"))
+        v.setdefault("ldc", n * eb("dtype_c"))
+        return [("a", m * n * eb("dtype_a")), ("b", m * n * eb("dtype_b")),
+                ("c", m * n * eb("dtype_c"))]
+    if kernel == "BIAS_ADD":
+        v.setdefault("ldx", n * eb("dtype_x"))
+        v.setdefault("ldy", n * eb("dtype_y"))
+        return [("x", m * n * eb("dtype_x")), ("bias", n * 2), ("y", m * n * eb("dtype_y"))]
+    if kernel == "LAYERNORM":
+        v.setdefault("ldx", n * 2)
+        v.setdefault("ldy", n * 2)
+        return [("x", m * n * 2), ("gamma", n * 2), ("beta", n * 2), ("y", m * n * 2)]
+    if kernel == "GELU":
+        v.setdefault("ldx", n * 2)
+        v.setdefault("ldy", n * 2)
+        return [("x", m * n * 2), ("y", m * n * 2)]
+    if kernel in ("SOFTMAX", "CAST"):
+        v.setdefault("ldx", n * eb("dtype_x"))
+        v.setdefault("ldy", n * eb("dtype_y"))
+        return [("x", m * n * eb("dtype_x")), ("y", m * n * eb("dtype_y"))]
+    if kernel == "COPY":
+        rows, nb = max(v.get("rows", 1), 1), max(v.get("row_bytes", 1), 1)
+        v.setdefault("lds", nb)
+        v.setdefault("ldd", nb)
+        return [("src", rows * nb), ("dst", rows * nb)]
+    if kernel == "TRANSPOSE":
+        e = max(v.get("elem_bytes", 2), 1)
+        v.setdefault("lds", n * e)
+        v.setdefault("ldd", m * e)
+        return [("src", m * n * e), ("dst", m * n * e)]
+    raise ValueError(f"unknown kernel {kernel!r}")
+
+
+def call_args(device: Device, kernel: str, **named: Any) -> np.ndarray:
+    """int64[N_ARGS] arguments of one `kernel` call (module docstring)."""
+    spec = by_name(kernel)
+    known = set(spec.arg_names) | set(PSEUDO)
+    for key in sorted(named):
+        if key not in known:
+            raise ValueError(f"kernel {kernel}: unknown argument {key!r}; expected one of "
+                             f"{list(spec.arg_names) + list(PSEUDO)}")
+    # bias=0/1 says whether there is one; a larger value is its address
+    pseudo = {k: _code(kernel, k, named.pop(k)) for k in PSEUDO
+              if k in named and not (k == "bias" and named[k] not in (0, 1, True, False))}
+    if kernel not in ("MATMUL", "REDUCE"):
+        pseudo.pop("bias", None)
+    floats: dict[str, Any] = {k: named.pop(k) for k in ("eps", "scale") if k in named}
+    v = {k: _code(kernel, k, val) for k, val in named.items()}
+    for k, val in _DEFAULT_DTYPES.get(kernel, {}).items():
+        v.setdefault(k, val)
+    if kernel == "MATMUL":
+        flags = v.get("flags", 0)
+        if pseudo.get("transpose_b"):
+            flags |= ids.FLAG_TRANS_B
+        if pseudo.get("accumulate"):
+            flags |= ids.FLAG_ACCUMULATE
+        v["flags"] = flags
+    if kernel == "BATCH_MATMUL" and pseudo.get("transpose_b"):
+        v["flags"] = v.get("flags", 0) | ids.FLAG_TRANS_B
+    # every operand starts on its own element, after the previous one
+    slot = 0
+    for addr, nbytes in _operands(kernel, v, pseudo):
+        if addr not in v:
+            v[addr] = device.memory_base + slot * device.element_bytes
+        slot += max(1, -(-nbytes // device.element_bytes))
+    for k, fv in _FLOAT_DEFAULTS.get(kernel, {}).items():
+        floats.setdefault(k, fv)
+    return spec.make_args(**v, **{k: float(x) for k, x in floats.items()})
+
+
+def kernel_cycles(device: Device, kernel: str, **named: Any) -> int:
+    """Modelled cycles of one `kernel` call on `device` (module docstring)."""
+    args = call_args(device, kernel, **named)
+    desc = device.tile_desc().as_array()
+    return int(dispatch.vertex_cycles(by_name(kernel).id, args, desc))
+
+
+def call_parts(device: Device, kernel: str, **named: Any) -> tuple[int, int, bool]:
+    """(call, work, conflict) of one call: its fixed cost, its work cycles
+    before any conflict penalty, and whether two operands share an element."""
+    args = call_args(device, kernel, **named)
+    desc = device.tile_desc().as_array()
+    kid = by_name(kernel).id
+    call, work = dispatch.vertex_call_work(kid, args, desc)
+    return int(call), int(work), bool(dispatch.vertex_conflict(kid, args, desc))
