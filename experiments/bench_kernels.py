@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels import dispatch, ids
+from kernels import abi, dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, fp8_decode
 from kernels.registry import by_name
 from kernels.testing import TileImage, random_codes
@@ -72,7 +72,7 @@ def measure(shape: tuple[int, int, int], repeats: int, rng: np.random.Generator
     mem, base = img.mem, img.base
 
     def kernel() -> object:
-        return dispatch.vertex_execute(ids.MATMUL, mem, base, args)
+        return dispatch.vertex_execute(abi.MATMUL, mem, base, args)
 
     a32 = np.ascontiguousarray(fp8_decode(a))
     b32 = np.ascontiguousarray(fp8_decode(b))
@@ -83,7 +83,7 @@ def measure(shape: tuple[int, int, int], repeats: int, rng: np.random.Generator
     macs = m * k * n
     t_kernel = _best_seconds(kernel, repeats)
     t_numpy = _best_seconds(reference, repeats)
-    cycles = int(dispatch.vertex_cycles(ids.MATMUL, args, desc.as_array()))
+    cycles = int(dispatch.vertex_cycles(abi.MATMUL, args, desc.as_array()))
     return {
         "kernel_gmacs": macs / t_kernel / 1e9,
         "numpy_gmacs": macs / t_numpy / 1e9,

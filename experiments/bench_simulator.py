@@ -50,12 +50,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from kernels.dtypes import fp8_decode, fp8_encode
-from kernels.ids import MATMUL
-from simulator import load_device, run, verify
-from simulator.device import Device
-from simulator.engine import execute
-from simulator.package import (
+from kernels.abi import (
     BUF_ACTIVATION,
     BUF_CODE,
     BUF_LANDING,
@@ -63,6 +58,7 @@ from simulator.package import (
     BUF_SUPPORT,
     BUF_XTABLE,
     IO_DIMS,
+    MATMUL,
     N_ARGS,
     PATCH_TABLE,
     STEP_COMPUTE,
@@ -70,9 +66,12 @@ from simulator.package import (
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
     TABLE_ENTRY_BYTES,
-    IoTensor,
-    Package,
 )
+from kernels.dtypes import fp8_decode, fp8_encode
+from simulator import load_device, run, verify
+from simulator.device import Device
+from simulator.engine import execute
+from simulator.package import IoTensor, Package
 from simulator.run import build_image
 from simulator.verify import required_bytes
 

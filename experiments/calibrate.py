@@ -63,11 +63,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels.abi import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
 from simulator import Package, load_package, run
 from simulator.device import Device
 from simulator.files import write_text_atomic
 from simulator.hardware import load_hardware_result
-from simulator.package import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
 from simulator.tables import table
 from simulator.trace import step_executions
 

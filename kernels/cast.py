@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP32, dtype_bytes
@@ -26,33 +27,37 @@ from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_CAST_CALL, D_CAST_GRAIN, D_CAST_ROW, D_CAST_SLOTS
 
+# argument slots (kernels.abi)
+CA = ARGS.CAST
+
 
 @kjit
 def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """CAST numeric body; returns a kernels.status code."""
-    m, n, dx, dy = args[4], args[5], args[6], args[7]
+    m, n, dx, dy = args[CA.M], args[CA.N], args[CA.dtype_x], args[CA.dtype_y]
     if m < 1 or n < 1:
         return BAD_SHAPE
     if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
         return BAD_DTYPE
-    s = np.float32(math.ldexp(1.0, int(args[8])))
+    s = np.float32(math.ldexp(1.0, int(args[CA.shift])))
     x = np.empty(n, dtype=np.float32)
     for i in range(m):
-        read_row(mem, args[0] - base + i * args[1], n, dx, x)
-        if args[8] != 0:
+        read_row(mem, args[CA.x] - base + i * args[CA.ldx], n, dx, x)
+        if args[CA.shift] != 0:
             for j in range(n):
                 x[j] = x[j] * s
-        write_row(mem, args[2] - base + i * args[3], n, dy, x)
+        write_row(mem, args[CA.y] - base + i * args[CA.ldy], n, dy, x)
     return OK
 
 
 @kjit_inline
 def cast_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a CAST vertex (module docstring)."""
-    m, n = max(args[4], 1), max(args[5], 1)
-    valid = args[6] >= 0 and args[6] <= DT_FP32 and args[7] >= 0 and args[7] <= DT_FP32
-    if valid and (contiguous(m, args[1], n * dtype_bytes(args[6]))
-                  and contiguous(m, args[3], n * dtype_bytes(args[7]))):
+    m, n = max(args[CA.M], 1), max(args[CA.N], 1)
+    dx, dy = args[CA.dtype_x], args[CA.dtype_y]
+    valid = dx >= 0 and dx <= DT_FP32 and dy >= 0 and dy <= DT_FP32
+    if valid and (contiguous(m, args[CA.ldx], n * dtype_bytes(args[CA.dtype_x]))
+                  and contiguous(m, args[CA.ldy], n * dtype_bytes(args[CA.dtype_y]))):
         m, n = 1, m * n
     return desc[D_CAST_CALL], vector_pass(m, n, desc[D_CAST_GRAIN], desc[D_CAST_SLOTS],
                                           desc[D_CAST_ROW], desc)
@@ -61,6 +66,7 @@ def cast_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def cast_regions(args, out):  # type: ignore[no-untyped-def]
     """CAST regions: x read; y written."""
-    m, n = args[4], args[5]
-    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * dtype_bytes(args[6]), 0)
-    return put_region(out, i, args[2], 1, 0, m, args[3], n * dtype_bytes(args[7]), 1)
+    m, n = args[CA.M], args[CA.N]
+    bx, by = dtype_bytes(args[CA.dtype_x]), dtype_bytes(args[CA.dtype_y])
+    i = put_region(out, 0, args[CA.x], 1, 0, m, args[CA.ldx], n * bx, 0)
+    return put_region(out, i, args[CA.y], 1, 0, m, args[CA.ldy], n * by, 1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.abi import ARGS
 from kernels.cost import ceil_div, contiguous, put_region
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
@@ -32,18 +33,22 @@ from kernels.tile import (
     D_TRANSPOSE_ROWS,
 )
 
+# argument slots (kernels.abi)
+CP = ARGS.COPY
+TR = ARGS.TRANSPOSE
+
 
 @kjit
 def copy_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """COPY numeric body; returns a kernels.status code."""
-    rows, nb = args[4], args[5]
+    rows, nb = args[CP.rows], args[CP.row_bytes]
     if rows < 1 or nb < 1:
         return BAD_SHAPE
-    src = args[0] - base
-    dst = args[2] - base
+    src = args[CP.src] - base
+    dst = args[CP.dst] - base
     for r in range(rows):
-        s = src + r * args[1]
-        d = dst + r * args[3]
+        s = src + r * args[CP.lds]
+        d = dst + r * args[CP.ldd]
         mem[d:d + nb] = mem[s:s + nb].copy()
     return OK
 
@@ -61,30 +66,30 @@ def _transpose_words(words, m, n, mem, dst, ldd, eb):  # type: ignore[no-untyped
 @kjit
 def transpose_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """TRANSPOSE numeric body; returns a kernels.status code."""
-    m, n, eb = args[4], args[5], args[6]
+    m, n, eb = args[TR.M], args[TR.N], args[TR.elem_bytes]
     if m < 1 or n < 1 or not (eb == 1 or eb == 2 or eb == 4):
         return BAD_SHAPE
-    src = args[0] - base
+    src = args[TR.src] - base
     row = n * eb
     block = np.empty(m * row, dtype=np.uint8)  # whole source first: dst may alias src
     for i in range(m):
-        s = src + i * args[1]
+        s = src + i * args[TR.lds]
         block[i * row:(i + 1) * row] = mem[s:s + row]
-    dst = args[2] - base
+    dst = args[TR.dst] - base
     if eb == 1:
-        _transpose_words(block, m, n, mem, dst, args[3], eb)
+        _transpose_words(block, m, n, mem, dst, args[TR.ldd], eb)
     elif eb == 2:
-        _transpose_words(block.view(np.uint16), m, n, mem, dst, args[3], eb)
+        _transpose_words(block.view(np.uint16), m, n, mem, dst, args[TR.ldd], eb)
     else:
-        _transpose_words(block.view(np.uint32), m, n, mem, dst, args[3], eb)
+        _transpose_words(block.view(np.uint32), m, n, mem, dst, args[TR.ldd], eb)
     return OK
 
 
 @kjit_inline
 def copy_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a COPY vertex (module docstring)."""
-    rows, nb = max(args[4], 1), max(args[5], 1)
-    if contiguous(rows, args[1], nb) and contiguous(rows, args[3], nb):
+    rows, nb = max(args[CP.rows], 1), max(args[CP.row_bytes], 1)
+    if contiguous(rows, args[CP.lds], nb) and contiguous(rows, args[CP.ldd], nb):
         rows, nb = 1, rows * nb
     work = rows * ceil_div(nb, desc[D_COPY_BYTES_PER_CYCLE]) + (rows - 1) * desc[D_COPY_ROW]
     return desc[D_COPY_CALL], work
@@ -93,7 +98,7 @@ def copy_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def transpose_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a TRANSPOSE vertex (module docstring)."""
-    m, n = max(args[4], 1), max(args[5], 1)
+    m, n = max(args[TR.M], 1), max(args[TR.N], 1)
     groups = ceil_div(m, desc[D_TRANSPOSE_ROWS])
     return desc[D_TRANSPOSE_CALL], groups * (desc[D_TRANSPOSE_GROUP]
                                              + desc[D_TRANSPOSE_PAIR] * ceil_div(n, 2))
@@ -102,13 +107,14 @@ def transpose_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def copy_regions(args, out):  # type: ignore[no-untyped-def]
     """COPY regions: src read; dst written."""
-    i = put_region(out, 0, args[0], 1, 0, args[4], args[1], args[5], 0)
-    return put_region(out, i, args[2], 1, 0, args[4], args[3], args[5], 1)
+    rows, nb = args[CP.rows], args[CP.row_bytes]
+    i = put_region(out, 0, args[CP.src], 1, 0, rows, args[CP.lds], nb, 0)
+    return put_region(out, i, args[CP.dst], 1, 0, rows, args[CP.ldd], nb, 1)
 
 
 @kjit_inline
 def transpose_regions(args, out):  # type: ignore[no-untyped-def]
     """TRANSPOSE regions: src [M, N] read; dst [N, M] written."""
-    eb = args[6]
-    i = put_region(out, 0, args[0], 1, 0, args[4], args[1], args[5] * eb, 0)
-    return put_region(out, i, args[2], 1, 0, args[5], args[3], args[4] * eb, 1)
+    eb = args[TR.elem_bytes]
+    i = put_region(out, 0, args[TR.src], 1, 0, args[TR.M], args[TR.lds], args[TR.N] * eb, 0)
+    return put_region(out, i, args[TR.dst], 1, 0, args[TR.N], args[TR.ldd], args[TR.M] * eb, 1)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import ids
+from kernels import abi
 from kernels.cast import cast_cost, cast_execute, cast_regions
 from kernels.copy import (
     copy_cost,
@@ -66,27 +66,27 @@ from kernels.status import BAD_KERNEL
 @kjit_inline
 def vertex_call_work(kid, args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles before any conflict penalty; (-1, -1) if unknown."""
-    if kid == ids.MATMUL:
+    if kid == abi.MATMUL:
         return matmul_cost(args, desc)
-    if kid == ids.BATCH_MATMUL:
+    if kid == abi.BATCH_MATMUL:
         return batch_matmul_cost(args, desc)
-    if kid == ids.REDUCE:
+    if kid == abi.REDUCE:
         return reduce_cost(args, desc)
-    if kid == ids.ADD:
+    if kid == abi.ADD:
         return add_cost(args, desc)
-    if kid == ids.BIAS_ADD:
+    if kid == abi.BIAS_ADD:
         return bias_add_cost(args, desc)
-    if kid == ids.LAYERNORM:
+    if kid == abi.LAYERNORM:
         return layernorm_cost(args, desc)
-    if kid == ids.GELU:
+    if kid == abi.GELU:
         return gelu_cost(args, desc)
-    if kid == ids.SOFTMAX:
+    if kid == abi.SOFTMAX:
         return softmax_cost(args, desc)
-    if kid == ids.CAST:
+    if kid == abi.CAST:
         return cast_cost(args, desc)
-    if kid == ids.COPY:
+    if kid == abi.COPY:
         return copy_cost(args, desc)
-    if kid == ids.TRANSPOSE:
+    if kid == abi.TRANSPOSE:
         return transpose_cost(args, desc)
     return np.int64(-1), np.int64(-1)
 
@@ -94,27 +94,27 @@ def vertex_call_work(kid, args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def vertex_regions(kid, args, out):  # type: ignore[no-untyped-def]
     """Fill out[:n] with the vertex's regions; returns n, or -1 for an unknown id."""
-    if kid == ids.MATMUL:
+    if kid == abi.MATMUL:
         return matmul_regions(args, out)
-    if kid == ids.BATCH_MATMUL:
+    if kid == abi.BATCH_MATMUL:
         return batch_matmul_regions(args, out)
-    if kid == ids.REDUCE:
+    if kid == abi.REDUCE:
         return reduce_regions(args, out)
-    if kid == ids.ADD:
+    if kid == abi.ADD:
         return add_regions(args, out)
-    if kid == ids.BIAS_ADD:
+    if kid == abi.BIAS_ADD:
         return bias_add_regions(args, out)
-    if kid == ids.LAYERNORM:
+    if kid == abi.LAYERNORM:
         return layernorm_regions(args, out)
-    if kid == ids.GELU:
+    if kid == abi.GELU:
         return gelu_regions(args, out)
-    if kid == ids.SOFTMAX:
+    if kid == abi.SOFTMAX:
         return softmax_regions(args, out)
-    if kid == ids.CAST:
+    if kid == abi.CAST:
         return cast_regions(args, out)
-    if kid == ids.COPY:
+    if kid == abi.COPY:
         return copy_regions(args, out)
-    if kid == ids.TRANSPOSE:
+    if kid == abi.TRANSPOSE:
         return transpose_regions(args, out)
     return -1
 
@@ -122,7 +122,7 @@ def vertex_regions(kid, args, out):  # type: ignore[no-untyped-def]
 @kjit
 def vertex_conflict(kid, args, desc):  # type: ignore[no-untyped-def]
     """True if two operand streams of the vertex share a memory element."""
-    regions = np.empty((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
+    regions = np.empty((abi.MAX_REGIONS, abi.REGION_COLS), dtype=np.int64)
     n = vertex_regions(kid, args, regions)
     if n < 0:
         return False
@@ -145,7 +145,7 @@ def vertex_cost(kid, args, desc, out):  # type: ignore[no-untyped-def]
 @kjit
 def vertex_cycles(kid, args, desc):  # type: ignore[no-untyped-def]
     """Cycles of one vertex on one tile, conflict penalty included; -1 if unknown."""
-    regions = np.empty((ids.MAX_REGIONS, ids.REGION_COLS), dtype=np.int64)
+    regions = np.empty((abi.MAX_REGIONS, abi.REGION_COLS), dtype=np.int64)
     cycles, _ = vertex_cost(kid, args, desc, regions)
     return cycles
 
@@ -153,26 +153,26 @@ def vertex_cycles(kid, args, desc):  # type: ignore[no-untyped-def]
 @kjit
 def vertex_execute(kid, mem, base, args):  # type: ignore[no-untyped-def]
     """Run the vertex's numeric body on `mem`; returns a kernels.status code."""
-    if kid == ids.MATMUL:
+    if kid == abi.MATMUL:
         return matmul_execute(mem, base, args)
-    if kid == ids.BATCH_MATMUL:
+    if kid == abi.BATCH_MATMUL:
         return batch_matmul_execute(mem, base, args)
-    if kid == ids.REDUCE:
+    if kid == abi.REDUCE:
         return reduce_execute(mem, base, args)
-    if kid == ids.ADD:
+    if kid == abi.ADD:
         return add_execute(mem, base, args)
-    if kid == ids.BIAS_ADD:
+    if kid == abi.BIAS_ADD:
         return bias_add_execute(mem, base, args)
-    if kid == ids.LAYERNORM:
+    if kid == abi.LAYERNORM:
         return layernorm_execute(mem, base, args)
-    if kid == ids.GELU:
+    if kid == abi.GELU:
         return gelu_execute(mem, base, args)
-    if kid == ids.SOFTMAX:
+    if kid == abi.SOFTMAX:
         return softmax_execute(mem, base, args)
-    if kid == ids.CAST:
+    if kid == abi.CAST:
         return cast_execute(mem, base, args)
-    if kid == ids.COPY:
+    if kid == abi.COPY:
         return copy_execute(mem, base, args)
-    if kid == ids.TRANSPOSE:
+    if kid == abi.TRANSPOSE:
         return transpose_execute(mem, base, args)
     return BAD_KERNEL

@@ -27,13 +27,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
+from kernels.abi import DT_FP8, DT_FP16, DT_FP32, DTYPE_BYTES, DTYPE_NAMES
 from kernels.jit import kjit, kjit_inline
 
-DT_FP8 = 0
-DT_FP16 = 1
-DT_FP32 = 2
-DTYPE_NAMES = ("fp8", "fp16", "fp32")
-DTYPE_BYTES = (1, 2, 4)
+__all__ = ["DT_FP8", "DT_FP16", "DT_FP32", "DTYPE_BYTES", "DTYPE_NAMES"]  # codes: kernels.abi
 
 
 def dtype_code(name: str) -> int:

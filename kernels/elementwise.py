@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
@@ -56,6 +57,11 @@ from kernels.tile import (
 )
 from kernels.transcend import tanh64
 
+# argument slots (kernels.abi)
+AD = ARGS.ADD
+BA = ARGS.BIAS_ADD
+GE = ARGS.GELU
+
 
 @kjit
 def _valid_dtype(dt):  # type: ignore[no-untyped-def]
@@ -65,45 +71,46 @@ def _valid_dtype(dt):  # type: ignore[no-untyped-def]
 @kjit
 def add_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """ADD: c = a + b in float32, rounded once to dtype_c."""
-    m, n = args[6], args[7]
+    m, n = args[AD.M], args[AD.N]
     if m < 1 or n < 1:
         return BAD_SHAPE
-    if not (_valid_dtype(args[8]) and _valid_dtype(args[9]) and _valid_dtype(args[10])):
+    if not (_valid_dtype(args[AD.dtype_a]) and _valid_dtype(args[AD.dtype_b])
+            and _valid_dtype(args[AD.dtype_c])):
         return BAD_DTYPE
     a = np.empty(n, dtype=np.float32)
     b = np.empty(n, dtype=np.float32)
     for i in range(m):
-        read_row(mem, args[0] - base + i * args[1], n, args[8], a)
-        read_row(mem, args[2] - base + i * args[3], n, args[9], b)
+        read_row(mem, args[AD.a] - base + i * args[AD.lda], n, args[AD.dtype_a], a)
+        read_row(mem, args[AD.b] - base + i * args[AD.ldb], n, args[AD.dtype_b], b)
         for j in range(n):
             a[j] = a[j] + b[j]
-        write_row(mem, args[4] - base + i * args[5], n, args[10], a)
+        write_row(mem, args[AD.c] - base + i * args[AD.ldc], n, args[AD.dtype_c], a)
     return OK
 
 
 @kjit
 def bias_add_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """BIAS_ADD: y = x + bias (fp16[N]) in float32, rounded once to dtype_y."""
-    m, n = args[5], args[6]
+    m, n = args[BA.M], args[BA.N]
     if m < 1 or n < 1:
         return BAD_SHAPE
-    if not (_valid_dtype(args[7]) and _valid_dtype(args[8])):
+    if not (_valid_dtype(args[BA.dtype_x]) and _valid_dtype(args[BA.dtype_y])):
         return BAD_DTYPE
     bias = np.empty(n, dtype=np.float32)
-    read_row(mem, args[2] - base, n, DT_FP16, bias)
+    read_row(mem, args[BA.bias] - base, n, DT_FP16, bias)
     x = np.empty(n, dtype=np.float32)
     for i in range(m):
-        read_row(mem, args[0] - base + i * args[1], n, args[7], x)
+        read_row(mem, args[BA.x] - base + i * args[BA.ldx], n, args[BA.dtype_x], x)
         for j in range(n):
             x[j] = x[j] + bias[j]
-        write_row(mem, args[3] - base + i * args[4], n, args[8], x)
+        write_row(mem, args[BA.y] - base + i * args[BA.ldy], n, args[BA.dtype_y], x)
     return OK
 
 
 @kjit
 def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """GELU (tanh form, kernels.formulas.gelu) on fp16 rows, fp16 out."""
-    m, n = args[4], args[5]
+    m, n = args[GE.M], args[GE.N]
     if m < 1 or n < 1:
         return BAD_SHAPE
     x = np.empty(n, dtype=np.float32)
@@ -112,13 +119,13 @@ def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
     c0 = np.float32(GELU_C0)
     c1 = np.float32(GELU_C1)
     for i in range(m):
-        read_row(mem, args[0] - base + i * args[1], n, DT_FP16, x)
+        read_row(mem, args[GE.x] - base + i * args[GE.ldx], n, DT_FP16, x)
         for j in range(n):
             v = x[j]
             u = c0 * (v + ((c1 * v) * v) * v)
             t = np.float32(tanh64(np.float64(u)))
             x[j] = (half * v) * (one + t)
-        write_row(mem, args[2] - base + i * args[3], n, DT_FP16, x)
+        write_row(mem, args[GE.y] - base + i * args[GE.ldy], n, DT_FP16, x)
     return OK
 
 
@@ -140,23 +147,26 @@ def add_work(rows, cols, lanes, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def add_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of an ADD vertex (module docstring)."""
-    m, n = max(args[6], 1), max(args[7], 1)
-    if not (_valid_dtype(args[8]) and _valid_dtype(args[9]) and _valid_dtype(args[10])):
+    m, n = max(args[AD.M], 1), max(args[AD.N], 1)
+    if not (_valid_dtype(args[AD.dtype_a]) and _valid_dtype(args[AD.dtype_b])
+            and _valid_dtype(args[AD.dtype_c])):
         return desc[D_ADD_CALL], add_work(m, n, 1, desc)
-    if (contiguous(m, args[1], n * dtype_bytes(args[8]))
-            and contiguous(m, args[3], n * dtype_bytes(args[9]))
-            and contiguous(m, args[5], n * dtype_bytes(args[10]))):
+    if (contiguous(m, args[AD.lda], n * dtype_bytes(args[AD.dtype_a]))
+            and contiguous(m, args[AD.ldb], n * dtype_bytes(args[AD.dtype_b]))
+            and contiguous(m, args[AD.ldc], n * dtype_bytes(args[AD.dtype_c]))):
         m, n = 1, m * n
-    return desc[D_ADD_CALL], add_work(m, n, _lanes(args[8], args[9], args[10], desc), desc)
+    lanes = _lanes(args[AD.dtype_a], args[AD.dtype_b], args[AD.dtype_c], desc)
+    return desc[D_ADD_CALL], add_work(m, n, lanes, desc)
 
 
 @kjit_inline
 def bias_add_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a BIAS_ADD vertex: the bias row is broadcast."""
-    m, n = max(args[5], 1), max(args[6], 1)
-    if not (_valid_dtype(args[7]) and _valid_dtype(args[8])):
+    m, n = max(args[BA.M], 1), max(args[BA.N], 1)
+    if not (_valid_dtype(args[BA.dtype_x]) and _valid_dtype(args[BA.dtype_y])):
         return desc[D_ADD_CALL], add_work(m, n, 1, desc)
-    return desc[D_ADD_CALL], add_work(m, n, _lanes(args[7], args[8], DT_FP16, desc), desc)
+    lanes = _lanes(args[BA.dtype_x], args[BA.dtype_y], DT_FP16, desc)
+    return desc[D_ADD_CALL], add_work(m, n, lanes, desc)
 
 
 @kjit_inline
@@ -177,8 +187,8 @@ def gelu_row_work(n, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def gelu_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a GELU vertex (module docstring)."""
-    m, n = max(args[4], 1), max(args[5], 1)
-    if contiguous(m, args[1], 2 * n) and contiguous(m, args[3], 2 * n):
+    m, n = max(args[GE.M], 1), max(args[GE.N], 1)
+    if contiguous(m, args[GE.ldx], 2 * n) and contiguous(m, args[GE.ldy], 2 * n):
         m, n = 1, m * n
     return desc[D_GELU_CALL], m * gelu_row_work(n, desc) + (m - 1) * desc[D_GELU_ROW]
 
@@ -186,24 +196,27 @@ def gelu_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def add_regions(args, out):  # type: ignore[no-untyped-def]
     """ADD regions: a, b read; c written."""
-    m, n = args[6], args[7]
-    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * dtype_bytes(args[8]), 0)
-    i = put_region(out, i, args[2], 1, 0, m, args[3], n * dtype_bytes(args[9]), 0)
-    return put_region(out, i, args[4], 1, 0, m, args[5], n * dtype_bytes(args[10]), 1)
+    m, n = args[AD.M], args[AD.N]
+    ba, bb, bc = (dtype_bytes(args[AD.dtype_a]), dtype_bytes(args[AD.dtype_b]),
+                  dtype_bytes(args[AD.dtype_c]))
+    i = put_region(out, 0, args[AD.a], 1, 0, m, args[AD.lda], n * ba, 0)
+    i = put_region(out, i, args[AD.b], 1, 0, m, args[AD.ldb], n * bb, 0)
+    return put_region(out, i, args[AD.c], 1, 0, m, args[AD.ldc], n * bc, 1)
 
 
 @kjit_inline
 def bias_add_regions(args, out):  # type: ignore[no-untyped-def]
     """BIAS_ADD regions: x, bias read; y written."""
-    m, n = args[5], args[6]
-    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * dtype_bytes(args[7]), 0)
-    i = put_region(out, i, args[2], 1, 0, 1, 0, n * 2, 0)
-    return put_region(out, i, args[3], 1, 0, m, args[4], n * dtype_bytes(args[8]), 1)
+    m, n = args[BA.M], args[BA.N]
+    bx, by = dtype_bytes(args[BA.dtype_x]), dtype_bytes(args[BA.dtype_y])
+    i = put_region(out, 0, args[BA.x], 1, 0, m, args[BA.ldx], n * bx, 0)
+    i = put_region(out, i, args[BA.bias], 1, 0, 1, 0, n * 2, 0)
+    return put_region(out, i, args[BA.y], 1, 0, m, args[BA.ldy], n * by, 1)
 
 
 @kjit_inline
 def gelu_regions(args, out):  # type: ignore[no-untyped-def]
     """GELU regions: x read; y written (fp16)."""
-    m, n = args[4], args[5]
-    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * 2, 0)
-    return put_region(out, i, args[2], 1, 0, m, args[3], n * 2, 1)
+    m, n = args[GE.M], args[GE.N]
+    i = put_region(out, 0, args[GE.x], 1, 0, m, args[GE.ldx], n * 2, 0)
+    return put_region(out, i, args[GE.y], 1, 0, m, args[GE.ldy], n * 2, 1)

@@ -25,12 +25,16 @@ import math
 
 import numpy as np
 
+from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, put_region
 from kernels.dtypes import DT_FP16, u32_as_f32
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
 from kernels.tile import D_LN_CALL, D_LN_CHUNK, D_LN_ROW, D_LN_STATS, D_WORKERS
+
+# argument slots (kernels.abi)
+LN = ARGS.LAYERNORM
 
 
 @kjit_inline
@@ -61,17 +65,17 @@ def _sum64(x, n, square):  # type: ignore[no-untyped-def]
 @kjit
 def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """LAYERNORM numeric body; returns a kernels.status code."""
-    m, n = args[6], args[7]
+    m, n = args[LN.M], args[LN.N]
     if m < 1 or n < 1:
         return BAD_SHAPE
-    eps = u32_as_f32(args[8])
+    eps = u32_as_f32(args[LN.eps])
     gamma = np.empty(n, dtype=np.float32)
     beta = np.empty(n, dtype=np.float32)
-    read_row(mem, args[2] - base, n, DT_FP16, gamma)
-    read_row(mem, args[3] - base, n, DT_FP16, beta)
+    read_row(mem, args[LN.gamma] - base, n, DT_FP16, gamma)
+    read_row(mem, args[LN.beta] - base, n, DT_FP16, beta)
     x = np.empty(n, dtype=np.float32)
     for i in range(m):
-        read_row(mem, args[0] - base + i * args[1], n, DT_FP16, x)
+        read_row(mem, args[LN.x] - base + i * args[LN.ldx], n, DT_FP16, x)
         mean = np.float32(_sum64(x, n, False) / n)
         for j in range(n):
             x[j] = x[j] - mean
@@ -79,14 +83,14 @@ def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
         den = np.float32(math.sqrt(var + eps))
         for j in range(n):
             x[j] = (x[j] / den) * gamma[j] + beta[j]
-        write_row(mem, args[4] - base + i * args[5], n, DT_FP16, x)
+        write_row(mem, args[LN.y] - base + i * args[LN.ldy], n, DT_FP16, x)
     return OK
 
 
 @kjit_inline
 def layernorm_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a LAYERNORM vertex (module docstring)."""
-    m, n, w = max(args[6], 1), max(args[7], 1), desc[D_WORKERS]
+    m, n, w = max(args[LN.M], 1), max(args[LN.N], 1), desc[D_WORKERS]
     row, stats, chunk = desc[D_LN_ROW], desc[D_LN_STATS], desc[D_LN_CHUNK]
     shared = m * (row + stats * ceil_div(n, 8 * w) + chunk * ceil_div(n, 4 * w))
     whole = ceil_div(m, w) * (row + stats * ceil_div(n, 8) + chunk * ceil_div(n, 4))
@@ -96,8 +100,8 @@ def layernorm_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def layernorm_regions(args, out):  # type: ignore[no-untyped-def]
     """LAYERNORM regions: x, gamma, beta read; y written (all fp16)."""
-    m, n = args[6], args[7]
-    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * 2, 0)
-    i = put_region(out, i, args[2], 1, 0, 1, 0, n * 2, 0)
-    i = put_region(out, i, args[3], 1, 0, 1, 0, n * 2, 0)
-    return put_region(out, i, args[4], 1, 0, m, args[5], n * 2, 1)
+    m, n = args[LN.M], args[LN.N]
+    i = put_region(out, 0, args[LN.x], 1, 0, m, args[LN.ldx], n * 2, 0)
+    i = put_region(out, i, args[LN.gamma], 1, 0, 1, 0, n * 2, 0)
+    i = put_region(out, i, args[LN.beta], 1, 0, 1, 0, n * 2, 0)
+    return put_region(out, i, args[LN.y], 1, 0, m, args[LN.ldy], n * 2, 1)

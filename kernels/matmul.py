@@ -28,10 +28,10 @@ import math
 
 import numpy as np
 
+from kernels.abi import ARGS, FLAG_ACCUMULATE, FLAG_TRANS_B
 from kernels.blocks import read_block, read_row, write_block
 from kernels.cost import ceil_div, put_region, vector_pass
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, dtype_bytes
-from kernels.ids import FLAG_ACCUMULATE, FLAG_TRANS_B
 from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, BAD_STRIDE, OK
 from kernels.tile import (
@@ -45,6 +45,10 @@ from kernels.tile import (
     D_MM_ROW,
     D_VECTOR_BYTES,
 )
+
+# argument slots (kernels.abi)
+BMM = ARGS.BATCH_MATMUL
+MM = ARGS.MATMUL
 
 
 @kjit
@@ -86,50 +90,54 @@ def _gemm(mem, a_off, lda, b_off, ldb, m, k, n, in_dt, trans_b):  # type: ignore
 @kjit
 def matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """MATMUL numeric body; returns a kernels.status code."""
-    m, k, n = args[6], args[7], args[8]
-    in_dt, out_dt, flags = args[9], args[10], args[11]
-    st = _check(args[1], args[3], args[5], m, k, n, in_dt, out_dt, flags,
+    m, k, n = args[MM.M], args[MM.K], args[MM.N]
+    in_dt, out_dt, flags = args[MM.in_dtype], args[MM.out_dtype], args[MM.flags]
+    st = _check(args[MM.lda], args[MM.ldb], args[MM.ldc], m, k, n, in_dt, out_dt, flags,
                 FLAG_TRANS_B | FLAG_ACCUMULATE)
     if st != OK:
         return st
-    r = _gemm(mem, args[0] - base, args[1], args[2] - base, args[3], m, k, n, in_dt,
+    r = _gemm(mem, args[MM.a] - base, args[MM.lda], args[MM.b] - base, args[MM.ldb], m, k, n, in_dt,
               (flags & FLAG_TRANS_B) != 0)
-    if args[12] != 0:
-        s = np.float32(math.ldexp(1.0, int(args[12])))
+    if args[MM.scale_exp] != 0:
+        s = np.float32(math.ldexp(1.0, int(args[MM.scale_exp])))
         for i in range(m):
             for j in range(n):
                 r[i, j] = r[i, j] * s
-    if args[13] != 0:
+    if args[MM.bias] != 0:
         bias = np.empty(n, dtype=np.float32)
-        read_row(mem, args[13] - base, n, DT_FP16, bias)
+        read_row(mem, args[MM.bias] - base, n, DT_FP16, bias)
         for i in range(m):
             for j in range(n):
                 r[i, j] = r[i, j] + bias[j]
-    c_off = args[4] - base
+    c_off = args[MM.c] - base
     if (flags & FLAG_ACCUMULATE) != 0:
         old = np.empty((m, n), dtype=np.float32)
-        read_block(mem, c_off, m, n, args[5], DT_FP32, old)
+        read_block(mem, c_off, m, n, args[MM.ldc], DT_FP32, old)
         for i in range(m):
             for j in range(n):
                 r[i, j] = old[i, j] + r[i, j]
-    write_block(mem, c_off, m, n, args[5], out_dt, r)
+    write_block(mem, c_off, m, n, args[MM.ldc], out_dt, r)
     return OK
 
 
 @kjit
 def batch_matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """BATCH_MATMUL numeric body; returns a kernels.status code."""
-    m, k, n = args[6], args[7], args[8]
-    in_dt, out_dt, flags, batch = args[9], args[10], args[11], args[12]
-    st = _check(args[1], args[3], args[5], m, k, n, in_dt, out_dt, flags, FLAG_TRANS_B)
+    m, k, n = args[BMM.M], args[BMM.K], args[BMM.N]
+    in_dt, out_dt = args[BMM.in_dtype], args[BMM.out_dtype]
+    flags, batch = args[BMM.flags], args[BMM.batch]
+    st = _check(args[BMM.lda], args[BMM.ldb], args[BMM.ldc], m, k, n, in_dt, out_dt, flags,
+                FLAG_TRANS_B)
     if st != OK:
         return st
     if batch < 1:
         return BAD_SHAPE
     for t in range(batch):
-        r = _gemm(mem, args[0] - base + t * args[13], args[1], args[2] - base + t * args[14],
-                  args[3], m, k, n, in_dt, (flags & FLAG_TRANS_B) != 0)
-        write_block(mem, args[4] - base + t * args[15], m, n, args[5], out_dt, r)
+        r = _gemm(mem, args[BMM.a] - base + t * args[BMM.batch_stride_a], args[BMM.lda],
+                  args[BMM.b] - base + t * args[BMM.batch_stride_b], args[BMM.ldb], m, k, n,
+                  in_dt, (flags & FLAG_TRANS_B) != 0)
+        write_block(mem, args[BMM.c] - base + t * args[BMM.batch_stride_c], m, n,
+                    args[BMM.ldc], out_dt, r)
     return OK
 
 
@@ -150,11 +158,11 @@ def _add_pass(rows, n, elem_bytes, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def matmul_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a MATMUL vertex (module docstring)."""
-    m, k, n = max(args[6], 1), max(args[7], 1), max(args[8], 1)
-    work = _panels_work(m, k, n, args[9], desc)
-    if args[13] != 0:
-        work += _add_pass(m, n, 4 if args[10] == DT_FP32 else 2, desc)
-    if (args[11] & FLAG_ACCUMULATE) != 0:
+    m, k, n = max(args[MM.M], 1), max(args[MM.K], 1), max(args[MM.N], 1)
+    work = _panels_work(m, k, n, args[MM.in_dtype], desc)
+    if args[MM.bias] != 0:
+        work += _add_pass(m, n, 4 if args[MM.out_dtype] == DT_FP32 else 2, desc)
+    if (args[MM.flags] & FLAG_ACCUMULATE) != 0:
         work += _add_pass(m, n, 4, desc)
     return desc[D_MM_CALL], work
 
@@ -162,38 +170,42 @@ def matmul_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def batch_matmul_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a BATCH_MATMUL vertex: `batch` GEMMs of M rows."""
-    batch = max(args[12], 1)
-    return desc[D_MM_CALL], batch * _panels_work(max(args[6], 1), max(args[7], 1),
-                                                 max(args[8], 1), args[9], desc)
+    batch = max(args[BMM.batch], 1)
+    return desc[D_MM_CALL], batch * _panels_work(max(args[BMM.M], 1), max(args[BMM.K], 1),
+                                                 max(args[BMM.N], 1), args[BMM.in_dtype], desc)
 
 
 @kjit_inline
 def _b_region(args, out, i, outer, outer_stride):  # type: ignore[no-untyped-def]
-    ib = dtype_bytes(args[9])
-    if (args[11] & FLAG_TRANS_B) != 0:
-        return put_region(out, i, args[2], outer, outer_stride, args[8], args[3], args[7] * ib, 0)
-    return put_region(out, i, args[2], outer, outer_stride, args[7], args[3], args[8] * ib, 0)
+    ib = dtype_bytes(args[MM.in_dtype])
+    k, n = args[MM.K], args[MM.N]
+    if (args[MM.flags] & FLAG_TRANS_B) != 0:
+        return put_region(out, i, args[MM.b], outer, outer_stride, n, args[MM.ldb], k * ib, 0)
+    return put_region(out, i, args[MM.b], outer, outer_stride, k, args[MM.ldb], n * ib, 0)
 
 
 @kjit_inline
 def matmul_regions(args, out):  # type: ignore[no-untyped-def]
     """Regions of a MATMUL vertex: A, B, (bias), (C read if accumulate), C write."""
-    ib = dtype_bytes(args[9])
-    ob = dtype_bytes(args[10])
-    i = put_region(out, 0, args[0], 1, 0, args[6], args[1], args[7] * ib, 0)
+    ib = dtype_bytes(args[MM.in_dtype])
+    ob = dtype_bytes(args[MM.out_dtype])
+    i = put_region(out, 0, args[MM.a], 1, 0, args[MM.M], args[MM.lda], args[MM.K] * ib, 0)
     i = _b_region(args, out, i, 1, 0)
-    if args[13] != 0:
-        i = put_region(out, i, args[13], 1, 0, 1, 0, args[8] * 2, 0)
-    if (args[11] & FLAG_ACCUMULATE) != 0:
-        i = put_region(out, i, args[4], 1, 0, args[6], args[5], args[8] * ob, 0)
-    return put_region(out, i, args[4], 1, 0, args[6], args[5], args[8] * ob, 1)
+    if args[MM.bias] != 0:
+        i = put_region(out, i, args[MM.bias], 1, 0, 1, 0, args[MM.N] * 2, 0)
+    if (args[MM.flags] & FLAG_ACCUMULATE) != 0:
+        i = put_region(out, i, args[MM.c], 1, 0, args[MM.M], args[MM.ldc], args[MM.N] * ob, 0)
+    return put_region(out, i, args[MM.c], 1, 0, args[MM.M], args[MM.ldc], args[MM.N] * ob, 1)
 
 
 @kjit_inline
 def batch_matmul_regions(args, out):  # type: ignore[no-untyped-def]
     """Regions of a BATCH_MATMUL vertex: A, B, C, each `batch` blocks apart."""
-    ib = dtype_bytes(args[9])
-    ob = dtype_bytes(args[10])
-    i = put_region(out, 0, args[0], args[12], args[13], args[6], args[1], args[7] * ib, 0)
-    i = _b_region(args, out, i, args[12], args[14])
-    return put_region(out, i, args[4], args[12], args[15], args[6], args[5], args[8] * ob, 1)
+    ib = dtype_bytes(args[BMM.in_dtype])
+    ob = dtype_bytes(args[BMM.out_dtype])
+    batch, m = args[BMM.batch], args[BMM.M]
+    i = put_region(out, 0, args[BMM.a], batch, args[BMM.batch_stride_a], m, args[BMM.lda],
+                   args[BMM.K] * ib, 0)
+    i = _b_region(args, out, i, batch, args[BMM.batch_stride_b])
+    return put_region(out, i, args[BMM.c], batch, args[BMM.batch_stride_c], m, args[BMM.ldc],
+                      args[BMM.N] * ob, 1)

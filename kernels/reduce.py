@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
@@ -27,42 +28,46 @@ from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_REDUCE_CALL, D_REDUCE_CHUNK, D_REDUCE_GRAIN, D_REDUCE_PARTIAL
 
+# argument slots (kernels.abi)
+RED = ARGS.REDUCE
+
 
 @kjit
 def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """REDUCE numeric body; returns a kernels.status code."""
-    k, m, n, out_dt = args[3], args[6], args[7], args[8]
+    k, m, n, out_dt = args[RED.k], args[RED.M], args[RED.N], args[RED.out_dtype]
     if k < 1 or m < 1 or n < 1:
         return BAD_SHAPE
     if out_dt < 0 or out_dt > DT_FP32:
         return BAD_DTYPE
     bias = np.zeros(n, dtype=np.float32)
-    if args[9] != 0:
-        read_row(mem, args[9] - base, n, DT_FP16, bias)
+    if args[RED.bias] != 0:
+        read_row(mem, args[RED.bias] - base, n, DT_FP16, bias)
     acc = np.empty(n, dtype=np.float32)
     part = np.empty(n, dtype=np.float32)
     for i in range(m):
-        row = args[0] - base + i * args[1]
+        row = args[RED.parts] - base + i * args[RED.ld_parts]
         read_row(mem, row, n, DT_FP32, acc)
         for j in range(1, k):
-            read_row(mem, row + j * args[2], n, DT_FP32, part)
+            read_row(mem, row + j * args[RED.part_stride], n, DT_FP32, part)
             for c in range(n):
                 acc[c] = acc[c] + part[c]
-        if args[9] != 0:
+        if args[RED.bias] != 0:
             for c in range(n):
                 acc[c] = acc[c] + bias[c]
-        write_row(mem, args[4] - base + i * args[5], n, out_dt, acc)
+        write_row(mem, args[RED.out] - base + i * args[RED.ldo], n, out_dt, acc)
     return OK
 
 
 @kjit_inline
 def reduce_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a REDUCE vertex (module docstring)."""
-    m, n = max(args[6], 1), max(args[7], 1)
-    extra = max(args[3], 1) - 1 + (1 if args[9] != 0 else 0)
+    m, n = max(args[RED.M], 1), max(args[RED.N], 1)
+    extra = max(args[RED.k], 1) - 1 + (1 if args[RED.bias] != 0 else 0)
     per_chunk = desc[D_REDUCE_CHUNK] + desc[D_REDUCE_PARTIAL] * extra
-    ob = dtype_bytes(args[8]) if args[8] >= 0 and args[8] <= DT_FP32 else 4
-    if contiguous(m, args[1], n * 4) and contiguous(m, args[5], n * ob):
+    out_dt = args[RED.out_dtype]
+    ob = dtype_bytes(out_dt) if out_dt >= 0 and out_dt <= DT_FP32 else 4
+    if contiguous(m, args[RED.ld_parts], n * 4) and contiguous(m, args[RED.ldo], n * ob):
         m, n = 1, m * n
     return desc[D_REDUCE_CALL], vector_pass(m, n, desc[D_REDUCE_GRAIN], per_chunk, 0, desc)
 
@@ -70,8 +75,10 @@ def reduce_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def reduce_regions(args, out):  # type: ignore[no-untyped-def]
     """REDUCE regions: k partial blocks read, (bias read), out written."""
-    m, n = args[6], args[7]
-    i = put_region(out, 0, args[0], args[3], args[2], m, args[1], n * 4, 0)
-    if args[9] != 0:
-        i = put_region(out, i, args[9], 1, 0, 1, 0, n * 2, 0)
-    return put_region(out, i, args[4], 1, 0, m, args[5], n * dtype_bytes(args[8]), 1)
+    m, n = args[RED.M], args[RED.N]
+    i = put_region(out, 0, args[RED.parts], args[RED.k], args[RED.part_stride], m,
+                   args[RED.ld_parts], n * 4, 0)
+    if args[RED.bias] != 0:
+        i = put_region(out, i, args[RED.bias], 1, 0, 1, 0, n * 2, 0)
+    ob = dtype_bytes(args[RED.out_dtype])
+    return put_region(out, i, args[RED.out], 1, 0, m, args[RED.ldo], n * ob, 1)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import dispatch, ids
+from kernels import abi, dispatch
 from kernels.cast import cast_execute
 from kernels.copy import copy_execute, transpose_execute
 from kernels.dtypes import f32_as_u32
@@ -26,7 +26,7 @@ from kernels.matmul import batch_matmul_execute, matmul_execute
 from kernels.reduce import reduce_execute
 from kernels.softmax import softmax_execute
 
-FLOAT_ARGS = ("eps", "scale")  # args passed as float32 bits
+FLOAT_ARGS = abi.FLOAT_ARGS  # args passed as float32 bits
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class KernelSpec:
 
     def make_args(self, **named: float | int) -> np.ndarray:
         """int64[N_ARGS] args from names; unknown names raise ValueError."""
-        args = np.zeros(ids.N_ARGS, dtype=np.int64)
+        args = np.zeros(abi.N_ARGS, dtype=np.int64)
         for key in sorted(named):
             if key not in self.arg_names:
                 raise ValueError(f"kernel {self.name}: unknown arg {key!r}; "
@@ -56,44 +56,21 @@ class KernelSpec:
 
     def cycles(self, args: Sequence[int] | np.ndarray, desc: np.ndarray) -> int:
         """Total cycles of one vertex (overhead + stream, conflict included)."""
-        a = np.zeros(ids.N_ARGS, dtype=np.int64)
+        a = np.zeros(abi.N_ARGS, dtype=np.int64)
         a[: len(args)] = np.asarray(args, dtype=np.int64)
         return int(dispatch.vertex_cycles(self.id, a, np.ascontiguousarray(desc, np.int64)))
 
 
-_MM = ("a", "lda", "b", "ldb", "c", "ldc", "M", "K", "N", "in_dtype", "out_dtype", "flags")
+_EXECUTE = {
+    abi.MATMUL: matmul_execute, abi.BATCH_MATMUL: batch_matmul_execute,
+    abi.REDUCE: reduce_execute, abi.ADD: add_execute, abi.BIAS_ADD: bias_add_execute,
+    abi.LAYERNORM: layernorm_execute, abi.GELU: gelu_execute, abi.SOFTMAX: softmax_execute,
+    abi.CAST: cast_execute, abi.COPY: copy_execute, abi.TRANSPOSE: transpose_execute,
+}
 
 KERNELS: Mapping[int, KernelSpec] = {
-    spec.id: spec
-    for spec in (
-        KernelSpec(ids.MATMUL, "MATMUL", _MM + ("scale_exp", "bias"), matmul_execute),
-        KernelSpec(ids.BATCH_MATMUL, "BATCH_MATMUL",
-                   _MM + ("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"),
-                   batch_matmul_execute),
-        KernelSpec(ids.REDUCE, "REDUCE",
-                   ("parts", "ld_parts", "part_stride", "k", "out", "ldo", "M", "N",
-                    "out_dtype", "bias"), reduce_execute),
-        KernelSpec(ids.ADD, "ADD",
-                   ("a", "lda", "b", "ldb", "c", "ldc", "M", "N", "dtype_a", "dtype_b",
-                    "dtype_c"), add_execute),
-        KernelSpec(ids.BIAS_ADD, "BIAS_ADD",
-                   ("x", "ldx", "bias", "y", "ldy", "M", "N", "dtype_x", "dtype_y"),
-                   bias_add_execute),
-        KernelSpec(ids.LAYERNORM, "LAYERNORM",
-                   ("x", "ldx", "gamma", "beta", "y", "ldy", "M", "N", "eps"),
-                   layernorm_execute),
-        KernelSpec(ids.GELU, "GELU", ("x", "ldx", "y", "ldy", "M", "N"), gelu_execute),
-        KernelSpec(ids.SOFTMAX, "SOFTMAX",
-                   ("x", "ldx", "y", "ldy", "M", "N", "scale", "dtype_x", "dtype_y", "path"),
-                   softmax_execute),
-        KernelSpec(ids.CAST, "CAST",
-                   ("x", "ldx", "y", "ldy", "M", "N", "dtype_x", "dtype_y", "shift"),
-                   cast_execute),
-        KernelSpec(ids.COPY, "COPY", ("src", "lds", "dst", "ldd", "rows", "row_bytes"),
-                   copy_execute),
-        KernelSpec(ids.TRANSPOSE, "TRANSPOSE",
-                   ("src", "lds", "dst", "ldd", "M", "N", "elem_bytes"), transpose_execute),
-    )
+    kid: KernelSpec(kid, name, abi.KERNEL_ARGS[name], _EXECUTE[kid])
+    for name, kid in abi.KERNEL_IDS.items()
 }
 
 _BY_NAME = {spec.name: spec for spec in KERNELS.values()}

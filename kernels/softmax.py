@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, put_region, slots
 from kernels.dtypes import DT_FP32, dtype_bytes, u32_as_f32
@@ -45,6 +46,9 @@ from kernels.tile import (
     D_WORKERS,
 )
 from kernels.transcend import exp_nonpos
+
+# argument slots (kernels.abi)
+SM = ARGS.SOFTMAX
 
 PATH_AUTO = 0
 PATH_WHOLE = 1
@@ -72,17 +76,18 @@ def _sum64(x, n):  # type: ignore[no-untyped-def]
 @kjit
 def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """SOFTMAX numeric body; returns a kernels.status code."""
-    m, n = args[4], args[5]
+    m, n = args[SM.M], args[SM.N]
     if m < 1 or n < 1:
         return BAD_SHAPE
-    if args[7] < 0 or args[7] > DT_FP32 or args[8] < 0 or args[8] > DT_FP32:
+    dx, dy = args[SM.dtype_x], args[SM.dtype_y]
+    if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
         return BAD_DTYPE
-    if args[9] < PATH_AUTO or args[9] > PATH_SPLIT:
+    if args[SM.path] < PATH_AUTO or args[SM.path] > PATH_SPLIT:
         return BAD_FLAGS
-    scale = u32_as_f32(args[6])
+    scale = u32_as_f32(args[SM.scale])
     x = np.empty(n, dtype=np.float32)
     for i in range(m):
-        read_row(mem, args[0] - base + i * args[1], n, args[7], x)
+        read_row(mem, args[SM.x] - base + i * args[SM.ldx], n, args[SM.dtype_x], x)
         for j in range(n):
             x[j] = x[j] * scale
         mx = x[0]
@@ -94,14 +99,14 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
         s = np.float32(_sum64(x, n))
         for j in range(n):
             x[j] = x[j] / s
-        write_row(mem, args[2] - base + i * args[3], n, args[8], x)
+        write_row(mem, args[SM.y] - base + i * args[SM.ldy], n, args[SM.dtype_y], x)
     return OK
 
 
 @kjit_inline
 def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a SOFTMAX vertex: the cheaper path (module docstring)."""
-    m, n, w = max(args[4], 1), max(args[5], 1), desc[D_WORKERS]
+    m, n, w = max(args[SM.M], 1), max(args[SM.N], 1), desc[D_WORKERS]
     keys = desc[D_SOFTMAX_PANEL_KEYS]
     whole = ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL] * ceil_div(n, keys),
                                    desc)
@@ -111,7 +116,7 @@ def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
                                      * ceil_div(n, keys * per_row_workers)
                                      + desc[D_SOFTMAX_SPLIT_ROW], desc)
              + ceil_div(m, w) * desc[D_SOFTMAX_SPLIT_ROUND])
-    path = args[9]
+    path = args[SM.path]
     if path == PATH_SPLIT or (path != PATH_WHOLE
                               and desc[D_SOFTMAX_SPLIT_CALL] + split
                               < desc[D_SOFTMAX_CALL] + whole):
@@ -122,6 +127,7 @@ def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
 @kjit_inline
 def softmax_regions(args, out):  # type: ignore[no-untyped-def]
     """SOFTMAX regions: x read; y written."""
-    m, n = args[4], args[5]
-    i = put_region(out, 0, args[0], 1, 0, m, args[1], n * dtype_bytes(args[7]), 0)
-    return put_region(out, i, args[2], 1, 0, m, args[3], n * dtype_bytes(args[8]), 1)
+    m, n = args[SM.M], args[SM.N]
+    bx, by = dtype_bytes(args[SM.dtype_x]), dtype_bytes(args[SM.dtype_y])
+    i = put_region(out, 0, args[SM.x], 1, 0, m, args[SM.ldx], n * bx, 0)
+    return put_region(out, i, args[SM.y], 1, 0, m, args[SM.ldy], n * by, 1)

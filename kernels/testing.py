@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import ids
+from kernels import abi
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, DTYPE_BYTES, fp8_encode, fp16_encode
 from kernels.registry import KERNELS
 
@@ -96,19 +96,19 @@ def random_vertex(kid: int, rng: np.random.Generator, img: TileImage, max_dim: i
         return img.alloc(ld * (rows - 1) + cols * DTYPE_BYTES[dt]), ld
 
     m, n = dim(), dim()
-    if kid in (ids.MATMUL, ids.BATCH_MATMUL):
+    if kid in (abi.MATMUL, abi.BATCH_MATMUL):
         k = dim()
         in_dt = DT_FP8 if rng.random() < 0.5 else DT_FP16
-        out_dt = DT_FP32 if kid == ids.MATMUL and rng.random() < 0.5 else DT_FP16
-        flags = ids.FLAG_TRANS_B if rng.random() < 0.5 else 0
-        batch = int(rng.integers(1, 4)) if kid == ids.BATCH_MATMUL else 1
-        b_rows, b_cols = (n, k) if flags & ids.FLAG_TRANS_B else (k, n)
+        out_dt = DT_FP32 if kid == abi.MATMUL and rng.random() < 0.5 else DT_FP16
+        flags = abi.FLAG_TRANS_B if rng.random() < 0.5 else 0
+        batch = int(rng.integers(1, 4)) if kid == abi.BATCH_MATMUL else 1
+        b_rows, b_cols = (n, k) if flags & abi.FLAG_TRANS_B else (k, n)
         a_ld = _pad(rng, k * DTYPE_BYTES[in_dt])
         b_ld = _pad(rng, b_cols * DTYPE_BYTES[in_dt])
         c_ld = _pad(rng, n * DTYPE_BYTES[out_dt])
         a = img.put(random_codes(rng, (batch * m, k), in_dt), ld=a_ld)
         b = img.put(random_codes(rng, (batch * b_rows, b_cols), in_dt), ld=b_ld)
-        if kid == ids.BATCH_MATMUL:
+        if kid == abi.BATCH_MATMUL:
             c = img.alloc(c_ld * (batch * m - 1) + n * DTYPE_BYTES[out_dt])
             return spec.make_args(a=a, lda=a_ld, b=b, ldb=b_ld, c=c, ldc=c_ld, M=m, K=k, N=n,
                                   in_dtype=in_dt, out_dtype=out_dt, flags=flags, batch=batch,
@@ -116,14 +116,14 @@ def random_vertex(kid: int, rng: np.random.Generator, img: TileImage, max_dim: i
                                   batch_stride_c=m * c_ld)
         bias = img.put(random_codes(rng, (n,), DT_FP16)) if rng.random() < 0.5 else 0
         if out_dt == DT_FP32 and rng.random() < 0.5:
-            flags |= ids.FLAG_ACCUMULATE
+            flags |= abi.FLAG_ACCUMULATE
             c = img.put(random_codes(rng, (m, n), DT_FP32), ld=c_ld)
         else:
             c = img.alloc(c_ld * (m - 1) + n * DTYPE_BYTES[out_dt])
         return spec.make_args(a=a, lda=a_ld, b=b, ldb=b_ld, c=c, ldc=c_ld, M=m, K=k, N=n,
                               in_dtype=in_dt, out_dtype=out_dt, flags=flags,
                               scale_exp=int(rng.integers(-3, 4)), bias=bias)
-    if kid == ids.REDUCE:
+    if kid == abi.REDUCE:
         k = int(rng.integers(1, 5))
         ld = _pad(rng, n * 4)
         parts = img.put(random_codes(rng, (k * m, n), DT_FP32), ld=ld)
@@ -132,45 +132,45 @@ def random_vertex(kid: int, rng: np.random.Generator, img: TileImage, max_dim: i
         bias = img.put(random_codes(rng, (n,), DT_FP16)) if rng.random() < 0.5 else 0
         return spec.make_args(parts=parts, ld_parts=ld, part_stride=m * ld, k=k, out=o, ldo=ldo,
                               M=m, N=n, out_dtype=o_dt, bias=bias)
-    if kid == ids.ADD:
+    if kid == abi.ADD:
         dts = [int(d) for d in rng.integers(1, 3, size=3)]
         a, lda = block(m, n, dts[0])
         b, ldb = block(m, n, dts[1])
         c, ldc = out(m, n, dts[2])
         return spec.make_args(a=a, lda=lda, b=b, ldb=ldb, c=c, ldc=ldc, M=m, N=n,
                               dtype_a=dts[0], dtype_b=dts[1], dtype_c=dts[2])
-    if kid == ids.BIAS_ADD:
+    if kid == abi.BIAS_ADD:
         x, ldx = block(m, n, DT_FP16)
         bias = img.put(random_codes(rng, (n,), DT_FP16))
         y, ldy = out(m, n, DT_FP32)
         return spec.make_args(x=x, ldx=ldx, bias=bias, y=y, ldy=ldy, M=m, N=n,
                               dtype_x=DT_FP16, dtype_y=DT_FP32)
-    if kid == ids.LAYERNORM:
+    if kid == abi.LAYERNORM:
         x, ldx = block(m, n, DT_FP16, std=3.0)
         gamma = img.put(random_codes(rng, (n,), DT_FP16))
         beta = img.put(random_codes(rng, (n,), DT_FP16))
         y, ldy = out(m, n, DT_FP16)
         return spec.make_args(x=x, ldx=ldx, gamma=gamma, beta=beta, y=y, ldy=ldy, M=m, N=n,
                               eps=1e-6)
-    if kid in (ids.GELU, ids.SOFTMAX):
+    if kid in (abi.GELU, abi.SOFTMAX):
         x, ldx = block(m, n, DT_FP16, std=2.0)
         y, ldy = out(m, n, DT_FP16)
-        if kid == ids.GELU:
+        if kid == abi.GELU:
             return spec.make_args(x=x, ldx=ldx, y=y, ldy=ldy, M=m, N=n)
         return spec.make_args(x=x, ldx=ldx, y=y, ldy=ldy, M=m, N=n, scale=0.35,
                               dtype_x=DT_FP16, dtype_y=DT_FP16)
-    if kid == ids.CAST:
+    if kid == abi.CAST:
         dx, dy = (int(d) for d in rng.permutation(3)[:2])
         x, ldx = block(m, n, dx, std=4.0)
         y, ldy = out(m, n, dy)
         return spec.make_args(x=x, ldx=ldx, y=y, ldy=ldy, M=m, N=n, dtype_x=dx, dtype_y=dy,
                               shift=int(rng.integers(-2, 3)))
-    if kid == ids.COPY:
+    if kid == abi.COPY:
         nb = dim() * 3
         src, lds = block(m, nb, DT_FP8)
         dst, ldd = out(m, nb, DT_FP8)
         return spec.make_args(src=src, lds=lds, dst=dst, ldd=ldd, rows=m, row_bytes=nb)
-    if kid == ids.TRANSPOSE:
+    if kid == abi.TRANSPOSE:
         eb = int(rng.choice([1, 2, 4]))
         dt = {1: DT_FP8, 2: DT_FP16, 4: DT_FP32}[eb]
         src, lds = block(m, n, dt)

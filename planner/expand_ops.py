@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kernels import ids
+from kernels import abi
 from planner.expand_redist import Loc, loc_bufs, ref
 from planner.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
 from planner.program import NARGS, Phase, Ref, Vertex, Xfers
@@ -28,20 +28,27 @@ if TYPE_CHECKING:
     from planner.expand import Expander
     from planner.lower import Step, Value
 
-DT = {"fp8": 0, "fp16": 1, "fp32": 2}
+DT = {name: code for code, name in enumerate(abi.DTYPE_NAMES)}
 
 Operands = tuple[tuple[int, Loc], ...]  # (vertex arg index, loc), in any order
 
+
+# argument slots (kernels.abi)
+MM, BMM, RED = abi.ARGS.MATMUL, abi.ARGS.BATCH_MATMUL, abi.ARGS.REDUCE
+LN, GE, SM, AD, CA = (abi.ARGS.LAYERNORM, abi.ARGS.GELU, abi.ARGS.SOFTMAX, abi.ARGS.ADD,
+                      abi.ARGS.CAST)
 
 def f32_bits(x: float) -> int:
     return int(struct.unpack("<I", struct.pack("<f", float(x)))[0])
 
 
-def scalars(pairs: dict[int, int]) -> tuple[int, ...]:
-    """The NARGS vertex args with `pairs` (arg index → value) set, the others 0."""
+def scalars(kernel: str, **named: int) -> tuple[int, ...]:
+    """The NARGS vertex args of `kernel` with the `named` arguments set (the
+    slot names of kernels.abi.KERNEL_ARGS), the others 0."""
+    names = abi.KERNEL_ARGS[kernel]
     a = [0] * NARGS
-    for k, v in pairs.items():
-        a[k] = int(v)
+    for k, v in named.items():
+        a[names.index(k)] = int(v)
     return tuple(a)
 
 
@@ -69,49 +76,54 @@ def make_vertex(tile: int, kid: int, args: tuple[int, ...], reads: Operands,
 @lru_cache(maxsize=4096)
 def matmul_args(lda: int, ldb: int, ldc: int, m: int, k: int, n: int, dt_in: int,
                 dt_out: int, shift: int) -> tuple[int, ...]:
-    return scalars({1: lda, 3: ldb, 5: ldc, 6: m, 7: k, 8: n, 9: dt_in, 10: dt_out, 11: 0,
-                    12: shift})
+    return scalars("MATMUL", lda=lda, ldb=ldb, ldc=ldc, M=m, K=k, N=n, in_dtype=dt_in,
+                   out_dtype=dt_out, scale_exp=shift)
 
 
 @lru_cache(maxsize=4096)
 def reduce_args(ld_parts: int, part_stride: int, k: int, ldo: int, m: int, n: int,
                 dt_out: int) -> tuple[int, ...]:
-    return scalars({1: ld_parts, 2: part_stride, 3: k, 5: ldo, 6: m, 7: n, 8: dt_out})
+    return scalars("REDUCE", ld_parts=ld_parts, part_stride=part_stride, k=k, ldo=ldo, M=m, N=n,
+                   out_dtype=dt_out)
 
 
 @lru_cache(maxsize=4096)
 def bmm_args(lda: int, ldb: int, ldc: int, m: int, k: int, n: int, dt_in: int, dt_out: int,
              trans_b: bool, batch: int, sa: int, sb: int, sc: int) -> tuple[int, ...]:
-    return scalars({1: lda, 3: ldb, 5: ldc, 6: m, 7: k, 8: n, 9: dt_in, 10: dt_out,
-                    11: 1 if trans_b else 0, 12: batch, 13: sa, 14: sb, 15: sc})
+    return scalars("BATCH_MATMUL", lda=lda, ldb=ldb, ldc=ldc, M=m, K=k, N=n, in_dtype=dt_in,
+                   out_dtype=dt_out, flags=abi.FLAG_TRANS_B if trans_b else 0, batch=batch,
+                   batch_stride_a=sa, batch_stride_b=sb, batch_stride_c=sc)
 
 
 @lru_cache(maxsize=4096)
 def layernorm_args(ldx: int, ldy: int, rows: int, cols: int, eps_bits: int) -> tuple[int, ...]:
-    return scalars({1: ldx, 5: ldy, 6: rows, 7: cols, 8: eps_bits})
+    return scalars("LAYERNORM", ldx=ldx, ldy=ldy, M=rows, N=cols, eps=eps_bits)
 
 
 @lru_cache(maxsize=4096)
 def gelu_args(ldx: int, ldy: int, rows: int, cols: int) -> tuple[int, ...]:
-    return scalars({1: ldx, 3: ldy, 4: rows, 5: cols})
+    return scalars("GELU", ldx=ldx, ldy=ldy, M=rows, N=cols)
 
 
 @lru_cache(maxsize=4096)
 def softmax_args(ldx: int, ldy: int, rows: int, cols: int, scale_bits: int, dt_x: int,
                  dt_y: int) -> tuple[int, ...]:
-    return scalars({1: ldx, 3: ldy, 4: rows, 5: cols, 6: scale_bits, 7: dt_x, 8: dt_y})
+    return scalars("SOFTMAX", ldx=ldx, ldy=ldy, M=rows, N=cols, scale=scale_bits, dtype_x=dt_x,
+                   dtype_y=dt_y)
 
 
 @lru_cache(maxsize=4096)
 def cast_args(ldx: int, ldy: int, rows: int, cols: int, dt_x: int, dt_y: int,
               shift: int) -> tuple[int, ...]:
-    return scalars({1: ldx, 3: ldy, 4: rows, 5: cols, 6: dt_x, 7: dt_y, 8: shift})
+    return scalars("CAST", ldx=ldx, ldy=ldy, M=rows, N=cols, dtype_x=dt_x, dtype_y=dt_y,
+                   shift=shift)
 
 
 @lru_cache(maxsize=4096)
 def add_args(lda: int, ldb: int, ldc: int, rows: int, cols: int, dt_a: int, dt_b: int,
              dt_c: int) -> tuple[int, ...]:
-    return scalars({1: lda, 3: ldb, 5: ldc, 6: rows, 7: cols, 8: dt_a, 9: dt_b, 10: dt_c})
+    return scalars("ADD", lda=lda, ldb=ldb, ldc=ldc, M=rows, N=cols, dtype_a=dt_a,
+                   dtype_b=dt_b, dtype_c=dt_c)
 
 
 def expand_matmul(ctx: Expander, step: Step) -> None:
@@ -139,11 +151,11 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
                 n = cuts[j + 1] - cuts[j]
                 args = matmul_args((k1 - k0) * e, n * e, n * eo, m1 - m0, k1 - k0, n, dt_in,
                                    dt_out, shift)
-                reads: Operands = ((0, pa[i][j]), (2, pb[j][i]))
+                reads: Operands = ((MM.a, pa[i][j]), (MM.b, pb[j][i]))
                 if pbias is not None:
-                    reads += ((13, pbias[j][i]),)
-                phase.vertices.append(make_vertex(a.owners[i][j], ids.MATMUL, args, reads,
-                                                  ((4, po[i * gn + j][0]),)))
+                    reads += ((MM.bias, pbias[j][i]),)
+                phase.vertices.append(make_vertex(a.owners[i][j], abi.MATMUL, args, reads,
+                                                  ((MM.c, po[i * gn + j][0]),)))
         ctx.emit(phase)
         return
     # K-split: fp32 partials, exchanged to the row-slice owners, REDUCE (+ bias);
@@ -162,9 +174,10 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
                 buf = new_buf(tile, m * n * 4, "scratch", f"{label}:part{i}.{j}.{l}")
                 parts.append(buf)
                 args = matmul_args(k * e, n * e, n * 4, m, k, n, dt_in, DT["fp32"], shift)
-                mm.vertices.append(make_vertex(tile, ids.MATMUL, args,
-                                               ((0, pa[i * gk + l][j]), (2, pb[l * gn + j][i])),
-                                               ((4, (buf, 0, 0, ())),)))
+                mm.vertices.append(make_vertex(
+                    tile, abi.MATMUL, args,
+                    ((MM.a, pa[i * gk + l][j]), (MM.b, pb[l * gn + j][i])),
+                    ((MM.c, (buf, 0, 0, ())),)))
     ctx.emit(mm)
     sums: list[tuple[int, int, int, int]] = []
     red = Phase("compute", f"{label} reduce")
@@ -177,12 +190,12 @@ def expand_matmul(ctx: Expander, step: Step) -> None:
                 tile = o.owners[ri * gn + j][0]
                 land = new_buf(tile, gk * block, "exchange-landing", f"{label}:land{ri}.{j}")
                 sums.append(((i * gn + j) * gk, (r0 - m0) * w * 4, land, block))
-                landed: Operands = ((0, (land, 0, 0, ())),)
+                landed: Operands = ((RED.parts, (land, 0, 0, ())),)
                 if pbias is not None:
-                    landed += ((9, pbias[j][ri]),)
+                    landed += ((RED.bias, pbias[j][ri]),)
                 args = reduce_args(w * 4, block, gk, w * eo, r1 - r0, w, dt_out)
-                red.vertices.append(make_vertex(tile, ids.REDUCE, args, landed,
-                                                ((4, po[ri * gn + j][0]),)))
+                red.vertices.append(make_vertex(tile, abi.REDUCE, args, landed,
+                                                ((RED.out, po[ri * gn + j][0]),)))
     ctx.emit(Phase("exchange", f"{label} partial sums", transfers=partial_sums(parts, sums, gk)))
     ctx.emit(red)
 
@@ -223,8 +236,9 @@ def expand_bmm(ctx: Expander, step: Step) -> None:
         rows = (r1 - r0) // batch
         args = bmm_args(k * e, bc * e, n * eo, rows, k, n, DT[av.dtype], DT[ov.dtype],
                         op.transpose_b, batch, rows * k * e, kb * bc * e, rows * n * eo)
-        phase.vertices.append(make_vertex(a.owners[c][0], ids.BATCH_MATMUL, args,
-                                          ((0, pa[c][0]), (2, pb[gi][s])), ((4, po[c][0]),)))
+        phase.vertices.append(make_vertex(a.owners[c][0], abi.BATCH_MATMUL, args,
+                                          ((BMM.a, pa[c][0]), (BMM.b, pb[gi][s])),
+                                          ((BMM.c, po[c][0]),)))
     ctx.emit(phase)
 
 
@@ -247,9 +261,9 @@ def expand_bmm_split(ctx: Expander, step: Step, av: Value, bv: Value, ov: Value)
         args = bmm_args(k * e, (k if op.transpose_b else w) * e, w * eo, r1 - r0, k, w,
                         DT[av.dtype], DT[ov.dtype], op.transpose_b, 1, (r1 - r0) * k * e,
                         k * w * e, (r1 - r0) * w * eo)
-        phase.vertices.append(make_vertex(o.owners[ri * gc + ci][0], ids.BATCH_MATMUL, args,
-                                          ((0, pa[ri][ci]), (2, pb[bi * gc + ci][s])),
-                                          ((4, po[ri * gc + ci][0]),)))
+        phase.vertices.append(make_vertex(o.owners[ri * gc + ci][0], abi.BATCH_MATMUL, args,
+                                          ((BMM.a, pa[ri][ci]), (BMM.b, pb[bi * gc + ci][s])),
+                                          ((BMM.c, po[ri * gc + ci][0]),)))
     ctx.emit(phase)
 
 
@@ -276,25 +290,26 @@ def expand_rows(ctx: Expander, step: Step) -> None:
         x, y = px[c][0], po[c][0]
         if isinstance(op, LayerNorm):
             pg, pb = ctx.locs(ins[1].name), ctx.locs(ins[2].name)
-            v = make_vertex(tile, ids.LAYERNORM,
+            v = make_vertex(tile, abi.LAYERNORM,
                             layernorm_args(ldx, ldy, rows, cols, f32_bits(op.eps)),
-                            ((0, x), (2, pg[0][c]), (3, pb[0][c])), ((4, y),))
+                            ((LN.x, x), (LN.gamma, pg[0][c]), (LN.beta, pb[0][c])),
+                            ((LN.y, y),))
         elif isinstance(op, Gelu):
-            v = make_vertex(tile, ids.GELU, gelu_args(ldx, ldy, rows, cols), ((0, x),),
-                            ((2, y),))
+            v = make_vertex(tile, abi.GELU, gelu_args(ldx, ldy, rows, cols), ((GE.x, x),),
+                            ((GE.y, y),))
         elif isinstance(op, Softmax):
-            v = make_vertex(tile, ids.SOFTMAX,
+            v = make_vertex(tile, abi.SOFTMAX,
                             softmax_args(ldx, ldy, rows, cols, f32_bits(op.scale), dt_x, dt_y),
-                            ((0, x),), ((2, y),))
+                            ((SM.x, x),), ((SM.y, y),))
         elif isinstance(op, Cast):
             v = cast_vertex(tile, xv, ov, x, y, rows, cols)
         else:  # Add
             bv = ins[1]
             pbv = ctx.locs(bv.name)
-            v = make_vertex(tile, ids.ADD,
+            v = make_vertex(tile, abi.ADD,
                             add_args(ldx, cols * bv.elem, ldy, rows, cols, dt_x, DT[bv.dtype],
                                      dt_y),
-                            ((0, x), (2, pbv[c][0])), ((4, y),))
+                            ((AD.a, x), (AD.b, pbv[c][0])), ((AD.c, y),))
         phase.vertices.append(v)
     ctx.emit(phase)
 
@@ -302,7 +317,7 @@ def expand_rows(ctx: Expander, step: Step) -> None:
 def cast_vertex(tile: int, xv: Value, yv: Value, x: Loc, y: Loc, rows: int, cols: int) -> Vertex:
     args = cast_args(cols * xv.elem, cols * yv.elem, rows, cols, DT[xv.dtype], DT[yv.dtype],
                      xv.scale_exp - yv.scale_exp)
-    return make_vertex(tile, ids.CAST, args, ((0, x),), ((2, y),))
+    return make_vertex(tile, abi.CAST, args, ((CA.x, x),), ((CA.y, y),))
 
 
 def expand_cast_step(ctx: Expander, step: Step) -> None:

@@ -40,7 +40,7 @@ from itertools import chain
 
 import numpy as np
 
-from kernels import ids
+from kernels import abi
 from kernels.jit import kjit
 from planner.layout import Layout
 from planner.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
@@ -418,17 +418,20 @@ def _copies(lay: Layout, locs: list[list[Loc]], panels: _Panels, bufs: list[int]
     cols = (runs[:, 0], runs[:, 1], ld, (runs[:, 3] - runs[:, 2]) * elem, runs[:, 5] - runs[:, 4],
             at, panels.run_owner, runs[:, 6])
     out = []
-    pad = (0,) * (NARGS - 6)
-    cell_arg = 0 if into_panel else 2
+    cp = abi.ARGS.COPY
+    assert cp[:6] == tuple(range(6)) and len(cp) == 6, "COPY args: src lds dst ldd rows bytes"
+    pad = (0,) * (NARGS - len(cp))
+    cell_arg = cp.src if into_panel else cp.dst
     for c, r, ld_, pw, n, at_, o, off in zip(*(x.tolist() for x in cols), strict=True):
         cell, panel = locs[c][r], bufs[o]
         cref = ref(cell_arg, cell, at_)
+        # (src, lds, dst, ldd, rows, row_bytes): address slots 0, filled by link
         if into_panel:
-            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, ld_, 0, pw, n, pw) + pad,
-                              (cref, Ref(2, panel, off)), loc_bufs(cell), (panel,)))
+            out.append(Vertex(lay.owners[c][r], abi.COPY, (0, ld_, 0, pw, n, pw) + pad,
+                              (cref, Ref(cp.dst, panel, off)), loc_bufs(cell), (panel,)))
         else:
-            out.append(Vertex(lay.owners[c][r], ids.COPY, (0, pw, 0, ld_, n, pw) + pad,
-                              (Ref(0, panel, off), cref), (panel,), loc_bufs(cell)))
+            out.append(Vertex(lay.owners[c][r], abi.COPY, (0, pw, 0, ld_, n, pw) + pad,
+                              (Ref(cp.src, panel, off), cref), (panel,), loc_bufs(cell)))
     return out
 
 

@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Union
 
+from kernels.abi import DTYPE_SIZE
 from kernels.exceptions import GraphError
 
 DTYPES = ("fp8", "fp16", "fp32")
 KINDS = ("activation", "parameter", "input", "output")
-DTYPE_BYTES = {"fp8": 1, "fp16": 2, "fp32": 4}
+DTYPE_BYTES = DTYPE_SIZE  # dtype name -> bytes (kernels.abi)
 
 
 @dataclass(frozen=True)

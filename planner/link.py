@@ -46,15 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.exceptions import BuildFailure
-from kernels.registry import KERNELS
-from planner.allocate import Allocation, Overheads
-from planner.columns import BufColumns, buf_columns
-from planner.program import Program, Ref
-from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
-from simulator.device import Device
-from simulator.footprint import code_bytes, follows_previous, xtable_bytes
-from simulator.package import (
+from kernels.abi import (
     BUF_CODE,
     BUF_SUPPORT,
     BUF_XTABLE,
@@ -68,9 +60,16 @@ from simulator.package import (
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
     TABLE_ENTRY_BYTES,
-    IoTensor,
-    Package,
 )
+from kernels.exceptions import BuildFailure
+from kernels.registry import KERNELS
+from planner.allocate import Allocation, Overheads
+from planner.columns import BufColumns, buf_columns
+from planner.program import Program, Ref
+from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
+from simulator.device import Device
+from simulator.footprint import code_bytes, follows_previous, xtable_bytes
+from simulator.package import IoTensor, Package
 
 _STEP_CODES = {
     COMPUTE: STEP_COMPUTE,

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# buffer kinds a builder may create; code / exchange-table / support buffers are
-# created by the linker, never by expand.
-TENSOR_KINDS = ("parameter", "activation", "scratch", "exchange-landing")
+from kernels.abi import N_ARGS, TENSOR_KIND_NAMES
 
-NARGS = 16
+# buffer kinds a builder may create (kernels.abi); code / exchange-table /
+# support buffers are created by the linker, never by expand.
+TENSOR_KINDS = TENSOR_KIND_NAMES
+NARGS = N_ARGS
 
 
 @dataclass(frozen=True, slots=True)

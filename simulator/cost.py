@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels import dispatch, ids
+from kernels import abi, dispatch
 from kernels.registry import by_name
 from simulator.device import Device
 
-DTYPE_CODES = {"fp8": 0, "fp16": 1, "fp32": 2}
-DTYPE_BYTES = {0: 1, 1: 2, 2: 4}
+DTYPE_CODES = {name: code for code, name in enumerate(abi.DTYPE_NAMES)}
+DTYPE_BYTES = dict(enumerate(abi.DTYPE_BYTES))
 PSEUDO = ("bias", "broadcast", "transpose_b", "accumulate")
 _DEFAULT_DTYPES = {
     "MATMUL": {"in_dtype": 0, "out_dtype": 1},
@@ -63,7 +63,7 @@ def _operands(kernel: str, v: dict[str, int], pseudo: dict[str, int]) -> list[tu
     m, n = max(v.get("M", 1), 1), max(v.get("N", 1), 1)
     if kernel in ("MATMUL", "BATCH_MATMUL"):
         k, ib, ob = max(v.get("K", 1), 1), eb("in_dtype"), eb("out_dtype")
-        trans = v.get("flags", 0) & ids.FLAG_TRANS_B
+        trans = v.get("flags", 0) & abi.FLAG_TRANS_B
         v.setdefault("lda", k * ib)
         v.setdefault("ldb", (k if trans else n) * ib)
         v.setdefault("ldc", n * ob)
@@ -140,12 +140,12 @@ def call_args(device: Device, kernel: str, **named: Any) -> np.ndarray:
     if kernel == "MATMUL":
         flags = v.get("flags", 0)
         if pseudo.get("transpose_b"):
-            flags |= ids.FLAG_TRANS_B
+            flags |= abi.FLAG_TRANS_B
         if pseudo.get("accumulate"):
-            flags |= ids.FLAG_ACCUMULATE
+            flags |= abi.FLAG_ACCUMULATE
         v["flags"] = flags
     if kernel == "BATCH_MATMUL" and pseudo.get("transpose_b"):
-        v["flags"] = v.get("flags", 0) | ids.FLAG_TRANS_B
+        v["flags"] = v.get("flags", 0) | abi.FLAG_TRANS_B
     # every operand starts on its own element, after the previous one
     slot = 0
     for addr, nbytes in _operands(kernel, v, pseudo):

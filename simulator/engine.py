@@ -34,6 +34,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernels.abi import (
+    N_ARGS,
+    PATCH_ARITH,
+    PATCH_XFER_SRC,
+    STEP_COMPUTE,
+    STEP_EXCHANGE,
+    STEP_REPEAT_BEGIN,
+    STEP_REPEAT_END,
+)
 from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
 from simulator.access import R_LEN, find_race, region_granule, region_span, tile_order
 from simulator.jit import sjit
@@ -171,7 +180,7 @@ def _fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  #
 @sjit
 def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
     i = ctr[p_loop[p]]
-    if p_mode[p] == 0:
+    if p_mode[p] == PATCH_ARITH:
         return p_base[p] + i * p_stride[p]
     return table_values[p_table[p] + i]
 
@@ -262,8 +271,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
     max_items = 1
     for s in range(n_steps):
         max_items = max(max_items, step_vtx[s + 1] - step_vtx[s], step_xfer[s + 1] - step_xfer[s])
-    args = np.zeros((max_items if numerics else 1, 16), dtype=np.int64)
-    one = np.zeros(16, dtype=np.int64)
+    args = np.zeros((max_items if numerics else 1, N_ARGS), dtype=np.int64)
+    one = np.zeros(N_ARGS, dtype=np.int64)
     n_reg_max = max_items * 8 if numerics else 1
     regs = np.zeros((n_reg_max, R_LEN), dtype=np.int64)
     r_tile = np.zeros(n_reg_max, dtype=np.int64)
@@ -284,13 +293,13 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
         kind = step_kind[s]
         loop = stack[depth - 1] if depth > 0 else -1
         it = ctr[loop] if depth > 0 else 0
-        if kind == 2:
+        if kind == STEP_REPEAT_BEGIN:
             ctr[s] = 0
             stack[depth] = s
             depth += 1
             s += 1
             continue
-        if kind == 3:
+        if kind == STEP_REPEAT_END:
             b = step_match[s]
             cycles_per_step[s] += devv[DV_LOOP]
             total += devv[DV_LOOP]
@@ -305,7 +314,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                 s += 1
             continue
         n_touched = 0
-        if kind == 0:
+        if kind == STEP_COMPUTE:
             i0, i1 = step_vtx[s], step_vtx[s + 1]
             nreg = 0
             for v in range(i0, i1):
@@ -314,7 +323,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                 row = args[v - i0] if numerics else one
                 if numerics or patched or vcyc[v] < 0:
                     # a writable scratch row: one compiled signature per kernel entry
-                    for j in range(16):
+                    for j in range(N_ARGS):
                         row[j] = v_args[v, j]
                     for q in range(vp_ptr[v], vp_ptr[v + 1]):
                         p = vp_list[q]
@@ -393,7 +402,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     for r in range(nr):
                         if vr[r, 6] != 0:
                             _mark_written(written, trow, vr[r, 0] - tb, vr[r])
-        elif kind == 1:
+        elif kind == STEP_EXCHANGE:
             i0, i1 = step_xfer[s], step_xfer[s + 1]
             n = i1 - i0
             for x in range(i0, i1):
@@ -402,7 +411,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     p = xp_list[q]
                     val = _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table,
                                  table_values)
-                    if p_target[p] == 1:
+                    if p_target[p] == PATCH_XFER_SRC:
                         src = val
                     else:
                         dst = val

@@ -72,6 +72,16 @@ from typing import Any
 import numpy as np
 import simpy
 
+from kernels.abi import (
+    PATCH_ARITH,
+    PATCH_VERTEX_ARG,
+    PATCH_XFER_SRC,
+    STEP_COMPUTE,
+    STEP_EXCHANGE,
+    STEP_REPEAT_BEGIN,
+    STEP_REPEAT_END,
+    TENSOR_KINDS,
+)
 from kernels.dispatch import vertex_cycles, vertex_execute, vertex_regions
 from simulator.engine import (
     F_KERNEL,
@@ -86,14 +96,7 @@ from simulator.engine import (
     EngineOutput,
     MemoryImage,
 )
-from simulator.package import (
-    STEP_COMPUTE,
-    STEP_EXCHANGE,
-    STEP_REPEAT_BEGIN,
-    STEP_REPEAT_END,
-    TENSOR_KINDS,
-    Package,
-)
+from simulator.package import Package
 
 MAX_REGIONS = 8
 Proc = Generator[simpy.Event, Any, None]
@@ -240,8 +243,8 @@ class _Machine:
         for p in range(pkg.n_patches):
             i = int(a["p_index"][p])
             target = int(a["p_target"][p])
-            tile = int(a["v_tile"][i] if target == 0 else
-                       a["x_src_tile"][i] if target == 1 else a["x_dst_tile"][i])
+            tile = int(a["v_tile"][i] if target == PATCH_VERTEX_ARG else
+                       a["x_src_tile"][i] if target == PATCH_XFER_SRC else a["x_dst_tile"][i])
             key = (int(a["p_loop"][p]), tile)
             per[key] = per.get(key, 0) + 1
         out: dict[int, int] = {}
@@ -255,7 +258,7 @@ class _Machine:
         out = {}
         for p in self.patches.get((target, index), ()):
             i = counter[int(a["p_loop"][p])]
-            if int(a["p_mode"][p]) == 0:
+            if int(a["p_mode"][p]) == PATCH_ARITH:
                 out[int(a["p_arg"][p])] = int(a["p_base"][p]) + i * int(a["p_stride"][p])
             else:
                 out[int(a["p_arg"][p])] = int(a["table_values"][int(a["p_table"][p]) + i])

@@ -53,17 +53,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kernels.exceptions import HardwareResultInvalid
-from kernels.registry import KERNELS
-from simulator.files import atomic_dir, read_npz
-from simulator.package import (
+from kernels.abi import (
     STEP_COMPUTE,
     STEP_EXCHANGE,
     STEP_KIND_NAMES,
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
-    Package,
 )
+from kernels.exceptions import HardwareResultInvalid
+from kernels.registry import KERNELS
+from simulator.files import atomic_dir, read_npz
+from simulator.package import Package
 from simulator.run import SimResult
 
 VERSION = 1

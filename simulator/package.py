@@ -30,6 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from kernels.abi import (
+    BUFFER_KIND_NAMES,
+    DTYPE_NAMES,
+    IO_DIMS,
+    IO_ROLES,
+    N_ARGS,
+    STEP_REPEAT_BEGIN,
+)
 from kernels.exceptions import PackageInvalid
 from simulator.device import Device
 from simulator.files import atomic_dir, read_npz
@@ -38,41 +46,7 @@ VERSION = 1
 MANIFEST_FILE = "package.json"
 ARRAYS_FILE = "arrays.npz"
 
-STEP_COMPUTE = 0
-STEP_EXCHANGE = 1
-STEP_REPEAT_BEGIN = 2
-STEP_REPEAT_END = 3
-STEP_KIND_NAMES = ("COMPUTE", "EXCHANGE", "REPEAT_BEGIN", "REPEAT_END")
-
-BUF_PARAMETER = 0
-BUF_ACTIVATION = 1
-BUF_SCRATCH = 2
-BUF_LANDING = 3
-BUF_CODE = 4
-BUF_XTABLE = 5
-BUF_SUPPORT = 6
-BUFFER_KIND_NAMES = (
-    "parameter",
-    "activation",
-    "scratch",
-    "exchange-landing",
-    "code",
-    "exchange-table",
-    "support",
-)
-TENSOR_KINDS = (BUF_PARAMETER, BUF_ACTIVATION, BUF_SCRATCH, BUF_LANDING)
-
-PATCH_VERTEX_ARG = 0
-PATCH_XFER_SRC = 1
-PATCH_XFER_DST = 2
-PATCH_ARITH = 0
-PATCH_TABLE = 1
-TABLE_ENTRY_BYTES = 8  # a patch table entry is one little-endian int64 in tile memory
-
-N_ARGS = 16
-IO_DIMS = 3
-IO_ROLES = ("input", "parameter", "output")
-IO_DTYPES = ("fp8", "fp16", "fp32")
+IO_DTYPES = DTYPE_NAMES
 
 # array name -> (length symbol, trailing shape).  Symbols: S steps, V vertices,
 # X transfers, B buffers, P patches, T table entries, I io blocks, tiles;

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from kernels.exceptions import SimulationFault
 from simulator import events
@@ -40,14 +41,7 @@ from simulator.engine import (
     execute,
 )
 from simulator.jit import sjit
-from simulator.package import (
-    IO_DIMS,
-    STEP_COMPUTE,
-    STEP_KIND_NAMES,
-    TENSOR_KINDS,
-    IoTensor,
-    Package,
-)
+from simulator.package import IoTensor, Package
 from simulator.verify import check_structure
 
 EngineFn = Callable[[Package, MemoryImage | None], EngineOutput]

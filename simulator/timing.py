@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.abi import PATCH_VERTEX_ARG, PATCH_XFER_SRC
 from simulator.device import Device
-from simulator.package import PATCH_VERTEX_ARG, PATCH_XFER_SRC, Package
+from simulator.package import Package
 
 # engine scalar array layout (`device_scalars`)
 DV_BASE, DV_SIZE, DV_IN_BW, DV_OUT_BW, DV_SYNC, DV_LOOP, DV_SEND, DV_SEND_MAX, DV_RECV, \

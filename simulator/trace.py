@@ -40,16 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from kernels.abi import N_ARGS, PATCH_ARITH, STEP_COMPUTE, STEP_REPEAT_BEGIN, STEP_REPEAT_END
 from kernels.dispatch import vertex_cost
 from simulator.files import write_file_atomic
 from simulator.hardware import step_label
 from simulator.jit import sjit
-from simulator.package import (
-    STEP_COMPUTE,
-    STEP_REPEAT_BEGIN,
-    STEP_REPEAT_END,
-    Package,
-)
+from simulator.package import Package
 from simulator.run import SimResult
 from simulator.timing import loop_patch_words
 from simulator.verify import patch_index
@@ -77,15 +73,15 @@ def _compute_step(i0, i1, v_tile, v_kernel, v_args, vp_ptr, vp_list, ctr, p_arg,
                   sel_out):  # type: ignore[no-untyped-def]
     """Cycles of one COMPUTE execution at loop counters `ctr` (max over tiles of
     summed vertex cycles, as the engine); `sel_out[j]` = cycles of tile sel[j]."""
-    row = np.zeros(16, dtype=np.int64)
+    row = np.zeros(N_ARGS, dtype=np.int64)
     vr = np.zeros((8, 7), dtype=np.int64)
     for v in range(i0, i1):
-        for j in range(16):
+        for j in range(N_ARGS):
             row[j] = v_args[v, j]
         for q in range(vp_ptr[v], vp_ptr[v + 1]):
             p = vp_list[q]
             i = ctr[p_loop[p]]
-            if p_mode[p] == 0:
+            if p_mode[p] == PATCH_ARITH:
                 row[p_arg[p]] = p_base[p] + i * p_stride[p]
             else:
                 row[p_arg[p]] = table_values[p_table[p] + i]

@@ -36,14 +36,7 @@ import threading
 
 import numpy as np
 
-from kernels.dtypes import DTYPE_BYTES, dtype_code
-from kernels.exceptions import PackageInvalid
-from kernels.registry import KERNELS
-from simulator.access import R_LEN, BufferIndex, find_buffers
-from simulator.device import Device
-from simulator.footprint import code_bytes, follows_previous, xtable_bytes
-from simulator.jit import sjit
-from simulator.package import (
+from kernels.abi import (
     BUF_CODE,
     BUF_SUPPORT,
     BUF_XTABLE,
@@ -59,8 +52,15 @@ from simulator.package import (
     STEP_REPEAT_END,
     TABLE_ENTRY_BYTES,
     TENSOR_KINDS,
-    Package,
 )
+from kernels.dtypes import DTYPE_BYTES, dtype_code
+from kernels.exceptions import PackageInvalid
+from kernels.registry import KERNELS
+from simulator.access import R_LEN, BufferIndex, find_buffers
+from simulator.device import Device
+from simulator.footprint import code_bytes, follows_previous, xtable_bytes
+from simulator.jit import sjit
+from simulator.package import Package
 from simulator.verify_scan import (
     E_ALIGN_V,
     E_ALIGN_X,
@@ -156,7 +156,8 @@ def _check_patch_structure(pkg: Package) -> None:
     is_v = tgt == PATCH_VERTEX_ARG
     limit = np.where(is_v, pkg.n_vertices, pkg.n_transfers)
     _fail_at("p_index: no such vertex/transfer, patch", (idx < 0) | (idx >= limit), idx)
-    _fail_at("p_arg: vertex arg outside [0, 16), patch", is_v & ((arg < 0) | (arg >= N_ARGS)), arg)
+    _fail_at(f"p_arg: vertex arg outside [0, {N_ARGS}), patch",
+             is_v & ((arg < 0) | (arg >= N_ARGS)), arg)
     _fail_at("p_arg: must be 0 for a transfer patch, patch", ~is_v & (arg != 0), arg)
     steps = np.full(pkg.n_patches, -1, dtype=np.int64)
     steps[is_v] = item_steps(a["step_vtx"], idx[is_v])

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.abi import N_ARGS, PATCH_ARITH, PATCH_XFER_DST, PATCH_XFER_SRC
 from kernels.dispatch import vertex_regions
 from simulator.access import (
     B_ADDR,
@@ -100,7 +101,7 @@ VS_LEN = 2
 
 @sjit
 def _patched_value(p, i, pt, table_values):  # type: ignore[no-untyped-def]
-    if pt[p, PT_MODE] == 0:
+    if pt[p, PT_MODE] == PATCH_ARITH:
         return pt[p, PT_BASE] + i * pt[p, PT_STRIDE]
     return table_values[pt[p, PT_TABLE] + i]
 
@@ -260,7 +261,7 @@ def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kerne
     vertices, in a later iteration: every other tile's regions, bounds and
     races are those of iteration 0).  Returns 0 or an E_* code (err filled)."""
     vr = np.zeros((8, R_LEN), dtype=np.int64)
-    args = np.zeros(16, dtype=np.int64)
+    args = np.zeros(N_ARGS, dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     tiles, owner = vs[VS_TILE], vs[VS_OWNER]
     n = 0
@@ -268,7 +269,7 @@ def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kerne
     for it in range(i0, i1):
         if stamp >= 0 and mark[v_tile[it]] != stamp:
             continue
-        for j in range(16):
+        for j in range(N_ARGS):
             args[j] = v_args[it, j]
         while q < q1 and pt[lst[q], PT_INDEX] == it:
             p = lst[q]
@@ -345,7 +346,7 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
         n_loops = 0  # distinct loops driving the step's patches, first seen first
         dst_patched = False
         for q in range(q0, q1):
-            dst_patched = dst_patched or pt[lst[q], PT_TARGET] == 2
+            dst_patched = dst_patched or pt[lst[q], PT_TARGET] == PATCH_XFER_DST
             lp = pt[lst[q], PT_LOOP]
             seen = False
             for z in range(n_loops):
@@ -385,7 +386,7 @@ def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, 
             for q in range(q0, q1):
                 p = lst[q]
                 val = _patched_value(p, ctr[pt[p, PT_LOOP]], pt, table_values)
-                if pt[p, PT_TARGET] == 1:
+                if pt[p, PT_TARGET] == PATCH_XFER_SRC:
                     src[pt[p, PT_INDEX] - i0] = val
                 else:
                     dst[pt[p, PT_INDEX] - i0] = val

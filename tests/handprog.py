@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.ids import ADD, COPY
+from kernels.abi import ADD, COPY
 from planner.expand_redist import Loc, loc_bufs, ref
 from planner.program import NARGS, IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
 

@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.device import Device
-from simulator.package import (
+from kernels.abi import (
     BUF_CODE,
     BUF_SUPPORT,
     BUF_XTABLE,
@@ -41,9 +40,9 @@ from simulator.package import (
     STEP_REPEAT_END,
     TABLE_ENTRY_BYTES,
     TENSOR_KINDS,
-    IoTensor,
-    Package,
 )
+from simulator.device import Device
+from simulator.package import IoTensor, Package
 from simulator.verify import required_bytes
 
 Args = dict[int, int] | Sequence[int]
@@ -315,7 +314,7 @@ def ksplit_matmul(device: Device) -> tuple[Package, dict[str, np.ndarray],
     parameters.  Tile t computes its K-slice into fp32 partials (step 0); tiles 1..3
     send them to tile 0 (step 1); tile 0 reduces the 4 partials + bias (step 2).
     Returns (package, params, inputs, expected outputs)."""
-    from kernels.ids import MATMUL, REDUCE
+    from kernels.abi import MATMUL, REDUCE
 
     m, k, n, parts = M_KS, K_KS, N_KS, PARTS
     ks = k // parts
@@ -371,7 +370,7 @@ def repeat_program(device: Device, trips: int, unrolled: bool = False) -> Packag
     patch); EXCHANGE nxt -> tile 1 hist + i*64 (table patch on the source,
     arithmetic patch on the destination); after the loop COPY the last nxt -> y.
     `unrolled=True` writes the same program with the loop body repeated."""
-    from kernels.ids import ADD, COPY
+    from kernels.abi import ADD, COPY
 
     base = device.memory_base
     x_at, w_at = base, base + BLOCK_R

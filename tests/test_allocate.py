@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from handprog import NBYTES, copy_vertex, loop_program
 
+from kernels.abi import ADD, COPY
 from kernels.exceptions import BuildFailure
-from kernels.ids import ADD, COPY
 from planner.allocate import (
     MAX_ELEMENT_CANDIDATES,
     Overheads,

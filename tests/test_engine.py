@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 
-from kernels.ids import ADD, COPY
+from kernels.abi import ADD, COPY
 from kernels.registry import KERNELS
 from simulator import load_device, run, verify
 from simulator.device import Device

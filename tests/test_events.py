@@ -16,7 +16,7 @@ import pytest
 from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 
 import planner
-from kernels.ids import ADD, COPY
+from kernels.abi import ADD, COPY
 from planner.graph import Graph
 from simulator import load_device, run, verify
 from simulator.device import Device

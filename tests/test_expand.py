@@ -253,7 +253,7 @@ def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, 
 
 
 def test_k_split_partials_land_as_k_contiguous_blocks(micro_toml: Path) -> None:
-    from kernels import ids
+    from kernels import abi
 
     g = planner.load_model(micro_toml, layers=2)
     dev = simulator.load_device("tiny")
@@ -263,7 +263,7 @@ def test_k_split_partials_land_as_k_contiguous_blocks(micro_toml: Path) -> None:
     xch = phases["encoder/mm_fc2 partial sums"]
     red = phases["encoder/mm_fc2 reduce"]
     assert len(phases["encoder/mm_fc2 partials"].vertices) == 2 * 2 * 4
-    assert red.vertices and all(v.kernel == ids.REDUCE for v in red.vertices)
+    assert red.vertices and all(v.kernel == abi.REDUCE for v in red.vertices)
     for v in red.vertices:
         land = v.refs[0].buf
         k, stride = v.args[3], v.args[2]
@@ -298,6 +298,8 @@ def test_make_vertex_equals_dict_vertex(kid: int) -> None:
     gives the vertex the dict-based `handprog.dict_vertex` gives, plain and ping-pong locs."""
     from handprog import dict_vertex as vertex
 
+    from kernels.abi import KERNEL_ARGS
+    from kernels.registry import KERNELS
     from planner.expand_ops import make_vertex, scalars
 
     plain, strided = (7, 16, 0, ()), (3, 0, 64, ())
@@ -306,7 +308,10 @@ def test_make_vertex_equals_dict_vertex(kid: int) -> None:
     reads = {2: pong, 0: plain, 13: strided}
     writes = {4: (5, 8, 0, ())}
     want = vertex(11, kid, args, reads, writes)
-    got = make_vertex(11, kid, scalars(args), tuple(reads.items()), tuple(writes.items()))
+    names = KERNEL_ARGS["BATCH_MATMUL"]  # 16 named slots: any kernel's indices
+    packed = scalars("BATCH_MATMUL", **{names[i]: v for i, v in args.items()})
+    got = make_vertex(11, kid, packed, tuple(reads.items()), tuple(writes.items()))
+    assert KERNELS[kid].id == kid
     assert got == want
     assert [r.arg for r in got.refs] == [0, 2, 4, 13]
     assert got.reads == (3, 4, 7, 9) and got.writes == (5,)

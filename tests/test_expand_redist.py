@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from handprog import dict_vertex as vertex
 
-from kernels import ids
+from kernels import abi
 from planner.expand_redist import (
     PIECE_COLUMNS,
     Loc,
@@ -103,14 +103,14 @@ def ref_moves(prog: Program, label: str, src: Layout, src_locs: list, dst: Layou
         r0, _, s_c0, s_c1 = src.rect(*divmod(c, src.nc))
         ld, w = (s_c1 - s_c0) * elem, (c1 - c0) * elem
         for lo, hi, off in rs:
-            pack.append(vertex(src.owners[c][r], ids.COPY, {1: ld, 3: w, 4: hi - lo, 5: w},
+            pack.append(vertex(src.owners[c][r], abi.COPY, {1: ld, 3: w, 4: hi - lo, 5: w},
                                {0: src_locs[c][r]}, {2: (pbuf[c, r], 0, 0, ())},
                                {0: (lo - r0) * ld + (c0 - s_c0) * elem, 2: off}))
     for (c, r, c0, c1), rs in sorted(lruns.items()):
         r0, _, d_c0, d_c1 = dst.rect(*divmod(c, dst.nc))
         ld, w = (d_c1 - d_c0) * elem, (c1 - c0) * elem
         for lo, hi, off in rs:
-            unpack.append(vertex(dst.owners[c][r], ids.COPY, {1: w, 3: ld, 4: hi - lo, 5: w},
+            unpack.append(vertex(dst.owners[c][r], abi.COPY, {1: w, 3: ld, 4: hi - lo, 5: w},
                                  {0: (lbuf[c, r], 0, 0, ())}, {2: dst_locs[c][r]},
                                  {0: off, 2: (lo - r0) * ld + (c0 - d_c0) * elem}))
 
@@ -308,7 +308,7 @@ def test_copies_build_what_vertex_builds() -> None:
     seq_loc: Loc = (5, 0, 0, ((5, 0), (9, 0)))
     mv = moves(Program(), "m", dst, [[seq_loc]], src, [[(7, 4, 0, ())]], 2,
                ((0, 4, 1, 0, 0, 2),), set())
-    want = vertex(3, ids.COPY, {1: 4, 3: 8, 4: 4, 5: 4}, {0: (0, 0, 0, ())}, {2: (7, 4, 0, ())},
+    want = vertex(3, abi.COPY, {1: 4, 3: 8, 4: 4, 5: 4}, {0: (0, 0, 0, ())}, {2: (7, 4, 0, ())},
                   {0: 0, 2: 2})
     assert mv.unpack == [want]
     assert mv.transfers.seq == ((0, ((5, 0), (9, 0)), ()),)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kernels import dispatch, ids
+from kernels import abi, dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32
 from kernels.registry import KERNELS, by_name
 from simulator.cost import call_parts, kernel_cycles
@@ -120,7 +120,7 @@ def _matmul(m: int, k: int, n: int, conflict: bool = False) -> int:
     c = BASE + 12 * ELEM
     args = by_name("MATMUL").make_args(a=a, lda=k, b=b, ldb=n, c=c, ldc=2 * n, M=m, K=k, N=n,
                                        in_dtype=DT_FP8, out_dtype=DT_FP16)
-    return int(dispatch.vertex_cycles(ids.MATMUL, args, DESC))
+    return int(dispatch.vertex_cycles(abi.MATMUL, args, DESC))
 
 
 def test_conflict_penalty_scales_the_work() -> None:
@@ -133,21 +133,21 @@ def test_conflict_penalty_scales_the_work() -> None:
                        y=BASE + ELEM, ldy=128, M=8, N=64)
     near = ln.make_args(x=BASE, ldx=128, gamma=BASE + 3 * ELEM, beta=BASE + 5 * ELEM,
                         y=BASE + 2048, ldy=128, M=8, N=64)
-    assert dispatch.vertex_conflict(ids.LAYERNORM, near, DESC)
-    assert not dispatch.vertex_conflict(ids.LAYERNORM, far, DESC)
+    assert dispatch.vertex_conflict(abi.LAYERNORM, near, DESC)
+    assert not dispatch.vertex_conflict(abi.LAYERNORM, far, DESC)
     assert ln.cycles(near, DESC) > ln.cycles(far, DESC)
     # a block that merely straddles an element boundary still conflicts with its neighbour
     edge = ln.make_args(x=BASE + ELEM - 128, ldx=128, gamma=BASE + 3 * ELEM,
                         beta=BASE + 5 * ELEM, y=BASE + ELEM + 512, ldy=128, M=8, N=64)
-    assert dispatch.vertex_conflict(ids.LAYERNORM, edge, DESC)
+    assert dispatch.vertex_conflict(abi.LAYERNORM, edge, DESC)
 
 
 def test_accumulate_reads_and_writes_c_without_self_conflict() -> None:
     mm = by_name("MATMUL")
     args = mm.make_args(a=BASE, lda=64, b=BASE + 4 * ELEM, ldb=64, c=BASE + 8 * ELEM, ldc=256,
                         M=16, K=64, N=64, in_dtype=DT_FP8, out_dtype=DT_FP32,
-                        flags=ids.FLAG_ACCUMULATE)
-    assert not dispatch.vertex_conflict(ids.MATMUL, args, DESC)
+                        flags=abi.FLAG_ACCUMULATE)
+    assert not dispatch.vertex_conflict(abi.MATMUL, args, DESC)
 
 
 def _scaled(spec_name: str, args: np.ndarray, field: str, value: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import dispatch, ids
+from kernels import abi, dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, fp8_decode, fp16_decode, fp16_encode
 from kernels.registry import by_name
 from kernels.testing import TileImage, random_codes
@@ -43,12 +43,12 @@ def _run_matmul(rng: np.random.Generator, m: int, k: int, n: int, in_dt: int, ou
     bias_codes = random_codes(rng, (n,), DT_FP16)
     old = random_codes(rng, (m, n), DT_FP32)
     c_addr = img.put(old, ld=ldc) if accumulate else img.alloc(ldc * (m - 1) + n * ob)
-    flags = (ids.FLAG_TRANS_B if trans_b else 0) | (ids.FLAG_ACCUMULATE if accumulate else 0)
+    flags = (abi.FLAG_TRANS_B if trans_b else 0) | (abi.FLAG_ACCUMULATE if accumulate else 0)
     args = by_name("MATMUL").make_args(
         a=a_addr, lda=lda, b=b_addr, ldb=ldb, c=c_addr, ldc=ldc, M=m, K=k, N=n,
         in_dtype=in_dt, out_dtype=out_dt, flags=flags, scale_exp=scale_exp,
         bias=img.put(bias_codes) if bias else 0)
-    assert dispatch.vertex_execute(ids.MATMUL, img.mem, img.base, args) == 0
+    assert dispatch.vertex_execute(abi.MATMUL, img.mem, img.base, args) == 0
     bd = _decode(b, in_dt).astype(np.float64)
     want = _decode(a, in_dt).astype(np.float64) @ (bd.T if trans_b else bd) * 2.0**scale_exp
     if bias:
@@ -108,10 +108,10 @@ def test_batch_matmul_per_batch(trans_b: bool) -> None:
     c_addr = img.alloc(c_stride * batch)
     args = by_name("BATCH_MATMUL").make_args(
         a=a_addr, lda=lda, b=b_addr, ldb=ldb, c=c_addr, ldc=ldc, M=m, K=k, N=n,
-        in_dtype=DT_FP16, out_dtype=DT_FP32, flags=ids.FLAG_TRANS_B if trans_b else 0,
+        in_dtype=DT_FP16, out_dtype=DT_FP32, flags=abi.FLAG_TRANS_B if trans_b else 0,
         batch=batch, batch_stride_a=m * lda, batch_stride_b=b.shape[1] * ldb,
         batch_stride_c=c_stride)
-    assert dispatch.vertex_execute(ids.BATCH_MATMUL, img.mem, img.base, args) == 0
+    assert dispatch.vertex_execute(abi.BATCH_MATMUL, img.mem, img.base, args) == 0
     ad = fp16_decode(a).astype(np.float64)
     bd = fp16_decode(b).astype(np.float64)
     for t in range(batch):

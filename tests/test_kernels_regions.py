@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import dispatch, ids
+from kernels import abi, dispatch
 from kernels.registry import KERNELS
 from kernels.testing import TileImage, random_vertex, region_mask
 
@@ -21,7 +21,7 @@ SENTINEL = 0xA5
 
 
 def _regions(kid: int, args: np.ndarray) -> tuple[np.ndarray, int]:
-    out = np.full((ids.MAX_REGIONS, ids.REGION_COLS), -7, dtype=np.int64)
+    out = np.full((abi.MAX_REGIONS, abi.REGION_COLS), -7, dtype=np.int64)
     n = dispatch.vertex_regions(kid, args, out)
     return out, int(n)
 
@@ -33,7 +33,7 @@ def test_regions_cover_reads_and_writes(kid: int) -> None:
         img = TileImage(1 << 15, fill=SENTINEL)
         args = random_vertex(kid, rng, img)
         regions, n = _regions(kid, args)
-        assert 1 <= n <= ids.MAX_REGIONS
+        assert 1 <= n <= abi.MAX_REGIONS
         assert (regions[:n, 6] == 1).sum() >= 1
         size = img.mem.size
         writes = region_mask(regions, n, img.base, size, 1)
@@ -51,10 +51,10 @@ def test_regions_cover_reads_and_writes(kid: int) -> None:
 
 
 def test_accumulate_matmul_reports_c_as_read_and_write() -> None:
-    spec = KERNELS[ids.MATMUL]
+    spec = KERNELS[abi.MATMUL]
     args = spec.make_args(a=0x4C000, lda=16, b=0x4C100, ldb=16, c=0x4C200, ldc=64, M=3, K=16,
-                          N=16, in_dtype=0, out_dtype=2, flags=ids.FLAG_ACCUMULATE, bias=0x4C400)
-    regions, n = _regions(ids.MATMUL, args)
+                          N=16, in_dtype=0, out_dtype=2, flags=abi.FLAG_ACCUMULATE, bias=0x4C400)
+    regions, n = _regions(abi.MATMUL, args)
     rows = {tuple(int(v) for v in r) for r in regions[:n]}
     assert rows == {
         (0x4C000, 1, 0, 3, 16, 16, 0),   # A

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels import dispatch, formulas, ids
+from kernels import abi, dispatch, formulas
 from kernels.dtypes import (
     DT_FP8,
     DT_FP16,
@@ -206,4 +206,4 @@ def test_in_place_gelu_and_transpose() -> None:
     y = img.get(a, 4, 4, 8, np.uint16).copy()
     _run("TRANSPOSE", img, src=a, lds=8, dst=a, ldd=8, M=4, N=4, elem_bytes=2)
     _assert_bits(img.get(a, 4, 4, 8, np.uint16), y.T)
-    assert ids.TRANSPOSE == 11
+    assert abi.TRANSPOSE == 11

@@ -6,12 +6,7 @@ import numpy as np
 import pytest
 from handprog import NBYTES, loop_program, loop_reference
 
-from kernels.exceptions import BuildFailure
-from planner.allocate import allocate
-from planner.link import link, reserve
-from planner.schedule import schedule
-from simulator.device import load_device
-from simulator.package import (
+from kernels.abi import (
     BUF_CODE,
     BUF_SUPPORT,
     BUF_XTABLE,
@@ -19,6 +14,11 @@ from simulator.package import (
     PATCH_TABLE,
     TABLE_ENTRY_BYTES,
 )
+from kernels.exceptions import BuildFailure
+from planner.allocate import allocate
+from planner.link import link, reserve
+from planner.schedule import schedule
+from simulator.device import load_device
 from simulator.verify import verify
 
 TINY = load_device("tiny")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from handprog import copy_vertex, loop_program
 
+from kernels.abi import REDUCE
 from kernels.exceptions import BuildFailure
-from kernels.ids import REDUCE
 from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
 from planner.schedule import (
     COMPUTE,

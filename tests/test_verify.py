@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from pkgbuild import BLOCK_R, PackageBuilder, ksplit_matmul, repeat_program
 
+from kernels.abi import BUF_SUPPORT, COPY
 from kernels.exceptions import PackageInvalid
-from kernels.ids import COPY
 from simulator import load_device, run, verify
 from simulator.device import Device
 from simulator.engine import F_RACE, F_UNINIT
-from simulator.package import BUF_SUPPORT, Package
+from simulator.package import Package
 
 TRIPS = 5
 

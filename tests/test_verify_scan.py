@@ -175,7 +175,7 @@ def test_tile_order_is_a_stable_sort_by_tile_then_key() -> None:
 def test_compute_race_only_in_a_later_iteration() -> None:
     # vertex 1's destination walks down by 256 bytes per iteration: in iteration 1
     # it lands on vertex 0's destination (unpatched, same tile); tile 1 is unrelated
-    from kernels.ids import COPY
+    from kernels.abi import COPY
 
     dev = load_device("tiny")
     base = dev.memory_base
