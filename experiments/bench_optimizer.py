@@ -14,8 +14,8 @@ discarded).  Threads share one interpreter: the expand/allocate/link stages
 are Python and hold the GIL, so processes are expected to win on 2 cores.
 
 One untimed warm-up (WARMUP: its baseline only) runs first, so no row pays
-numba's one-time compilation; the optimizer's build caches are emptied after
-it (the catalogue's per-op cache stays warm for ops of the same shapes).
+numba's one-time compilation; the rows then plan through one fresh planning
+context (its caches start empty).
 
 Targets (issue 6): ≥ 15% fewer cycles than the baseline on siglip-so400m 1
 layer; vit-tiny (2 layers) 8 steps planned in ≤ 3 s.  Planning is
@@ -39,12 +39,14 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 from kernels.exceptions import BuildFailure
-from planner import cache, expand
-from planner.lower import lower
-from planner.models import load_model
-from planner.optimize import plan
-from planner.pipeline import PipelineConfig
+from kernels.runtime import configure
+from planner.ir.models import load_model
+from planner.pipeline import plan
+from planner.search.context import PlanningContext
+from planner.search.incumbent import PipelineConfig
+from planner.search.optimize import LocalOptimizer
 from simulator.device import Device, load_device
+from simulator.tables import table
 
 DEVICE = "c600"
 STEPS = 8
@@ -58,13 +60,14 @@ HEADER = ("model", "layers", "steps", "baseline cycles", "final cycles", "improv
 
 
 def bench_case(model: str, layers: int, device: Device, steps: int, jobs: int,
-               executor: Executor | None = None) -> tuple[str, ...]:
-    """One table row (HEADER); `executor` None: serial or a process pool."""
+               ctx: PlanningContext, executor: Executor | None = None) -> tuple[str, ...]:
+    """One table row (HEADER) planned through `ctx`; `executor` None: serial
+    or a process pool."""
     graph = load_model(model, layers=layers)
     t0 = time.perf_counter()
     try:
         res = plan(graph, device, PipelineConfig(optimization_steps=steps, jobs=jobs),
-                   executor=executor)
+                   LocalOptimizer(executor=executor), ctx)
     except BuildFailure as e:
         secs = time.perf_counter() - t0
         return (model, str(layers), str(steps), "-", "-", "-", f"{secs:.2f}", "-", "-", "-",
@@ -78,23 +81,10 @@ def bench_case(model: str, layers: int, device: Device, steps: int, jobs: int,
             str(res.stats.get("speculative_discarded", 0)), kinds)
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
-    cells = [HEADER, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADER) - 1)]
-    lines = []
-    for r in cells:
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:],
-                                                                      strict=True)]
-        lines.append("  ".join(parts + [r[-1]]))
-    return "\n".join(lines)
-
-
-def fresh(scratch: bool) -> None:
-    """Empty the optimizer's build caches, the recent lowerings and expansions;
-    `scratch`: keep no expansions (every build expands from scratch)."""
-    cache.SHARED = cache.BuildCache()
-    lower.cache_clear()
-    expand.RECENT = expand.PrefixStore(0 if scratch else expand.PrefixStore().max_entries)
+def fresh(scratch: bool) -> PlanningContext:
+    """An empty planning context; `scratch`: it keeps no expansions (every
+    build expands from scratch)."""
+    return PlanningContext() if not scratch else PlanningContext(prefix_entries=0)
 
 
 def compare(cases: tuple[tuple[str, int], ...], device: Device, steps: int) -> str:
@@ -104,12 +94,11 @@ def compare(cases: tuple[tuple[str, int], ...], device: Device, steps: int) -> s
     rows = []
     for model, layers in cases:
         for scratch in (True, False):
-            fresh(scratch)
-            row = bench_case(model, layers, device, steps, 1)
+            row = bench_case(model, layers, device, steps, 1, fresh(scratch))
             tag = "scratch" if scratch else "incremental"
             rows.append((row[0] + f" ({tag})", *row[1:]))
     return f"local optimizer on {DEVICE}, serial, expansion from scratch vs incremental\n" \
-        + table(rows)
+        + table(HEADER, rows, left=(0, -1))
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -124,27 +113,28 @@ def main(argv: list[str] | None = None) -> str:
                     help="each case from scratch, then incremental, in this one process")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    configure()
     device = load_device(DEVICE)
     cases, steps = (SMALL_CASES, SMALL_STEPS) if args.small else (CASES, STEPS)
-    bench_case(*WARMUP, device, 0, 1)  # numba compiles (or loads its cache), untimed
+    bench_case(*WARMUP, device, 0, 1, fresh(False))  # numba compiles or loads, untimed
     if args.compare:
         text = compare(cases, device, steps)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
         print(text)
         return text
-    fresh(args.scratch)
+    ctx = fresh(args.scratch)
     if args.executor == "thread" and args.jobs > 1:
         with ThreadPoolExecutor(args.jobs) as pool:
-            rows = [bench_case(m, n, device, steps, args.jobs, pool) for m, n in cases]
+            rows = [bench_case(m, n, device, steps, args.jobs, ctx, pool) for m, n in cases]
     else:
-        rows = [bench_case(m, n, device, steps, args.jobs) for m, n in cases]
+        rows = [bench_case(m, n, device, steps, args.jobs, ctx) for m, n in cases]
     mode = f"{args.executor} pool" if args.jobs > 1 else "serial"
     reuse = "from scratch" if args.scratch else "incremental"
-    store = expand.RECENT
+    store = ctx.prefixes
     text = (f"local optimizer on {DEVICE}, jobs {args.jobs} ({mode}), expansion {reuse}: "
             f"{store.steps_reused} lowered steps reused, {store.steps_expanded} expanded\n"
-            + table(rows))
+            + table(HEADER, rows, left=(0, -1)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")
     print(text)

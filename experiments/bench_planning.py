@@ -27,11 +27,13 @@ import time
 from pathlib import Path
 
 from kernels.exceptions import BuildFailure
-from planner.build import peak_tile_bytes
-from planner.models import load_model
-from planner.pipeline import PipelineConfig, plan
+from planner.build.stages import peak_tile_bytes
+from planner.ir.models import load_model
+from planner.pipeline import plan
 from planner.report import roofline_fraction
+from planner.search.incumbent import PipelineConfig
 from simulator.device import Device, load_device
+from simulator.tables import table
 
 DEVICE = "c600"
 CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("siglip-so400m", 27))
@@ -56,17 +58,6 @@ def bench_case(model: str, layers: int, device: Device) -> tuple[str, ...]:
             f"{peak_tile_bytes(res.package):,}", "ok")
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
-    cells = [HEADER, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADER) - 1)]
-    lines = []
-    for r in cells:
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:],
-                                                                      strict=True)]
-        lines.append("  ".join(parts + [r[-1]]))
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="run SMALL_CASES only")
@@ -75,8 +66,8 @@ def main(argv: list[str] | None = None) -> str:
     device = load_device(DEVICE)
     cases = SMALL_CASES if args.small else CASES
     bench_case(*WARMUP, device)  # numba compiles (or loads its cache) once, untimed
-    text = f"baseline planning on {DEVICE}\n" + table([bench_case(m, n, device)
-                                                      for m, n in cases])
+    rows = [bench_case(m, n, device) for m, n in cases]
+    text = f"baseline planning on {DEVICE}\n" + table(HEADER, rows, left=(0, -1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")
     print(text)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import planner
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from simulator import load_device, run
 from simulator.package import Package
 from simulator.run import SimResult

@@ -28,13 +28,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.baseline import baseline_plan
-from planner.lower import lower
-from planner.models import load_model
-from planner.pipeline import evaluate
-from planner.proposals import op_costs, op_sites, step_profile
+from planner.build.lower import lower
+from planner.ir.models import load_model
+from planner.search.incumbent import evaluate
+from planner.search.policies import baseline_plan
+from planner.search.proposals import op_costs, op_sites, step_profile
 from simulator.device import Device, load_device
 from simulator.run import run
+from simulator.tables import table
 
 DEVICE = "c600"
 CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("pe-core-l14", 1))
@@ -96,14 +97,6 @@ def kind_summary(rows: list[OpRow]) -> list[tuple[str, ...]]:
                     f"{min(ratios):.2f}" if ratios else "-",
                     f"{max(ratios):.2f}" if ratios else "-"))
     return out
-
-
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    cells = [header, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join([r[0].ljust(widths[0])]
-                               + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)])
-                     for r in cells)
 
 
 def plot(rows: list[OpRow], path: Path) -> None:

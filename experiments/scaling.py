@@ -39,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels.exceptions import BuildFailure
-from planner.build import peak_tile_bytes
-from planner.models import load_model
-from planner.pipeline import PipelineConfig, plan
+from planner.build.stages import peak_tile_bytes
+from planner.ir.models import load_model
+from planner.pipeline import plan
 from planner.report import roofline_fraction
+from planner.search.incumbent import PipelineConfig
 from simulator.device import Device, load_device
 
 

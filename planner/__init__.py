@@ -1,71 +1,56 @@
-"""The compiler: graph IR, model zoo, numpy reference (and, as they land, the
-catalogue, baseline policies, build stages and optimizer).
+"""The compiler: graph IR and model zoo (`planner.ir`), the decisions
+(`planner.decide`), the build stages (`planner.build`), baseline policies and
+the local optimizer (`planner.search`), and the pipeline, report and CLI.
 
-Public API (DESIGN §10).  To extend: import the new names here and add them to
-`__all__` (one line each).
+Public API: the names in `__all__`, imported on first use (PEP 562), so that
+`import planner` loads no jitted module before `kernels.runtime.configure`
+has run (the CLI, the tests and the experiments call it first; `configure`
+is re-exported here).
 """
 
-from planner.baseline import baseline_plan
-from planner.expand import expand_program
-from planner.graph import (
-    Add,
-    BatchMatMul,
-    Cast,
-    Gelu,
-    Graph,
-    LayerNorm,
-    MatMul,
-    MergeHeads,
-    Op,
-    Repeat,
-    Softmax,
-    SplitHeads,
-    Tensor,
-    graph_flops,
-    graph_macs,
-    make_graph,
-    parameter_count,
-    verify_graph,
-)
-from planner.lower import lower
-from planner.models import ModelConfig, load_config, load_model, zoo_names
-from planner.optimize import LocalOptimizer, plan
-from planner.pipeline import PipelineConfig, PlanResult
-from planner.plan import Plan
-from planner.reference import init_inputs, init_params, reference
+from __future__ import annotations
 
-__all__ = [
-    "Add",
-    "Plan",
-    "baseline_plan",
-    "expand_program",
-    "lower",
-    "BatchMatMul",
-    "Cast",
-    "Gelu",
-    "Graph",
-    "LayerNorm",
-    "LocalOptimizer",
-    "MatMul",
-    "MergeHeads",
-    "ModelConfig",
-    "Op",
-    "PipelineConfig",
-    "PlanResult",
-    "Repeat",
-    "Softmax",
-    "SplitHeads",
-    "Tensor",
-    "graph_flops",
-    "graph_macs",
-    "init_inputs",
-    "init_params",
-    "load_config",
-    "load_model",
-    "make_graph",
-    "parameter_count",
-    "plan",
-    "reference",
-    "verify_graph",
-    "zoo_names",
-]
+import importlib
+from typing import Any
+
+# public name -> the module that defines it
+_EXPORTS = {
+    **{name: "planner.ir.graph" for name in (
+        "Add", "BatchMatMul", "Cast", "Gelu", "Graph", "LayerNorm", "MatMul", "MergeHeads",
+        "Op", "Repeat", "Softmax", "SplitHeads", "Tensor", "graph_flops", "graph_macs",
+        "make_graph", "parameter_count", "verify_graph")},
+    **{name: "planner.ir.models" for name in (
+        "ModelConfig", "load_config", "load_model", "zoo_names")},
+    **{name: "planner.ir.reference" for name in ("init_inputs", "init_params", "reference")},
+    "Plan": "planner.decide.plan",
+    "lower": "planner.build.lower",
+    "expand_program": "planner.build.expand",
+    "build": "planner.build.stages",
+    "baseline_plan": "planner.search.policies",
+    "LocalOptimizer": "planner.search.optimize",
+    "PipelineConfig": "planner.search.incumbent",
+    "PlanningContext": "planner.search.context",
+    "BASELINES": "planner.search.registry",
+    "OPTIMIZERS": "planner.search.registry",
+    "PROPOSALS": "planner.search.registry",
+    "Proposal": "planner.search.proposals",
+    "plan": "planner.pipeline",
+    "PlanResult": "planner.pipeline",
+    "run_model": "planner.pipeline",
+    "configure": "kernels.runtime",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # next time without __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -105,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (the console script exits with it)."""
+    """Run the CLI; returns the exit status (the console script exits with it).
+    Configures the numeric runtime (kernels.runtime) before any jitted module
+    is imported."""
+    from kernels.runtime import configure
+
+    configure()
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
@@ -168,8 +173,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 @command("models", "list the model zoo, or show one model TOML",
          arg("path", nargs="?", help="a model TOML file (or zoo name) to show"), *MODEL_ARGS)
 def cmd_models(args: argparse.Namespace) -> int:
-    from planner.graph import graph_flops, parameter_count
-    from planner.models import load_model, zoo_names
+    from planner.ir.graph import graph_flops, parameter_count
+    from planner.ir.models import load_model, zoo_names
 
     names = zoo_names() if args.path is None else [args.path]
     rows = []
@@ -192,8 +197,8 @@ def cmd_models(args: argparse.Namespace) -> int:
          arg("--precision", choices=("fp8", "fp32"), default="fp8",
              help="fp8: the deployable graph; fp32: every tensor fp32"))
 def cmd_reference(args: argparse.Namespace) -> int:
-    from planner.models import load_model
-    from planner.reference import init_inputs, init_params, reference
+    from planner.ir.models import load_model
+    from planner.ir.reference import init_inputs, init_params, reference
 
     t0 = time.perf_counter()
     g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
@@ -236,27 +241,25 @@ PLAN_ARGS = (
 
 def _note_cold_cache() -> None:
     """One stderr line when Numba has no cached code for these sources yet
-    (`kernels.jit.COLD_CACHE`): the first plan or simulation then spends
-    about a minute compiling, which would otherwise look like a hang."""
-    import numba
+    (`kernels.runtime.RUNTIME.cold`): the first plan or simulation then
+    spends about a minute compiling, which would otherwise look like a hang."""
+    from kernels.runtime import RUNTIME
 
-    from kernels import jit
-
-    if jit.COLD_CACHE:
-        cache_dir = numba.config.CACHE_DIR  # type: ignore[attr-defined]
+    if RUNTIME.cold:
         print("tileplan: first run of this code: Numba compiles the kernel, simulator and "
-              f"planner loops into {cache_dir} (about a minute on 2 cores; later runs "
-              "load them)", file=sys.stderr)
-        jit.COLD_CACHE = False  # compiled by the time this process asks again
+              f"planner loops into {RUNTIME.cache_dir} (about a minute on 2 cores; later "
+              "runs load them)", file=sys.stderr)
+        RUNTIME.cold = False  # compiled by the time this process asks again
 
 
 def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
-    from planner.models import load_model
-    from planner.optimize import LocalOptimizer, format_optimizer
-    from planner.pipeline import PipelineConfig, run_model
+    from planner.ir.models import load_model
+    from planner.pipeline import run_model
     from planner.report import format_summary, save_run
+    from planner.search.incumbent import PipelineConfig
+    from planner.search.optimize import LocalOptimizer, format_optimizer
     from simulator.device import load_device
 
     device = load_device(args.device)

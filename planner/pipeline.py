@@ -1,80 +1,42 @@
 """The planning pipeline: baseline plan → complete build → timing simulation
-→ (optionally) the bounded local optimizer.
+→ the bounded local optimizer; `run_model` adds the numerics check.
 
-`plan(graph, device, cfg, optimizer=None) -> PlanResult`:
+`plan(graph, device, cfg, optimizer=None, ctx=None) -> PlanResult`:
 
-1. the baseline policy (`planner.baseline.baseline_plan`; `cfg.capacity_baseline`
-   selects the capacity policy) picks a Plan;
-2. `planner.build.build` turns it into a verified package — a failed baseline
-   raises its `BuildFailure` (no fallback search, DESIGN §6);
+1. the baseline policy named by `cfg` (planner.search.registry.BASELINES:
+   "default", "capacity" or a registered one) picks a Plan;
+2. `planner.build.stages.build` turns it into a verified package — a failed
+   baseline raises its `BuildFailure` (no fallback search);
 3. `simulator.run(numerics=False)` gives its cycles;
-4. if `cfg.optimization_steps > 0` and an `optimizer` is given, it is called
-   with the baseline `Incumbent` and returns the final incumbent and one
-   history record per evaluated proposal.
+4. if `cfg.optimization_steps > 0`, the optimizer (`optimizer`, or the one
+   `cfg.optimizer` names in OPTIMIZERS: "local" by default, "none") is
+   called with the baseline `Incumbent` and the planning context, and
+   returns the final incumbent and one history record per evaluated
+   proposal.
 
-The optimizer seam.  `Optimizer` is any callable
-`(graph, device, cfg, baseline: Incumbent) -> (Incumbent, history)`;
-`planner.optimize` (issue 6) provides one.  Without an optimizer `plan()`
-returns the baseline with an empty history and
-`stats["optimizer"] == "none"`: it never pretends to have evaluated
-proposals.  `evaluate(graph, device, plan)` is the building block an
-optimizer uses to turn a proposal into an `Incumbent` (build + simulate).
+`ctx` (planner.search.context.PlanningContext) holds every cache of the run;
+a fresh one is made when none is passed.  With no optimizer run, `plan()`
+returns the baseline with an empty history and `stats["optimizer"] ==
+"none"`: it never pretends to have evaluated proposals.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.exceptions import ConfigError
-from planner.baseline import baseline_plan
-from planner.build import Built, build
-from planner.catalogue import DEFAULT_LIMIT
-from planner.graph import Graph
-from planner.plan import Plan
+from planner.build.stages import Built
+from planner.decide.plan import Plan
+from planner.ir.graph import Graph
+from planner.search import optimize as _optimizers  # noqa: F401  (registers "local", "none")
+from planner.search.context import PlanningContext
+from planner.search.incumbent import PipelineConfig, evaluate
+from planner.search.policies import baseline_plan
+from planner.search.registry import OPTIMIZERS, Optimizer
 from simulator.device import Device
 from simulator.package import Package
 from simulator.run import run
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """What a planning run may do (mirrors `tileplan run` flags).
-
-    `optimization_steps`: proposals the optimizer may evaluate (0 = baseline
-    only); `operator_candidate_limit`: catalogue shortlist length per op;
-    `capacity_baseline`: use the capacity baseline policy instead of the
-    default; `jobs`: worker processes/threads for speculative builds.
-    """
-
-    optimization_steps: int = 8
-    operator_candidate_limit: int = DEFAULT_LIMIT
-    capacity_baseline: bool = False
-    jobs: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("optimization_steps", "operator_candidate_limit", "jobs"):
-            v = getattr(self, name)
-            low = 0 if name == "optimization_steps" else 1
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ConfigError("PipelineConfig", name, f"must be an integer >= {low}", v)
-
-
-@dataclass(frozen=True)
-class Incumbent:
-    """A plan with its complete build and its simulated (timing-only) cycles."""
-
-    plan: Plan
-    built: Built
-    cycles: int
-    simulate_seconds: float
-    faults: int = 0
-
-
-Optimizer = Callable[[Graph, Device, PipelineConfig, Incumbent],
-                     tuple[Incumbent, Sequence[Any]]]
 
 
 @dataclass(frozen=True)
@@ -92,34 +54,28 @@ class PlanResult:
     built: Built | None = None
 
 
-def evaluate(graph: Graph, device: Device, plan: Plan,
-             limit: int = DEFAULT_LIMIT) -> Incumbent:
-    """Build `plan` (catalogue shortlist `limit`) and simulate it without
-    numerics.  Raises BuildFailure."""
-    built = build(graph, device, plan, limit)
-    t0 = time.perf_counter()
-    sim = run(built.package, numerics=False)
-    return Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t0, int(sim.n_faults))
-
-
 def plan(
     graph: Graph,
     device: Device,
     cfg: PipelineConfig | None = None,
     optimizer: Optimizer | None = None,
+    ctx: PlanningContext | None = None,
 ) -> PlanResult:
     """Plan `graph` on `device` (module docstring).  Raises BuildFailure if the
     baseline does not build, ConfigError/Unsupported on bad input."""
     cfg = cfg or PipelineConfig()
+    ctx = ctx if ctx is not None else PlanningContext()
+    if optimizer is None and cfg.optimization_steps > 0:
+        optimizer = OPTIMIZERS.get(cfg.optimizer)(cfg)  # an unknown name fails first
     t0 = time.perf_counter()
-    policy = "capacity" if cfg.capacity_baseline else "default"
-    base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy=policy)
+    policy = cfg.baseline_policy
+    base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy, ctx)
     t1 = time.perf_counter()
-    base = evaluate(graph, device, base_plan, cfg.operator_candidate_limit)
+    base = evaluate(graph, device, base_plan, cfg.operator_candidate_limit, ctx)
     final, history = base, ()
     name = "none"
     if cfg.optimization_steps > 0 and optimizer is not None:
-        final, hist = optimizer(graph, device, cfg, base)
+        final, hist = optimizer(graph, device, cfg, base, ctx)
         history = tuple(hist)
         name = getattr(optimizer, "__name__", type(optimizer).__name__)
     total = time.perf_counter() - t0
@@ -165,14 +121,15 @@ class RunOutcome:
 
 
 def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool = True,
-              optimizer: Optimizer | None = None, seed: int = 0) -> RunOutcome:
+              optimizer: Optimizer | None = None, seed: int = 0,
+              ctx: PlanningContext | None = None) -> RunOutcome:
     """Plan, build, verify and simulate `graph`; with `numerics`, simulate with
     values (parameters from `seed`, inputs from `seed + 1`) and compare with
     `planner.reference`.  Raises BuildFailure when the baseline does not fit."""
-    from planner.reference import init_inputs, init_params, reference
+    from planner.ir.reference import init_inputs, init_params, reference
     from planner.report import REL_FRO_TOLERANCE, compare, summarize
 
-    res = plan(graph, device, cfg, optimizer)
+    res = plan(graph, device, cfg, optimizer, ctx)
     plan_seconds = float(res.stats["plan_seconds"])
     faults = int(res.stats.get("timing_faults", 0))
     errors = None

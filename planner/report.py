@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from kernels.exceptions import ConfigError
-from planner.graph import Graph, graph_flops
+from planner.ir.graph import Graph, graph_flops
 from simulator.device import Device
 from simulator.files import write_file_atomic
 from simulator.package import Package, save_package

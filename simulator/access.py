@@ -23,7 +23,7 @@ import copy
 
 import numpy as np
 
-from simulator.jit import sjit
+from kernels.jit import kjit
 from simulator.package import Package
 
 R_ADDR = 0
@@ -36,7 +36,7 @@ R_WRITE = 6
 R_LEN = 7
 
 
-@sjit
+@kjit
 def span_of(addr, outer, ostride, rows, ld, nb):  # type: ignore[no-untyped-def]
     """`region_span` of the region (addr, outer, ostride, rows, ld, nb, *) given as
     scalars (a call with scalars costs nothing in a hot loop; one with an array
@@ -58,7 +58,7 @@ def span_of(addr, outer, ostride, rows, ld, nb):  # type: ignore[no-untyped-def]
     return lo, hi
 
 
-@sjit
+@kjit
 def granule_of(outer, ostride, rows, ld, nb):  # type: ignore[no-untyped-def]
     """`region_granule` of a region given as scalars."""
     g = nb
@@ -73,14 +73,14 @@ def granule_of(outer, ostride, rows, ld, nb):  # type: ignore[no-untyped-def]
     return 1
 
 
-@sjit
+@kjit
 def region_span(reg):  # type: ignore[no-untyped-def]
     """(lo, hi) byte bounds of one region row; (0, 0) if it touches no byte."""
     return span_of(reg[R_ADDR], reg[R_OUTER], reg[R_OSTRIDE], reg[R_ROWS], reg[R_LD],
                    reg[R_ROW_BYTES])
 
 
-@sjit
+@kjit
 def region_granule(reg):  # type: ignore[no-untyped-def]
     """Natural alignment of a region: the largest power of two <= 4 dividing its
     row bytes and (when used) its strides.  Word-organised data (fp32, or fp16
@@ -99,7 +99,7 @@ B_ID = 5  # buffer index in the package
 B_LEN = 6
 
 
-@sjit
+@kjit
 def find_row(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
     """Row of `table` of a buffer of `tile` live at `step` (first <= step <= last)
     that holds [lo, hi), or -1.
@@ -126,7 +126,7 @@ def find_row(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
     return -1
 
 
-@sjit
+@kjit
 def find_buffer(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
     """Index of a buffer of `tile` live at `step` that holds [lo, hi), or -1
     (`find_row`'s row, as the package's buffer index)."""
@@ -134,7 +134,7 @@ def find_buffer(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-de
     return table[k, B_ID] if k >= 0 else -1
 
 
-@sjit
+@kjit
 def find_buffers(tiles, los, his, steps, t_ptr, table, out):  # type: ignore[no-untyped-def]
     """`find_buffer` for each k: out[k] = a buffer of tiles[k] live at steps[k]
     holding [los[k], his[k]), or -1."""
@@ -186,7 +186,7 @@ class BufferIndex:
         return self.ptr, self.table
 
 
-@sjit
+@kjit
 def _prefix_maxend(ptr, table):  # type: ignore[no-untyped-def]
     for t in range(ptr.shape[0] - 1):
         m = np.int64(-1)
@@ -196,7 +196,7 @@ def _prefix_maxend(ptr, table):  # type: ignore[no-untyped-def]
             table[k, B_MAXEND] = m
 
 
-@sjit
+@kjit
 def _top2_other(hi1, own1, hi2, owner):  # type: ignore[no-untyped-def]
     """Largest end among intervals whose owner differs from `owner`."""
     if own1 != owner:
@@ -204,7 +204,7 @@ def _top2_other(hi1, own1, hi2, owner):  # type: ignore[no-untyped-def]
     return hi2
 
 
-@sjit
+@kjit
 def _exact_race(regs, owner, idx, out):  # type: ignore[no-untyped-def]
     """Expand the regions `idx` into byte intervals and sweep.  On a race fill
     out = (first accessor pos, second accessor pos, address) and return True."""
@@ -277,7 +277,7 @@ def _exact_race(regs, owner, idx, out):  # type: ignore[no-untyped-def]
     return False
 
 
-@sjit
+@kjit
 def _merge_runs(order, a, b, keys, tmp):  # type: ignore[no-untyped-def]
     """Stable sort of order[a:b] by keys[order]: natural merge sort (one pass
     per halving of the ascending runs; an already sorted segment costs one scan)."""
@@ -320,7 +320,7 @@ def _merge_runs(order, a, b, keys, tmp):  # type: ignore[no-untyped-def]
             return
 
 
-@sjit
+@kjit
 def tile_order_into(tiles, keys, n, order, tmp, start):  # type: ignore[no-untyped-def]
     """Fill order[:n] with the permutation of range(n) sorting stably by (tiles,
     keys): a counting sort by tile (linear), then each tile's entries by key
@@ -357,7 +357,7 @@ def tile_order_into(tiles, keys, n, order, tmp, start):  # type: ignore[no-untyp
         a = b
 
 
-@sjit
+@kjit
 def tile_order(tiles, keys, n):  # type: ignore[no-untyped-def]
     """`tile_order_into` with fresh arrays; returns the permutation."""
     order = np.empty(n, dtype=np.int64)
@@ -370,7 +370,7 @@ def tile_order(tiles, keys, n):  # type: ignore[no-untyped-def]
     return order
 
 
-@sjit
+@kjit
 def find_race(regs, tiles, owner, n, out):  # type: ignore[no-untyped-def]
     """Race check of the first `n` regions (`regs[n, 7]`, on `tiles[n]`, belonging
     to accessor `owner[n]`).  Returns True and fills out = (pos a, pos b, address)

@@ -1,6 +1,6 @@
 """Reading and validating the flat TOML tables of devices and models.
 
-Both the device presets (simulator/devices) and the model zoo (planner/zoo)
+Both the device presets (simulator/devices) and the model zoo (planner/ir/zoo)
 are flat tables of a non-empty `name` plus numeric fields with a type and a
 range.  Every problem raises `ConfigError` naming the file and the field.
 """

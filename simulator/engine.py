@@ -44,8 +44,8 @@ from kernels.abi import (
     STEP_REPEAT_END,
 )
 from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
+from kernels.jit import kjit
 from simulator.access import R_LEN, find_race, region_granule, region_span, tile_order
-from simulator.jit import sjit
 from simulator.package import Package
 from simulator.timing import (
     DV_IN_BW,
@@ -162,7 +162,7 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
     )
 
 
-@sjit
+@kjit
 def _fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  # type: ignore[no-untyped-def]
     n = counters[C_FAULTS]
     if n < faults.shape[0]:
@@ -177,7 +177,7 @@ def _fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  #
     counters[C_FAULTS] = n + 1
 
 
-@sjit
+@kjit
 def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
     i = ctr[p_loop[p]]
     if p_mode[p] == PATCH_ARITH:
@@ -188,7 +188,7 @@ def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # 
 ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@sjit
+@kjit
 def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
     """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set."""
     width = hi - lo + 1
@@ -197,7 +197,7 @@ def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
     return ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
 
 
-@sjit
+@kjit
 def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
     """Mark bytes [a, a + n) of image row `row` as written."""
     if n <= 0:
@@ -213,7 +213,7 @@ def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
     bits[row, wb] |= _word_mask(0, e & 63)
 
 
-@sjit
+@kjit
 def bits_first_unset(bits, row, a, n):  # type: ignore[no-untyped-def]
     """Offset of the first unwritten byte in [a, a + n) of row `row`, or -1."""
     if n <= 0:
@@ -230,7 +230,7 @@ def bits_first_unset(bits, row, a, n):  # type: ignore[no-untyped-def]
     return -1
 
 
-@sjit
+@kjit
 def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
     """Offset of the first never-written byte of region `reg` (offsets relative
     to the image row), or -1."""
@@ -242,14 +242,14 @@ def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
     return -1
 
 
-@sjit
+@kjit
 def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
     for o in range(reg[1]):
         for r in range(reg[3]):
             bits_set(written, row, off + o * reg[2] + r * reg[4], reg[5])
 
 
-@sjit
+@kjit
 def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     v_tile, v_kernel, v_args, x_src_tile, x_src_addr, x_dst_tile, x_dst_addr,
                     x_bytes, vp_ptr, vp_list, xp_ptr, xp_list,
@@ -455,7 +455,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
     counters[C_CYCLES] = total
 
 
-@sjit
+@kjit
 def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark, touched,
                      n_touched, bytes_out, xout, devv):  # type: ignore[no-untyped-def]
     """Cycles of one exchange step (simulator.timing) from the bytes in and
@@ -499,7 +499,7 @@ def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark,
     return step_c + devv[DV_SYNC]
 
 
-@sjit
+@kjit
 def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src, x_dst,
                        skip, mem, written, tile_row, tile_base, tile_size, stage, regs, r_tile,
                        r_owner,

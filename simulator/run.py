@@ -30,6 +30,7 @@ import numpy as np
 from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from kernels.exceptions import SimulationFault
+from kernels.jit import kjit
 from simulator import events
 from simulator.engine import (
     F_OUTPUT,
@@ -40,7 +41,6 @@ from simulator.engine import (
     bits_set,
     execute,
 )
-from simulator.jit import sjit
 from simulator.package import IoTensor, Package
 from simulator.verify import check_structure
 
@@ -265,7 +265,7 @@ def _block_geometry(pkg: Package, image: MemoryImage, i: int,
     return row, (off, ld0, ld1, ext0, ext1, rb, logical, s1 * s2 * esize, s2 * esize)
 
 
-@sjit
+@kjit
 def _scatter(mem, written, row, off, ld0, ld1, ext0, ext1, rb, src_off, s_ld0, s_ld1,
              src):  # type: ignore[no-untyped-def]
     """Copy a block of logical bytes `src` into image row `row` and mark it written."""
@@ -278,7 +278,7 @@ def _scatter(mem, written, row, off, ld0, ld1, ext0, ext1, rb, src_off, s_ld0, s
             bits_set(written, row, d, rb)
 
 
-@sjit
+@kjit
 def _gather(mem, written, row, off, ld0, ld1, ext0, ext1, rb, dst_off, d_ld0, d_ld1, dst,
             ok):  # type: ignore[no-untyped-def]
     """Copy a block out of image row `row` into logical bytes `dst`, copying the

@@ -42,9 +42,9 @@ import numpy as np
 
 from kernels.abi import N_ARGS, PATCH_ARITH, STEP_COMPUTE, STEP_REPEAT_BEGIN, STEP_REPEAT_END
 from kernels.dispatch import vertex_cost
+from kernels.jit import kjit
 from simulator.files import write_file_atomic
 from simulator.hardware import step_label
-from simulator.jit import sjit
 from simulator.package import Package
 from simulator.run import SimResult
 from simulator.timing import loop_patch_words
@@ -67,7 +67,7 @@ def step_executions(package: Package) -> np.ndarray:
     return mult
 
 
-@sjit
+@kjit
 def _compute_step(i0, i1, v_tile, v_kernel, v_args, vp_ptr, vp_list, ctr, p_arg, p_loop,
                   p_mode, p_base, p_stride, p_table, table_values, desc, acc, sel,
                   sel_out):  # type: ignore[no-untyped-def]

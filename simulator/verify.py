@@ -55,11 +55,11 @@ from kernels.abi import (
 )
 from kernels.dtypes import DTYPE_BYTES, dtype_code
 from kernels.exceptions import PackageInvalid
+from kernels.jit import kjit
 from kernels.registry import KERNELS
 from simulator.access import R_LEN, BufferIndex, find_buffers
 from simulator.device import Device
 from simulator.footprint import code_bytes, follows_previous, xtable_bytes
-from simulator.jit import sjit
 from simulator.package import Package
 from simulator.verify_scan import (
     E_ALIGN_V,
@@ -208,7 +208,7 @@ def effective_live(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
     return first, last
 
 
-@sjit
+@kjit
 def _buffer_overlap(ptr, order, addr, end, first, last):  # type: ignore[no-untyped-def]
     """First pair of buffers of one tile overlapping in address and live range."""
     for t in range(ptr.shape[0] - 1):

@@ -40,6 +40,7 @@ import numpy as np
 
 from kernels.abi import N_ARGS, PATCH_ARITH, PATCH_XFER_DST, PATCH_XFER_SRC
 from kernels.dispatch import vertex_regions
+from kernels.jit import kjit
 from simulator.access import (
     B_ADDR,
     B_END,
@@ -50,7 +51,6 @@ from simulator.access import (
     span_of,
     tile_order_into,
 )
-from simulator.jit import sjit
 
 # `_overlapping_write` when no other transfer's destination overlaps a read
 NO_OVERLAP, OWN_OVERLAP = -1, -2
@@ -99,14 +99,14 @@ VS_OWNER = 1
 VS_LEN = 2
 
 
-@sjit
+@kjit
 def _patched_value(p, i, pt, table_values):  # type: ignore[no-untyped-def]
     if pt[p, PT_MODE] == PATCH_ARITH:
         return pt[p, PT_BASE] + i * pt[p, PT_STRIDE]
     return table_values[pt[p, PT_TABLE] + i]
 
 
-@sjit
+@kjit
 def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, c_hi,
                      t_ptr, table, err):  # type: ignore[no-untyped-def]
     """Alignment and buffer of the n endpoint pairs (src[k], dst[k]) of transfers
@@ -135,7 +135,7 @@ def _exchange_bounds(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, c_lo, 
     return 0
 
 
-@sjit
+@kjit
 def _name_pair(k, lo, w, w_lo, base, err):  # type: ignore[no-untyped-def]
     """err[4] (item) and err[7] (other) for a race between the source of transfer
     k (from lo) and the destination of transfer w (from w_lo), both offsets in
@@ -147,7 +147,7 @@ def _name_pair(k, lo, w, w_lo, base, err):  # type: ignore[no-untyped-def]
         err[4], err[7] = base + w, base + k
 
 
-@sjit
+@kjit
 def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs, ts,
                     err):  # type: ignore[no-untyped-def]
     """Race check of the n transfers i0 + k (endpoints src[k] -> dst[k]) of step s.
@@ -190,7 +190,7 @@ def _exchange_races(s, i0, n, src, dst, x_src_tile, x_dst_tile, x_bytes, n_v, xs
     return 0
 
 
-@sjit
+@kjit
 def _overlapping_write(tile, lo, hi, k, w_lo, w_hi, order,
                        w_ptr):  # type: ignore[no-untyped-def]
     """The destinations written on `tile` (sorted by start, disjoint; rows
@@ -215,7 +215,7 @@ def _overlapping_write(tile, lo, hi, k, w_lo, w_hi, order,
     return found
 
 
-@sjit
+@kjit
 def _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v, c_lo, c_hi, t_ptr,
                       table, xs, ts, err):  # type: ignore[no-untyped-def]
     """A later iteration of an EXCHANGE step whose patches all rewrite sources:
@@ -251,7 +251,7 @@ def _exchange_sources(s, i0, q0, q1, lst, pt, src, x_src_tile, x_bytes, n_v, c_l
     return 0
 
 
-@sjit
+@kjit
 def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kernel, v_args,
                   c_lo, c_hi, t_ptr, table, regs, vs, mark, stamp,
                   err):  # type: ignore[no-untyped-def]
@@ -311,7 +311,7 @@ def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kerne
     return 0
 
 
-@sjit
+@kjit
 def scan_accesses(step_kind, step_vtx, step_xfer, step_trips, v_tile, v_kernel, v_args,
                   x_src_tile, x_src_addr, x_dst_tile, x_dst_addr, x_bytes,
                   pv_list, pv_step, px_list, px_step, pt, table_values, t_ptr, table,

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import planner
-from kernels import jit
-from planner.graph import Graph
+from kernels.runtime import RUNTIME, configure
+
+configure()  # before any jitted module is imported (kernels.runtime)
+
+import planner  # noqa: E402
+from planner.ir.graph import Graph  # noqa: E402
 
 MICRO_TOML = """\
 name = "vit-micro"
@@ -42,4 +45,4 @@ def micro_graph(micro_toml: Path) -> Graph:
 def _quiet_cold_numba_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's first-compilation notice (stderr) depends on the state of
     NUMBA_CACHE_DIR, not on the test: off unless a test turns it on."""
-    monkeypatch.setattr(jit, "COLD_CACHE", False)
+    monkeypatch.setattr(RUNTIME, "cold", False)

@@ -10,7 +10,7 @@ from handprog import NBYTES, copy_vertex, loop_program
 
 from kernels.abi import ADD, COPY
 from kernels.exceptions import BuildFailure
-from planner.allocate import (
+from planner.build.allocate import (
     MAX_ELEMENT_CANDIDATES,
     Overheads,
     _operands,
@@ -18,8 +18,8 @@ from planner.allocate import (
     allocate,
     live_ranges,
 )
-from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
-from planner.schedule import Schedule, schedule
+from planner.build.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
+from planner.build.schedule import Schedule, schedule
 from simulator.device import load_device
 
 TINY = load_device("tiny")

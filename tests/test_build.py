@@ -11,8 +11,8 @@ import pytest
 from handprog import loop_program
 
 from kernels.exceptions import BuildFailure
-from planner.build import STAGES, build_program
-from planner.program import Phase
+from planner.build.program import Phase
+from planner.build.stages import STAGES, build_program
 from simulator.device import load_device
 
 TINY = load_device("tiny")
@@ -53,7 +53,7 @@ HASH_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 from handprog import loop_program
-from planner.build import build_program
+from planner.build.stages import build_program
 from simulator.device import load_device
 print(build_program(loop_program(3), load_device("tiny"), "loop", {{}}).package.content_hash())
 """

@@ -1,5 +1,6 @@
-"""planner.cache: content-keyed expansion/schedule/trial caches and the
-catalogue's implementation cache; counters reach the run summary."""
+"""planner.search.context / trials: the planning context's content-keyed
+expansion, schedule and trial caches and the catalogue's implementation
+cache; counters reach the run summary."""
 
 from __future__ import annotations
 
@@ -9,61 +10,62 @@ from pathlib import Path
 import pytest
 
 import simulator
-from planner import catalogue as cat
-from planner.baseline import baseline_plan
-from planner.build import build
-from planner.cache import CACHES, BuildCache, Counters
+from planner.build.stages import build
 from planner.cli import main
-from planner.graph import Graph
+from planner.decide import catalogue as cat
+from planner.ir.graph import Graph
+from planner.search import trials
+from planner.search.context import CACHES, Counters, PlanningContext
+from planner.search.policies import baseline_plan
 
 TINY = simulator.load_device("tiny")
 
 
 def test_cached_builds_equal_uncached(micro_graph: Graph) -> None:
-    c = BuildCache()
+    c = PlanningContext()
     p = baseline_plan(micro_graph, TINY)
     q = p.with_reduction_overlap(True)
     for plan in (p, q, p):
-        built = c.build(micro_graph, TINY, plan, cat.DEFAULT_LIMIT)
+        built = trials.build(c, micro_graph, TINY, plan, cat.DEFAULT_LIMIT)
         ref = build(micro_graph, TINY, plan, cat.DEFAULT_LIMIT)
         assert built.package.content_hash() == ref.package.content_hash()
     # p: miss; q differs only in the schedule flag: expansion hit; p again: both hit
-    assert (c.expansion.hits, c.expansion.misses) == (2, 1)
-    assert (c.schedule.hits, c.schedule.misses) == (1, 2)
+    assert (c.expansions.hits, c.expansions.misses) == (2, 1)
+    assert (c.schedules.hits, c.schedules.misses) == (1, 2)
 
 
 def test_unchanged_recipes_skip_catalogue_generation(micro_graph: Graph) -> None:
-    c = BuildCache()
+    c = PlanningContext()
     p = baseline_plan(micro_graph, TINY)
-    c.evaluate(micro_graph, TINY, p, cat.DEFAULT_LIMIT)
+    trials.evaluate(c, micro_graph, TINY, p, cat.DEFAULT_LIMIT)
     before = c.counters()
     changed = p.with_recipe("encoder/gelu", "rows:4")
-    trial = c.evaluate(micro_graph, TINY, changed, cat.DEFAULT_LIMIT)
+    trial = trials.evaluate(c, micro_graph, TINY, changed, cat.DEFAULT_LIMIT)
     assert trial.incumbent is not None
     delta = c.counters().minus(before).as_dict()
     assert delta["implementation"]["misses"] == 0  # every op's shortlist came from the cache
     assert delta["implementation"]["hits"] > 0
     assert delta["expansion"] == {"hits": 0, "misses": 1}
-    again = c.evaluate(micro_graph, TINY, changed, cat.DEFAULT_LIMIT)
-    assert again is trial and c.trial.hits == 1
+    again = trials.evaluate(c, micro_graph, TINY, changed, cat.DEFAULT_LIMIT)
+    assert again is trial and c.trials.hits == 1
 
 
 def test_failed_trial_is_cached_with_its_reason(micro_graph: Graph) -> None:
-    c = BuildCache()
+    c = PlanningContext()
     bad = baseline_plan(micro_graph, TINY).with_recipe("encoder/mm_q", "mm:bogus")
-    t1 = c.evaluate(micro_graph, TINY, bad, cat.DEFAULT_LIMIT)
-    t2 = c.evaluate(micro_graph, TINY, bad, cat.DEFAULT_LIMIT)
+    t1 = trials.evaluate(c, micro_graph, TINY, bad, cat.DEFAULT_LIMIT)
+    t2 = trials.evaluate(c, micro_graph, TINY, bad, cat.DEFAULT_LIMIT)
     assert t1.incumbent is None and "unknown recipe" in t1.failure and t2 is t1
 
 
 def test_lru_bound(micro_graph: Graph) -> None:
-    c = BuildCache(max_entries=1)
+    c = PlanningContext(max_entries=1)
     p = baseline_plan(micro_graph, TINY)
-    c.build(micro_graph, TINY, p, cat.DEFAULT_LIMIT)
-    c.build(micro_graph, TINY, p.with_packing("half"), cat.DEFAULT_LIMIT)
-    assert len(c.expansion.data) == 1
-    c.build(micro_graph, TINY, p, cat.DEFAULT_LIMIT)
-    assert c.expansion.misses == 3
+    trials.build(c, micro_graph, TINY, p, cat.DEFAULT_LIMIT)
+    trials.build(c, micro_graph, TINY, p.with_packing("half"), cat.DEFAULT_LIMIT)
+    assert len(c.expansions.data) == 1
+    trials.build(c, micro_graph, TINY, p, cat.DEFAULT_LIMIT)
+    assert c.expansions.misses == 3
 
 
 def test_counters_arithmetic() -> None:

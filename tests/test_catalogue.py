@@ -6,8 +6,8 @@ import math
 
 import planner
 import simulator
-from planner import catalogue as cat
-from planner.catalogue import Recipe, shortlist
+from planner.decide import catalogue as cat
+from planner.decide.catalogue import Recipe, shortlist
 
 
 def _recipe(key: str, cycles: int, mem: int, xbytes: int) -> Recipe:
@@ -73,14 +73,17 @@ def test_cache_hits_on_unchanged_signature() -> None:
     dev = simulator.load_device("c600")
     g = planner.load_model("vit-tiny", layers=1)
     body = g.op("encoder").body  # type: ignore[attr-defined]
-    cat.catalogue(body, body.op("mm_q"), dev, 3)
-    hits, misses = cat.CACHE_STATS["hits"], cat.CACHE_STATS["misses"]
-    a = cat.catalogue(body, body.op("mm_k"), dev, 3)  # same shapes: a hit
-    assert cat.CACHE_STATS["hits"] == hits + 1 and cat.CACHE_STATS["misses"] == misses
-    b = cat.catalogue(body, body.op("mm_q"), dev, 3)
+    cache = cat.CatalogueCache()
+    cat.catalogue(body, body.op("mm_q"), dev, 3, cache=cache)
+    assert (cache.hits, cache.misses) == (0, 1)
+    a = cat.catalogue(body, body.op("mm_k"), dev, 3, cache=cache)  # same shapes: a hit
+    assert (cache.hits, cache.misses) == (1, 1)
+    b = cat.catalogue(body, body.op("mm_q"), dev, 3, cache=cache)
     assert a is b
-    cat.catalogue(body, body.op("mm_q"), dev, 4)  # another limit: a miss
-    assert cat.CACHE_STATS["misses"] == misses + 1
+    cat.catalogue(body, body.op("mm_q"), dev, 4, cache=cache)  # another limit: a miss
+    assert (cache.hits, cache.misses) == (2, 2)
+    # no cache given: nothing is remembered between calls
+    assert cat.catalogue(body, body.op("mm_q"), dev, 3) is not a
 
 
 def test_elementwise_grid_recipes_split_columns() -> None:

@@ -55,16 +55,16 @@ def test_cold_numba_cache_is_announced_once_on_stderr(micro_toml: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A first run compiles for about a minute: say so, on stderr only (the
     JSON on stdout stays parseable); a warm cache says nothing."""
-    from kernels import jit
+    from kernels.runtime import RUNTIME
 
     argv = ["plan", str(micro_toml), "--device", "tiny", "--json", "--optimization-steps", "0"]
-    monkeypatch.setattr(jit, "COLD_CACHE", True)
+    monkeypatch.setattr(RUNTIME, "cold", True)
     assert main(argv) == 0
     cap = capsys.readouterr()
     json.loads(cap.out)
     lines = cap.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tileplan: first run of this code: Numba")
-    monkeypatch.setattr(jit, "COLD_CACHE", False)
+    monkeypatch.setattr(RUNTIME, "cold", False)
     assert main(argv) == 0
     assert capsys.readouterr().err == ""
 

@@ -11,8 +11,8 @@ from pkgbuild import PackageBuilder
 
 import simulator
 from kernels.registry import by_name
-from planner import catalogue as cat
 from planner.cli import main
+from planner.decide import catalogue as cat
 from simulator import kernel_cycles, load_device, run, verify
 from simulator.cost import call_args
 

@@ -17,7 +17,7 @@ from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_refer
 
 import planner
 from kernels.abi import ADD, COPY
-from planner.graph import Graph
+from planner.ir.graph import Graph
 from simulator import load_device, run, verify
 from simulator.device import Device
 from simulator.engine import F_MISALIGNED, F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS

@@ -10,7 +10,7 @@ import pytest
 from handprog import dict_vertex as vertex
 
 from kernels import abi
-from planner.expand_redist import (
+from planner.build.expand_redist import (
     PIECE_COLUMNS,
     Loc,
     _aligned,
@@ -21,8 +21,8 @@ from planner.expand_redist import (
     pieces,
     ref,
 )
-from planner.layout import Layout, even_cuts
-from planner.program import Program, Transfer, Vertex, Xfers
+from planner.build.program import Program, Transfer, Vertex, Xfers
+from planner.decide.layout import Layout, even_cuts
 
 # ------------------------------------------------------------ reference
 

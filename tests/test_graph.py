@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from kernels.exceptions import GraphError
-from planner.graph import (
+from planner.ir.graph import (
     Add,
     BatchMatMul,
     Cast,

@@ -8,16 +8,16 @@ import pytest
 
 import simulator
 from kernels.exceptions import BuildFailure
-from planner import catalogue as cat
-from planner.baseline import baseline_plan
-from planner.build import build_program, graph_meta
-from planner.expand import Expander, PrefixStore, expand_lowered, signature
-from planner.graph import Graph
-from planner.lower import lower
-from planner.optimize import profile
-from planner.pipeline import evaluate
-from planner.plan import Plan
-from planner.proposals import pinned, proposals
+from planner.build.expand import Expander, PrefixStore, expand_lowered, signature
+from planner.build.lower import lower
+from planner.build.stages import build_program, graph_meta
+from planner.decide import catalogue as cat
+from planner.decide.plan import Plan
+from planner.ir.graph import Graph
+from planner.search.incumbent import evaluate
+from planner.search.optimize import profile
+from planner.search.policies import baseline_plan
+from planner.search.proposals import pinned, proposals
 
 TINY = simulator.load_device("tiny")
 LIMIT = cat.DEFAULT_LIMIT

@@ -1,5 +1,6 @@
-"""kernels.jit: the Numba cache directory is keyed by the kernels' sources, and
-scipy's BLAS is pinned to one thread (checked in a fresh interpreter)."""
+"""kernels.runtime: the Numba cache directory is keyed by the kernels' sources,
+and scipy's BLAS is pinned to one thread, once configure() runs (checked in a
+fresh interpreter); importing the jitted modules configures nothing."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import sys
 from pathlib import Path
 
 PROBE = """
-import ctypes, glob, importlib, os, numba, kernels.jit as j, scipy
-first = numba.config.CACHE_DIR
-importlib.reload(j)
+import ctypes, glob, os, sys
+import kernels.dispatch  # importing jitted modules configures nothing
+assert "scipy.linalg.cython_blas" not in sys.modules
+from kernels.runtime import configure
+import numba, scipy
+first = configure().cache_dir
+configure()  # idempotent
 print(first)
 print(numba.config.CACHE_DIR)
 print(os.environ.get("OPENBLAS_NUM_THREADS"))
@@ -28,7 +33,7 @@ def test_cache_dir_keyed_by_kernel_sources(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     assert re.fullmatch(re.escape(str(tmp_path)) + r"/kernels-[0-9a-f]{16}", out[0])
-    assert out[1] == out[0]  # re-import does not nest
+    assert out[1] == out[0]  # numba sees it; a second configure does not nest
     assert out[2] == "None"  # the pin is temporary: the environment is restored
     if out[3] != "no-scipy-openblas":  # a scipy built on another BLAS has nothing to pin
         assert set(out[3].split(",")) == {"1"}
@@ -39,7 +44,7 @@ def test_source_digest_covers_every_shared_jit_package(tmp_path: Path) -> None:
     the verifier's scan compile simulator.access and kernels.dispatch), and
     numba's cache only notices edits of the caller's file: any edit in
     kernels/ or simulator/ must give another cache directory; planner/ not."""
-    from kernels.jit import SHARED_JIT_PACKAGES, source_digest
+    from kernels.runtime import SHARED_JIT_PACKAGES, source_digest
 
     assert SHARED_JIT_PACKAGES == ("kernels", "simulator")
     for pkg in ("kernels", "simulator", "planner"):
@@ -56,3 +61,7 @@ def test_source_digest_covers_every_shared_jit_package(tmp_path: Path) -> None:
     assert len(seen) == 3
     (tmp_path / "simulator" / "jit.py").rename(tmp_path / "simulator" / "access.py")
     assert source_digest(tmp_path) not in seen  # paths count, not only bytes
+    seen.add(source_digest(tmp_path))
+    (tmp_path / "simulator" / "engines").mkdir()
+    (tmp_path / "simulator" / "engines" / "numba.py").write_text("x = 3\n")
+    assert source_digest(tmp_path) not in seen  # subpackages count

@@ -6,8 +6,7 @@ import pytest
 
 import planner
 import simulator
-from planner.graph import DTYPE_BYTES
-from planner.layout import (
+from planner.decide.layout import (
     Layout,
     canonical_layout,
     canonical_rows_per_owner,
@@ -15,7 +14,8 @@ from planner.layout import (
     step_cuts,
     view2d,
 )
-from planner.plan import Plan
+from planner.decide.plan import Plan
+from planner.ir.graph import DTYPE_BYTES
 
 
 def test_cut_helpers() -> None:
@@ -105,16 +105,19 @@ def test_tile_mapping_is_a_permutation() -> None:
 
 
 def test_lowering_is_shared_by_equal_arguments() -> None:
-    """`lower` keeps recent lowerings by content: equal arguments get the
-    same object (the optimizer lowers each incumbent three times), another
-    plan its own lowering."""
-    from planner.lower import lower
-    from planner.models import load_model
+    """`lower` keeps a build state's recent lowerings by content: equal
+    arguments get the same object (the optimizer lowers each incumbent three
+    times), another plan its own lowering; without a state nothing is kept."""
+    from planner.build.lower import lower
+    from planner.build.state import BuildState
+    from planner.ir.models import load_model
     from simulator.device import load_device
 
-    g, dev = load_model("vit-tiny", layers=1), load_device("c600")
-    first = lower(g, dev, Plan())
-    assert lower(load_model("vit-tiny", layers=1), dev, Plan()) is first
-    other = lower(g, dev, Plan(packing="double"))
+    g, dev, state = load_model("vit-tiny", layers=1), load_device("c600"), BuildState()
+    first = lower(g, dev, Plan(), state=state)
+    assert lower(load_model("vit-tiny", layers=1), dev, Plan(), state=state) is first
+    fresh = lower(g, dev, Plan())
+    assert fresh is not first and fresh == first
+    other = lower(g, dev, Plan(packing="double"), state=state)
     assert other is not first
     assert other.values["out"].layout != first.values["out"].layout  # canonical: packing

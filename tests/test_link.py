@@ -15,9 +15,9 @@ from kernels.abi import (
     TABLE_ENTRY_BYTES,
 )
 from kernels.exceptions import BuildFailure
-from planner.allocate import allocate
-from planner.link import link, reserve
-from planner.schedule import schedule
+from planner.build.allocate import allocate
+from planner.build.link import link, reserve
+from planner.build.schedule import schedule
 from simulator.device import load_device
 from simulator.verify import verify
 
@@ -134,7 +134,7 @@ def _transfer_loop_program(trips: int):
     after the loop y = w[trips - 1]."""
     from handprog import LD, ROWS, copy_vertex
 
-    from planner.program import IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
+    from planner.build.program import IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
 
     p = Program()
     w = p.new_buf(0, trips * NBYTES, "parameter", "w", persistent=True)
@@ -161,7 +161,7 @@ def _transfer_loop_program(trips: int):
 
 @pytest.mark.parametrize("trips", [2, 3])
 def test_iterated_transfer_endpoints(trips: int) -> None:
-    from planner.build import build_program
+    from planner.build.stages import build_program
     from simulator.run import run
 
     built = build_program(_transfer_loop_program(trips), TINY, "xloop", {})
@@ -195,7 +195,7 @@ def test_vertex_args_match_per_ref_resolution() -> None:
 
 
 def test_unknown_kernel_fails_in_reserve() -> None:
-    from planner.program import Vertex
+    from planner.build.program import Vertex
 
     p = loop_program(2)
     for it in p.items:

@@ -8,7 +8,7 @@ import pytest
 
 import planner
 from kernels.exceptions import ConfigError
-from planner.graph import Graph, Repeat, graph_flops, parameter_count
+from planner.ir.graph import Graph, Repeat, graph_flops, parameter_count
 
 
 def _vit_params(h: int, mlp: int, patch: int, channels: int, tokens: int, layers: int) -> int:

@@ -18,10 +18,10 @@ from kernels import dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, fp8_decode, fp16_decode, fp16_encode
 from kernels.registry import by_name
 from kernels.testing import TileImage
-from planner.baseline import baseline_plan
-from planner.build import build
-from planner.graph import Add, Cast, Gelu, Graph, LayerNorm, Op, Softmax, Tensor, make_graph
-from planner.reference import add, gelu, layernorm, quantize, softmax
+from planner.build.stages import build
+from planner.ir.graph import Add, Cast, Gelu, Graph, LayerNorm, Op, Softmax, Tensor, make_graph
+from planner.ir.reference import add, gelu, layernorm, quantize, softmax
+from planner.search.policies import baseline_plan
 
 SEED = 41
 SHAPES = [(1, 1), (3, 17), (5, 257), (2, 1152), (7, 729), (3, 4304)]

@@ -15,15 +15,16 @@ import pytest
 
 import planner
 import simulator
-from planner import cache as cache_mod
-from planner import optimize
-from planner.baseline import baseline_plan
-from planner.graph import Add, Cast, Graph, MatMul, Tensor, make_graph
-from planner.optimize import LocalOptimizer, Record
-from planner.pipeline import Incumbent, PipelineConfig, evaluate
+from planner.ir.graph import Add, Cast, Graph, MatMul, Tensor, make_graph
 from planner.pipeline import plan as pipeline_plan
-from planner.proposals import Proposal
 from planner.report import REL_FRO_TOLERANCE, compare
+from planner.search import optimize
+from planner.search import trials as cache_mod
+from planner.search.context import PlanningContext
+from planner.search.incumbent import Incumbent, PipelineConfig, evaluate
+from planner.search.optimize import LocalOptimizer, Record
+from planner.search.policies import baseline_plan
+from planner.search.proposals import Proposal
 from simulator.device import Device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ def _fixed(props: list[Proposal]):
     """A `proposals` stand-in returning `props` around the first incumbent only."""
     calls: list[int] = []
 
-    def gen(graph, device, plan, prof, limit, kinds):  # noqa: ANN001, ANN202
+    def gen(graph, device, plan, prof, limit, kinds, ctx):  # noqa: ANN001, ANN202
         calls.append(1)
         return list(props) if len(calls) == 1 else []
 
@@ -129,7 +130,6 @@ def test_failed_build_never_replaces_but_later_win_does(
 
 
 def test_budget_bounds_builds(micro_graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     builds: list[int] = []
     real = cache_mod.build_program
 
@@ -141,26 +141,22 @@ def test_budget_bounds_builds(micro_graph: Graph, monkeypatch: pytest.MonkeyPatc
     base = _baseline(micro_graph, TINY)
     for steps in (1, 3, 5):
         builds.clear()
-        monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
         final, hist = LocalOptimizer()(micro_graph, TINY,
-                                       PipelineConfig(optimization_steps=steps), base)
+                                       PipelineConfig(optimization_steps=steps), base,
+                                       PlanningContext())
         assert len(hist) == steps and len(builds) <= steps
         assert final.cycles == min([base.cycles] + [r.cycles for r in hist if r.accepted])
 
 
-def test_jobs_two_same_result_as_serial(micro_graph: Graph,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each run starts with empty caches, so the parallel runs really build
-    (a forked worker would otherwise inherit the serial run's trials)."""
+def test_jobs_two_same_result_as_serial(micro_graph: Graph) -> None:
+    """Each `planner.plan` call has its own planning context, so the parallel
+    runs really build (nothing is inherited from the serial run)."""
     cfg1 = PipelineConfig(optimization_steps=6, jobs=1)
     cfg2 = PipelineConfig(optimization_steps=6, jobs=2)
-    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     serial = planner.plan(micro_graph, TINY, cfg1)
-    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     parallel = planner.plan(micro_graph, TINY, cfg2)
-    monkeypatch.setattr(cache_mod, "SHARED", cache_mod.BuildCache())
     with ThreadPoolExecutor(2) as pool:
-        threaded = planner.plan(micro_graph, TINY, cfg2, executor=pool)
+        threaded = planner.plan(micro_graph, TINY, cfg2, LocalOptimizer(executor=pool))
     h = serial.package.content_hash()
     assert parallel.package.content_hash() == h == threaded.package.content_hash()
     key = [(r.kind, r.description, r.cycles, r.accepted) for r in serial.history]

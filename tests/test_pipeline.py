@@ -11,8 +11,10 @@ import pytest
 import planner
 import simulator
 from kernels.exceptions import BuildFailure, ConfigError
-from planner.graph import Graph
-from planner.pipeline import Incumbent, PipelineConfig, evaluate, plan
+from planner.ir.graph import Graph
+from planner.pipeline import plan
+from planner.search.context import PlanningContext
+from planner.search.incumbent import Incumbent, PipelineConfig, evaluate
 from simulator.device import Device
 
 TINY = simulator.load_device("tiny")
@@ -34,16 +36,17 @@ def test_baseline_plan_builds_verifies_and_costs(micro_graph: Graph) -> None:
     assert res.history == ()
     assert res.stats["optimizer"] == "none"
     assert res.stats["steps"] == res.package.n_steps
-    assert set(res.stats["stage_seconds"]) == {"expand", "schedule", "allocate", "link",
-                                               "verify"}
+    assert set(res.stats["stage_seconds"]) == {"lower", "expand", "schedule", "allocate",
+                                               "link", "verify"}
     sim = simulator.run(res.package, numerics=False)
     assert sim.cycles == res.cycles and not sim.faults
     assert res.package.meta["model"] == "vit-micro" and res.package.meta["layers"] == 2
 
 
 def test_no_optimizer_never_pretends(micro_graph: Graph) -> None:
-    res = plan(micro_graph, TINY, PipelineConfig(optimization_steps=8))
+    res = plan(micro_graph, TINY, PipelineConfig(optimization_steps=8, optimizer="none"))
     assert res.history == () and res.cycles == res.baseline_cycles
+    assert res.stats["optimizer"] == "none"
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,11 @@ class _Record:
 
 
 def _overlap_optimizer(graph: Graph, device: Device, cfg: PipelineConfig,
-                       base: Incumbent) -> tuple[Incumbent, Sequence[Any]]:
+                       base: Incumbent, ctx: PlanningContext
+                       ) -> tuple[Incumbent, Sequence[Any]]:
     """One real proposal (reduction overlap on), accepted only if cheaper."""
     trial = evaluate(graph, device, base.plan.with_reduction_overlap(True),
-                     cfg.operator_candidate_limit)
+                     cfg.operator_candidate_limit, ctx)
     better = trial.cycles < base.cycles
     return (trial if better else base), [_Record("reduction overlap", trial.cycles, better)]
 
@@ -93,7 +97,7 @@ def test_reduction_overlap_schedule_keeps_outputs(micro_graph: Graph) -> None:
     """The wider merge window reorders phases; values must not change."""
     import numpy as np
 
-    from planner.baseline import baseline_plan
+    from planner.search.policies import baseline_plan
 
     base_plan = baseline_plan(micro_graph, TINY)
     params = planner.init_params(micro_graph, seed=0)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 import simulator
-from planner.baseline import baseline_plan
-from planner.graph import Graph
-from planner.lower import lower
-from planner.optimize import profile
-from planner.pipeline import Incumbent, evaluate
-from planner.proposals import KINDS, MERGED, Proposal, base_label, op_sites, proposals
+from kernels.exceptions import ConfigError
+from planner.build.lower import lower
+from planner.ir.graph import Graph
+from planner.search.incumbent import Incumbent, evaluate
+from planner.search.optimize import profile
+from planner.search.policies import baseline_plan
+from planner.search.proposals import KINDS, MERGED, Proposal, base_label, op_sites, proposals
 
 TINY = simulator.load_device("tiny")
 
@@ -75,7 +76,7 @@ def test_base_label_and_profile(incumbent: Incumbent) -> None:
 
 
 def test_unknown_kind(micro_graph: Graph, incumbent: Incumbent) -> None:
-    with pytest.raises(ValueError, match="unknown proposal kind"):
+    with pytest.raises(ConfigError, match="proposal kind.*unknown.*bogus"):
         proposals(micro_graph, TINY, incumbent.plan, {}, kinds=("bogus",))
 
 
@@ -100,7 +101,7 @@ def test_global_tile_mapping_is_cycle_neutral(micro_graph: Graph,
 
 
 def test_proposal_sorts_as_value() -> None:
-    from planner.plan import Plan
+    from planner.decide.plan import Plan
 
     a = Proposal("open", "b", 5, Plan())
     b = Proposal("cast", "a", 5, Plan(packing="half"))
@@ -109,8 +110,8 @@ def test_proposal_sorts_as_value() -> None:
 
 
 def test_apply_change_replays_one_change_on_another() -> None:
-    from planner.plan import Plan
-    from planner.proposals import apply_change
+    from planner.decide.plan import Plan
+    from planner.search.proposals import apply_change
 
     base = Plan(recipes=(("a", "rows:1"), ("b", "mm:1x1x1")), open_boundaries=("t",))
     first = base.with_recipe("a", "rows:2")
@@ -131,7 +132,7 @@ def test_next_round_proposes_the_replayed_change(micro_graph: Graph,
     (two packings are alternatives, not changes that compose; recipe
     alternatives are re-ranked around the new incumbent, so B is a boundary
     or cast change)."""
-    from planner.proposals import apply_change, pinned
+    from planner.search.proposals import apply_change, pinned
 
     props = proposals(micro_graph, TINY, incumbent.plan, profile(incumbent))
     a = props[0]
@@ -146,7 +147,7 @@ def test_op_costs_charge_every_labelled_step_once(micro_graph: Graph,
                                                    incumbent: Incumbent) -> None:
     """An op's measured cost is its own steps + the conversions lowered for it
     + the move of its result to canonical; together they are the profile."""
-    from planner.proposals import op_costs
+    from planner.search.proposals import op_costs
 
     prof = profile(incumbent)
     lowered = lower(micro_graph, TINY, incumbent.plan)
@@ -167,7 +168,7 @@ def test_packing_gain_scales_canonical_moves() -> None:
     with the canonical rows per owner; element -> rows on vit-tiny ranks
     first (it is the largest measured win: 496k -> ~104k cycles)."""
     import planner
-    from planner.layout import canonical_rows_per_owner
+    from planner.decide.layout import canonical_rows_per_owner
 
     c600 = simulator.load_device("c600")
     g = planner.load_model("vit-tiny", layers=1)
@@ -212,8 +213,8 @@ def test_cast_proposal_runs_the_cast_on_its_canonical_owners(micro_graph: Graph,
                                                              incumbent: Incumbent) -> None:
     """Early casting pins the Cast to its input's canonical owners, so the
     wide value does not move before it is narrowed."""
-    from planner.graph import DTYPE_BYTES
-    from planner.layout import canonical_rows_per_owner, view2d
+    from planner.decide.layout import canonical_rows_per_owner, view2d
+    from planner.ir.graph import DTYPE_BYTES
 
     props = proposals(micro_graph, TINY, incumbent.plan, profile(incumbent), kinds=("cast",))
     assert props

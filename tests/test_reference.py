@@ -10,8 +10,8 @@ import pytest
 
 import planner
 from kernels.exceptions import ConfigError
-from planner.graph import Cast, Graph, MergeHeads, Repeat, SplitHeads, Tensor, make_graph
-from planner.reference import quantize
+from planner.ir.graph import Cast, Graph, MergeHeads, Repeat, SplitHeads, Tensor, make_graph
+from planner.ir.reference import quantize
 
 
 def _ln64(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:

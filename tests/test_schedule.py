@@ -8,8 +8,8 @@ from handprog import copy_vertex, loop_program
 
 from kernels.abi import REDUCE
 from kernels.exceptions import BuildFailure
-from planner.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
-from planner.schedule import (
+from planner.build.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
+from planner.build.schedule import (
     COMPUTE,
     EXCHANGE,
     REPEAT_BEGIN,

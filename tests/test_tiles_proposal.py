@@ -8,17 +8,17 @@ import pytest
 import planner
 import simulator
 from kernels.exceptions import BuildFailure
-from planner.baseline import baseline_plan
-from planner.build import plan_digest
-from planner.graph import Add, Gelu, Graph, Tensor, make_graph
-from planner.layout import row_layout, spread_tiles
-from planner.lower import lower
-from planner.optimize import LocalOptimizer, profile
-from planner.pipeline import PipelineConfig, evaluate
-from planner.plan import Plan
-from planner.proposals import MERGED, apply_change, proposals
+from planner.build.lower import lower
+from planner.build.stages import plan_digest
+from planner.decide.layout import row_layout, spread_tiles
+from planner.decide.plan import Plan
+from planner.ir.graph import Add, Gelu, Graph, Tensor, make_graph
 from planner.report import REL_FRO_TOLERANCE, compare
-from planner.tileload import phase_load, shifted, step_cycles
+from planner.search.incumbent import PipelineConfig, evaluate
+from planner.search.optimize import LocalOptimizer, profile
+from planner.search.policies import baseline_plan
+from planner.search.proposals import MERGED, apply_change, proposals
+from planner.search.tileload import phase_load, shifted, step_cycles
 from simulator.device import Device
 
 TINY = simulator.load_device("tiny")

@@ -40,7 +40,7 @@ import numpy as np
 
 from kernels import formulas
 from kernels.exceptions import ConfigError
-from planner.graph import (
+from planner.ir.graph import (
     Add,
     BatchMatMul,
     Cast,
@@ -55,7 +55,7 @@ from planner.graph import (
     SplitHeads,
     Tensor,
 )
-from planner.models import WEIGHT_STD
+from planner.ir.models import WEIGHT_STD
 
 F32 = np.float32
 

@@ -25,7 +25,7 @@ step the phases of vertices and transfers:
 Incremental expansion: a step's expansion reads only the step, the `Value`s
 it names and the state (buffers, items, placed values — all append-only)
 left by the steps before it.  `expand_program` therefore keeps the last few
-expansions (`RECENT`, a `PrefixStore`) with that state's prefix lengths after
+expansions (a build state's `PrefixStore`) with that state's prefix lengths after
 every step, and resumes from the one sharing the longest prefix of step
 signatures with the new lowering: an optimizer proposal that changes one op
 re-expands only from the first lowered step that differs.  The result is the
@@ -44,18 +44,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels.exceptions import BuildFailure, Unsupported
-from planner import expand_ops
-from planner.catalogue import DEFAULT_LIMIT
-from planner.expand_redist import Loc, moves, shareable
-from planner.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
-from planner.layout import Layout, view2d
-from planner.lower import Lowered, Step, Value, lower
-from planner.plan import Plan
-from planner.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
+from planner.build import expand_ops
+from planner.decide.catalogue import DEFAULT_LIMIT
+from planner.build.expand_redist import Loc, moves, shareable
+from planner.ir.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
+from planner.decide.layout import Layout, view2d
+from planner.build.lower import Lowered, Step, Value, lower
+from planner.decide.plan import Plan
+from planner.build.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
 from simulator.device import Device
+
+if TYPE_CHECKING:
+    from planner.build.state import BuildState
 
 
 class Expander:
@@ -373,7 +376,7 @@ def gc_paused() -> Iterator[None]:
 
     When the outermost pause ends, the objects alive then move to the
     collector's permanent generation (`gc.freeze`) before it is enabled
-    again: what builds keep (the `RECENT` expansions, cached trials) would
+    again: what builds keep (a state's expansions, cached trials) would
     otherwise be scanned by the very next collection (measured: 0.5 s of a
     7.4 s vit-tiny 8-step plan) and by every full one.  Frozen objects are
     still freed by reference counting; only a reference cycle among them
@@ -393,12 +396,16 @@ def expand_lowered(lw: Lowered, device: Device) -> Program:
         return Expander(lw, device).run().program
 
 
-def expand_program(g: Graph, device: Device, plan: Plan,
-                   limit: int = DEFAULT_LIMIT) -> Program:
+def expand_program(g: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT,
+                   state: BuildState | None = None) -> Program:
     """The symbolic program of `g` on `device` under `plan` (module docstring).
-    Resumes from the longest common step prefix of a recent expansion
-    (`RECENT`); the result equals a from-scratch expansion."""
-    return RECENT.expand(lower(g, device, plan, limit), device).program
+    With a build `state`, resumes from the longest common step prefix of one
+    of its recent expansions (`state.prefixes`); the result equals a
+    from-scratch expansion."""
+    lw = lower(g, device, plan, limit, state)
+    if state is None:
+        return expand_lowered(lw, device)
+    return state.prefixes.expand(lw, device).program
 
 
 @dataclass(frozen=True)
@@ -490,7 +497,5 @@ class PrefixStore:
         return exp
 
 
-RECENT = PrefixStore()
-
-__all__ = ["expand_program", "expand_lowered", "heads_segments", "view2d", "RECENT",
+__all__ = ["expand_program", "expand_lowered", "heads_segments", "view2d",
            "Expansion", "PrefixStore", "signature"]

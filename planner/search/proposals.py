@@ -1,7 +1,8 @@
 """Local proposals: small neighbourhood changes to the incumbent Plan.
 
-`proposals(graph, device, plan, profile, limit, kinds)` returns every
-proposal of the `kinds` (default all seven, below) around the incumbent
+`proposals(graph, device, plan, profile, limit, kinds, ctx)` returns every
+proposal of the `kinds` (default every registered kind: the seven below and
+any a third party registers, planner.search.registry) around the incumbent
 `plan`, each a frozen, hashable, sortable `Proposal` holding the changed
 Plan, a `kind`, a one-line `description` and an estimated gain in cycles
 (positive = expected cheaper).  The list is ordered by estimated gain,
@@ -74,19 +75,23 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner import catalogue as cat
-from planner.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
-from planner.layout import canonical_rows_per_owner, view2d
-from planner.lower import Lowered, lower
-from planner.lowered import Step
-from planner.plan import PACKINGS, Plan
-from planner.schedule import EXCHANGE, Schedule
-from planner.tileload import MergedStep, Placement, phase_load, shift_gain
+from planner.build.lower import Lowered, lower
+from planner.build.lowered import Step
+from planner.build.schedule import EXCHANGE, Schedule
+from planner.decide import catalogue as cat
+from planner.decide.layout import canonical_rows_per_owner, view2d
+from planner.decide.plan import PACKINGS, Plan
+from planner.ir.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
+from planner.search.registry import PROPOSALS
+from planner.search.tileload import MergedStep, Placement, phase_load, shift_gain
 from simulator.device import Device
+
+if TYPE_CHECKING:
+    from planner.build.state import BuildState
 
 KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
 # label suffixes that expand appends to an op's or a move's name
@@ -200,12 +205,21 @@ def op_costs(lowered: Lowered, prof: dict[str, int]) -> dict[str, int]:
     return out
 
 
-class _Generator:
+class Around:
+    """What proposals are made from: the graph and device, the incumbent plan
+    with its parameter-home rotation pinned (`plan`), its lowering, its
+    measured cycles per label (`prof`, `step_profile`) and per op (`costs`),
+    the catalogue shortlist length and the planning context.  A proposal
+    kind (planner.search.registry.ProposalKind) is a function of it; the
+    built-in kinds are its methods."""
+
     def __init__(self, g: Graph, device: Device, plan: Plan, prof: dict[str, int],
-                 limit: int) -> None:
+                 limit: int, ctx: BuildState | None = None) -> None:
         self.g = g
         self.device = device
-        lowered = lower(g, device, plan, limit)
+        self.ctx = ctx
+        self.cache = ctx.catalogue if ctx is not None else cat.CatalogueCache()
+        lowered = lower(g, device, plan, limit, ctx)
         self.lowered = lowered
         # every proposal starts from the incumbent with its rotation pinned
         self.plan = plan.with_rotation(lowered.rotation)
@@ -224,14 +238,16 @@ class _Generator:
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
         packing = self.plan.packing
-        short = cat.catalogue(site.graph, site.op, self.device, self.limit, packing)
+        short = cat.catalogue(site.graph, site.op, self.device, self.limit, packing,
+                              self.cache)
         key = self.plan.recipe(site.name)
         if key is None:
             return short, short[0]
         for r in short:
             if r.key == key:
                 return short, r
-        return short, cat.recipe_from_key(site.graph, site.op, self.device, key, packing)
+        return short, cat.recipe_from_key(site.graph, site.op, self.device, key, packing,
+                                          self.cache)
 
     def op_gain(self, site: OpSite, cur: cat.Recipe, alt: cat.Recipe) -> int:
         est = site.trips * cur.cycles
@@ -315,7 +331,7 @@ class _Generator:
             # layout where that differs (element packing: twice the rows)
             key = f"rows:{rpo}"
             early = site.trips * cat.recipe_from_key(site.graph, site.op, self.device, key,
-                                                     self.plan.packing).cycles
+                                                     self.plan.packing, self.cache).cycles
             moved = self.measured_prefix(f"to {site.scope}{site.op.x}@")
             sync = self.device.exchange_fixed_cycles
             payload = max(0, moved - sync * site.trips)
@@ -416,7 +432,7 @@ class _Generator:
                 break
             cur = self.plan.shift(op)
             plan = self.plan.with_tile_shift(op, (cur + s) % n)
-            removed = self.moves_removed(lower(self.g, self.device, plan, self.limit))
+            removed = self.moves_removed(lower(self.g, self.device, plan, self.limit, self.ctx))
             if removed is None:
                 continue  # a move appears: outside the estimate (module docstring)
             gain = -neg_gain + removed
@@ -462,10 +478,11 @@ class _Generator:
         return out
 
 
-def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Plan:
+def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT,
+           ctx: BuildState | None = None) -> Plan:
     """`plan` with every parameter-home rotation base pinned where its
     lowering puts it: the common base of all proposals around `plan`."""
-    return plan.with_rotation(lower(g, device, plan, limit).rotation)
+    return plan.with_rotation(lower(g, device, plan, limit, ctx).rotation)
 
 
 def _merged(base: tuple, changed: tuple, onto: tuple) -> tuple:
@@ -526,23 +543,22 @@ def _feeds_repeat(g: Graph, tensor: str) -> bool:
     return any(isinstance(op, Repeat) and tensor in op.init + op.final for op in g.ops)
 
 
-GENERATORS = {kind: getattr(_Generator, kind) for kind in KINDS}
+for _kind in KINDS:  # the built-in kinds, in this order
+    PROPOSALS.register(_kind)(getattr(Around, _kind))
 
 
 def proposals(graph: Graph, device: Device, plan: Plan, profile: dict[str, int],
-              limit: int = cat.DEFAULT_LIMIT,
-              kinds: tuple[str, ...] = KINDS) -> list[Proposal]:
-    """All proposals of `kinds` around `plan` (module docstring), best
-    estimated gain first.  `profile` is `step_profile` of the incumbent;
-    `limit` the catalogue shortlist length.  Raises ValueError for an
-    unknown kind."""
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown:
-        raise ValueError(f"unknown proposal kind(s) {unknown}; choices: {KINDS}")
-    gen = _Generator(graph, device, plan, profile, limit)
+              limit: int = cat.DEFAULT_LIMIT, kinds: tuple[str, ...] | None = None,
+              ctx: BuildState | None = None) -> list[Proposal]:
+    """All proposals of `kinds` (None: every registered kind) around `plan`
+    (module docstring), best estimated gain first.  `profile` is
+    `step_profile` of the incumbent; `limit` the catalogue shortlist length;
+    `ctx` the planning context.  Raises ConfigError for an unknown kind."""
+    chosen = PROPOSALS.names() if kinds is None else list(kinds)
+    makers = [PROPOSALS.get(k) for k in chosen]  # unknown kinds fail before any work
+    around = Around(graph, device, plan, profile, limit, ctx)
     out: list[Proposal] = []
-    for kind in KINDS:
-        if kind in kinds:
-            out += GENERATORS[kind](gen)
+    for make in makers:
+        out += make(around)
     unique = {p.plan: p for p in sorted(out, reverse=True)}  # best duplicate wins
     return sorted(unique.values())

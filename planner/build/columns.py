@@ -31,7 +31,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from planner.program import NARGS, TENSOR_KINDS, Buf, Phase, Program, Ref, Seq, Vertex, Xfers
+from planner.build.program import NARGS, TENSOR_KINDS, Buf, Phase, Program, Ref, Seq, Vertex, Xfers
 
 
 @dataclass(frozen=True, eq=False)
@@ -372,11 +372,8 @@ class BufMemo:
         return len(self._data)
 
 
-BUFS = BufMemo(4)
-
-
-def buf_columns(program: Program) -> BufColumns:
-    """The buffer columns of `program` as its `bufs` list holds now (read
-    through the module's `BufMemo`, so allocate, reserve and link of one
-    program read its buffers once)."""
-    return BUFS.columns(program.bufs)
+def buf_columns(program: Program, memo: BufMemo | None = None) -> BufColumns:
+    """The buffer columns of `program` as its `bufs` list holds now, read
+    through `memo` when given (a build state's: reserve, allocate and link
+    of one program, and trial programs sharing a prefix, read buffers once)."""
+    return (memo if memo is not None else BufMemo(1)).columns(program.bufs)

@@ -21,13 +21,15 @@ bytes of a plan from lowering alone (no expansion), for balance checks.
 
 from __future__ import annotations
 
-from planner import catalogue as cat
-from planner.graph import DTYPE_BYTES, Cast, Graph, Op, Repeat
-from planner.lower import Lowered, lower
-from planner.plan import Plan
+from planner.build.lower import Lowered, lower
+from planner.build.state import BuildState
+from planner.decide import catalogue as cat
+from planner.decide.plan import Plan
+from planner.ir.graph import DTYPE_BYTES, Cast, Graph, Op, Repeat
+from planner.search.registry import BASELINES
 from simulator.device import Device
 
-POLICIES = ("default", "capacity")
+POLICIES = ("default", "capacity")  # the built-in policies (BASELINES holds every one)
 # a recipe's parameter homes may hold this multiple of the device mean per tile
 PARAM_HEADROOM = 1.25
 
@@ -55,22 +57,25 @@ def parameter_tile_bytes(lw: Lowered, tiles: int) -> list[int]:
 
 
 def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
-                  policy: str = "default") -> Plan:
-    """The `policy` baseline Plan of `g` on `device` (module docstring).
+                  policy: str = "default", ctx: BuildState | None = None) -> Plan:
+    """The baseline Plan of `g` on `device` by the policy registered as
+    `policy` (planner.search.registry.BASELINES; module docstring).
 
-    Raises ValueError for an unknown policy name, Unsupported for ops the
+    Raises ConfigError for an unknown policy name, Unsupported for ops the
     catalogue cannot run."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown baseline policy {policy!r}; choices: {POLICIES}")
-    if policy == "capacity":
-        return _capacity_plan(g, device, limit)
+    return BASELINES.get(policy)(g, device, limit, ctx if ctx is not None else BuildState())
+
+
+@BASELINES.register("default")
+def default_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan:
+    """The `default` policy (module docstring)."""
     ops = [(name, sub, op, trips) for name, sub, op, trips in _ops(g) if not isinstance(op, Cast)]
     # parameter bytes per tile if spread evenly (the shared rotation's aim)
     mean_params = sum(g.tensor(p).nbytes for p in g.parameters) / device.tiles
     free = device.memory_size - device.fixed_bytes - int(PARAM_HEADROOM * mean_params)
     chosen: dict[str, str] = {}
     for name, sub, op, trips in ops:
-        shortlist = cat.catalogue(sub, op, device, limit)
+        shortlist = cat.catalogue(sub, op, device, limit, cache=ctx.catalogue)
         fits = [r for r in shortlist if r.mem_bytes <= free
                 and trips * r.home_bytes <= PARAM_HEADROOM * max(mean_params, 1.0)]
         pick = fits[0] if fits else min(
@@ -93,7 +98,8 @@ def default_row_moves(device: Device) -> int:
     return c.copy_call // control if control > 0 else 0
 
 
-def _capacity_plan(g: Graph, device: Device, limit: int) -> Plan:
+@BASELINES.register("capacity")
+def capacity_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan:
     """The `capacity` policy: canonical layout = whole rows over as many
     owners as the device has (packing "rows"; no replication, no tail
     padding); each op takes the shortlisted recipe with the least memory
@@ -107,7 +113,7 @@ def _capacity_plan(g: Graph, device: Device, limit: int) -> Plan:
     for name, sub, op, trips in _ops(g):
         if isinstance(op, Cast):
             continue
-        shortlist = cat.catalogue(sub, op, device, limit)
+        shortlist = cat.catalogue(sub, op, device, limit, cache=ctx.catalogue)
         pick = min(shortlist, key=lambda r: (trips * r.home_bytes + r.mem_bytes, r.xbytes,
                                              r.cycles, r.key))
         chosen[name] = pick.key
@@ -116,8 +122,8 @@ def _capacity_plan(g: Graph, device: Device, limit: int) -> Plan:
                 row_moves=default_row_moves(device))
     after = base.with_cast_orders({name: "after" for name, _, _ in casts})
     before = base.with_cast_orders({name: "before" for name, _, _ in casts})
-    mem_after = _conversion_bytes(lower(g, device, after, limit), casts)
-    mem_before = _conversion_bytes(lower(g, device, before, limit), casts)
+    mem_after = _conversion_bytes(lower(g, device, after, limit, ctx), casts)
+    mem_before = _conversion_bytes(lower(g, device, before, limit, ctx), casts)
     orders = {name: "before" if mem_before[name] < mem_after[name] else "after"
               for name, _, _ in casts}
     return base.with_cast_orders(orders)

@@ -1,7 +1,7 @@
 """The bounded local optimizer (DESIGN §6): ordered proposals, complete
 builds, strict acceptance, incumbent retention, parallel speculation.
 
-`LocalOptimizer(executor=None, kinds=KINDS)` is an `Optimizer` for
+`LocalOptimizer(executor=None, kinds=None)` is an `Optimizer` for
 `planner.pipeline.plan`.  Called with the baseline `Incumbent` it
 
 1. generates the proposals around the incumbent (`planner.proposals`,
@@ -55,18 +55,19 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from planner import cache as cache_mod
-from planner.expand import gc_paused
-from planner.graph import Graph
-from planner.pipeline import Incumbent, PipelineConfig, PlanResult
-from planner.pipeline import plan as pipeline_plan
-from planner.plan import Plan
-from planner.proposals import KINDS, Proposal, apply_change, pinned, proposals, step_profile
+from planner.build.expand import gc_paused
+from planner.decide.plan import Plan
+from planner.ir.graph import Graph
+from planner.search.context import Counters, PlanningContext
+from planner.search.incumbent import Incumbent, PipelineConfig
+from planner.search.proposals import Proposal, apply_change, pinned, proposals, step_profile
+from planner.search.registry import OPTIMIZERS
+from planner.search.trials import Trial, evaluate, evaluate_in_worker, init_worker
 from simulator.device import Device
 from simulator.run import run
 from simulator.verify import verify
@@ -116,29 +117,38 @@ class LocalOptimizer:
     `executor`: any `concurrent.futures.Executor` for speculative builds (the
     caller owns it); None → serial for `jobs == 1`, else a process pool of
     `jobs − 1` workers (this process is the jobs-th) created and shut down per
-    call.  `kinds`: the proposal kinds to generate (tests restrict it).
-    `max_in_flight`: speculative builds ahead of the proposal being decided
-    (default `jobs − 1`, at least 1)."""
+    call.  `kinds`: the proposal kinds to generate (None: every registered
+    kind).  `max_in_flight`: speculative builds ahead of the proposal being
+    decided (default `jobs − 1`, at least 1).  `accept` is the acceptance
+    rule: a subclass may override it (experiments/custom_policy.py)."""
 
     __name__ = "local"
 
-    def __init__(self, executor: Executor | None = None, kinds: tuple[str, ...] = KINDS,
+    def __init__(self, executor: Executor | None = None,
+                 kinds: tuple[str, ...] | None = None,
                  max_in_flight: int | None = None) -> None:
         self.executor = executor
         self.kinds = kinds
         self.max_in_flight = max_in_flight
         self.last_stats: dict[str, Any] = {}
 
+    def accept(self, incumbent: Incumbent, trial: Trial) -> bool:
+        """True if the built `trial` replaces `incumbent`: strictly fewer cycles."""
+        return trial.cycles is not None and trial.cycles < incumbent.cycles
+
     def __call__(self, graph: Graph, device: Device, cfg: PipelineConfig,
-                 baseline: Incumbent) -> tuple[Incumbent, Sequence[Record]]:
-        before = cache_mod.counters()
+                 baseline: Incumbent, ctx: PlanningContext | None = None
+                 ) -> tuple[Incumbent, Sequence[Record]]:
+        ctx = ctx if ctx is not None else PlanningContext()
+        before = ctx.counters()
         executor, owned = self.executor, False
         if executor is None and cfg.jobs > 1:
             executor = ProcessPoolExecutor(cfg.jobs - 1,
-                                           mp_context=multiprocessing.get_context("fork"))
+                                           mp_context=multiprocessing.get_context("fork"),
+                                           initializer=init_worker, initargs=(ctx,))
             owned = True
         run_ = _Run(graph, device, cfg, executor, self.kinds,
-                    self.max_in_flight or max(1, cfg.jobs - 1))
+                    self.max_in_flight or max(1, cfg.jobs - 1), ctx, self.accept)
         try:
             with gc_paused():  # trials allocate ~10⁶ acyclic objects each (expand.gc_paused)
                 final = run_.optimize(baseline)
@@ -147,7 +157,7 @@ class LocalOptimizer:
                 fut.cancel()
             if owned and executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
-        counts = cache_mod.counters().minus(before)
+        counts = ctx.counters().minus(before)
         counts.add(run_.worker_counters)
         self.last_stats = {
             "proposals_evaluated": len(run_.history),
@@ -165,7 +175,10 @@ class _Run:
     """The state of one optimizer call."""
 
     def __init__(self, graph: Graph, device: Device, cfg: PipelineConfig,
-                 executor: Executor | None, kinds: tuple[str, ...], in_flight: int) -> None:
+                 executor: Executor | None, kinds: tuple[str, ...] | None, in_flight: int,
+                 ctx: PlanningContext, accept: Callable[[Incumbent, Trial], bool]) -> None:
+        self.ctx = ctx
+        self.accept = accept
         self.graph = graph
         self.device = device
         self.cfg = cfg
@@ -180,8 +193,8 @@ class _Run:
         self.consumed = 0
         self.rebuilt = 0
         self.rounds = 0
-        self.worker_counters = cache_mod.Counters()
-        self.futures: dict[Plan, Future[tuple[cache_mod.Trial, cache_mod.Counters | None]]] = {}
+        self.worker_counters = Counters()
+        self.futures: dict[Plan, Future[tuple[Trial, Counters | None]]] = {}
 
     @property
     def budget(self) -> int:
@@ -191,9 +204,9 @@ class _Run:
         prof = profile(inc)
         while self.budget > 0:
             self.rounds += 1
-            base = pinned(self.graph, self.device, inc.plan, self.limit)
+            base = pinned(self.graph, self.device, inc.plan, self.limit, self.ctx)
             props = [p for p in proposals(self.graph, self.device, inc.plan, prof,
-                                          self.limit, self.kinds)
+                                          self.limit, self.kinds, self.ctx)
                      if p.plan not in self.tried and p.plan != inc.plan
                      and (p.kind, p.description) not in self.rejected]
             window = props[: self.budget]
@@ -214,7 +227,7 @@ class _Run:
             self.speculate(window, i, base)
             trial, speculative = self.trial(prop, self.futures.pop(prop.plan, None))
             self.tried.add(prop.plan)
-            accepted = trial.cycles is not None and trial.cycles < inc.cycles
+            accepted = trial.cycles is not None and self.accept(inc, trial)
             self.history.append(Record(
                 prop.kind, prop.description, prop.gain, trial.cycles is not None,
                 trial.failure, trial.cycles, accepted, trial.seconds, speculative))
@@ -227,9 +240,9 @@ class _Run:
             self.rejected.add((prop.kind, prop.description))
         return None
 
-    def rebuild(self, prop: Proposal, trial: cache_mod.Trial) -> cache_mod.Trial:
+    def rebuild(self, prop: Proposal, trial: Trial) -> Trial:
         """The complete build of a proposal accepted from another process."""
-        local = cache_mod.SHARED.evaluate(self.graph, self.device, prop.plan, self.limit)
+        local = evaluate(self.ctx, self.graph, self.device, prop.plan, self.limit)
         self.rebuilt += 1
         assert local.incumbent is not None and local.cycles == trial.cycles, \
             f"{prop.description}: rebuilt {local.cycles} cycles, worker said {trial.cycles}"
@@ -259,17 +272,18 @@ class _Run:
                 break
             if plan in self.futures:
                 continue
+            # a thread of this process shares the context; another process makes its own
+            shared = self.ctx if isinstance(self.executor, ThreadPoolExecutor) else None
             self.futures[plan] = self.executor.submit(
-                cache_mod.evaluate_in_worker, self.graph, self.device, plan, self.limit,
-                os.getpid())
+                evaluate_in_worker, self.graph, self.device, plan, self.limit, os.getpid(),
+                shared)
             self.submitted += 1
             running += 1
 
-    def trial(self, prop: Proposal,
-              fut: Future[tuple[cache_mod.Trial, cache_mod.Counters | None]] | None
-              ) -> tuple[cache_mod.Trial, bool]:
+    def trial(self, prop: Proposal, fut: Future[tuple[Trial, Counters | None]] | None
+              ) -> tuple[Trial, bool]:
         if fut is None:
-            return cache_mod.SHARED.evaluate(self.graph, self.device, prop.plan, self.limit), False
+            return evaluate(self.ctx, self.graph, self.device, prop.plan, self.limit), False
         self.consumed += 1
         trial, counts = fut.result()
         if counts is not None:
@@ -277,11 +291,20 @@ class _Run:
         return trial, True
 
 
-def plan(graph: Graph, device: Device, cfg: PipelineConfig | None = None,
-         executor: Executor | None = None) -> PlanResult:
-    """`planner.pipeline.plan` with the local optimizer (the public
-    `planner.plan`).  Raises BuildFailure when the baseline does not build."""
-    return pipeline_plan(graph, device, cfg, optimizer=LocalOptimizer(executor))
+@OPTIMIZERS.register("local")
+def local_optimizer(cfg: PipelineConfig) -> LocalOptimizer:
+    """The bounded local optimizer (module docstring) over `cfg.proposals`."""
+    return LocalOptimizer(kinds=cfg.proposals or None)
+
+
+@OPTIMIZERS.register("none")
+def no_optimizer(cfg: PipelineConfig) -> Callable[..., tuple[Incumbent, Sequence[Record]]]:
+    """The baseline as it is: nothing evaluated."""
+    def keep(graph: Graph, device: Device, cfg: PipelineConfig, baseline: Incumbent,
+             ctx: PlanningContext | None = None) -> tuple[Incumbent, Sequence[Record]]:
+        return baseline, []
+    keep.__name__ = "none"
+    return keep
 
 
 def format_optimizer(summary: dict[str, Any]) -> str:

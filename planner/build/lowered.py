@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner import catalogue as cat
-from planner.graph import DTYPE_BYTES, Op
-from planner.layout import Layout
+from planner.decide import catalogue as cat
+from planner.ir.graph import DTYPE_BYTES, Op
+from planner.decide.layout import Layout
 
 
 @dataclass(frozen=True)

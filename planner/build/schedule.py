@@ -31,7 +31,8 @@ Empty phases are dropped (an empty exchange would still pay a sync).
 The schedule carries its transfers and vertices as flat columns
 (`planner.columns`): all transfer rows are concatenated once in step order
 (each `Step.transfers` is a view of its rows), and the vertex columns are
-read per compute phase, remembered with the phase's other facts (`_FACTS`)
+read per compute phase, remembered with the phase's other facts (a build
+state's `PhaseMemo`)
 across calls while the phase is unchanged.
 """
 
@@ -43,7 +44,7 @@ from operator import attrgetter
 import numpy as np
 
 from kernels.exceptions import BuildFailure
-from planner.columns import (
+from planner.build.columns import (
     PhaseColumns,
     PhaseMemo,
     VertexArrays,
@@ -52,7 +53,7 @@ from planner.columns import (
     phase_columns,
     xfer_arrays,
 )
-from planner.program import LoopMark, Phase, Program, Vertex, Xfers
+from planner.build.program import LoopMark, Phase, Program, Vertex, Xfers
 
 COMPUTE = "compute"
 EXCHANGE = "exchange"
@@ -148,17 +149,17 @@ class _PhaseFacts:
 # share most phases (planner.columns).  Weight = vertices: ~8 vit-tiny 2-layer
 # programs' worth (~25k vertices each), ~100 MB at most.  Exchange phases are
 # not remembered: their facts cost a mask pass, their rows much memory.
-_FACTS: PhaseMemo[_PhaseFacts] = PhaseMemo(200_000)
 
 
 class _Facts:
     """`_PhaseFacts` of one `schedule` call's phases, read once per call
     (reduction delay and merging ask again) and for compute phases once
-    while `_FACTS` remembers them.  Buffer sets are found with a mask over
-    the program's `nbufs` buffer ids (an exchange phase holds up to 10^5
-    transfer rows but a few thousand distinct buffers)."""
+    while `memo` (a build state's) remembers them.  Buffer sets are found with
+    a mask over the program's `nbufs` buffer ids (an exchange phase holds up to
+    10^5 transfer rows but a few thousand distinct buffers)."""
 
-    def __init__(self, nbufs: int) -> None:
+    def __init__(self, nbufs: int, memo: PhaseMemo[_PhaseFacts] | None) -> None:
+        self.memo = memo
         self._seen = np.zeros(nbufs, dtype=bool)  # scratch: all False between calls
         self._known: dict[int, tuple[Phase, _PhaseFacts]] = {}  # holds its phases
 
@@ -166,11 +167,12 @@ class _Facts:
         hit = self._known.get(id(phase))
         if hit is not None and hit[0] is phase:
             return hit[1]
-        facts = _FACTS.get(phase) if phase.kind == COMPUTE else None
+        facts = self.memo.get(phase) if phase.kind == COMPUTE and self.memo else None
         if facts is None:
             facts = self._read(phase)
             if phase.kind == COMPUTE:
-                _FACTS.put(phase, facts)
+                if self.memo is not None:
+                    self.memo.put(phase, facts)
         self._known[id(phase)] = (phase, facts)
         return facts
 
@@ -301,7 +303,7 @@ def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
 
 
 def schedule(program: Program, reduction_overlap: bool = False,
-             lookahead: int = LOOKAHEAD) -> Schedule:
+             lookahead: int = LOOKAHEAD, memo: PhaseMemo | None = None) -> Schedule:
     """Turn `program.items` into supersteps.
 
     Raises BuildFailure("schedule", ...) on unbalanced loop marks, a phase of
@@ -315,7 +317,7 @@ def schedule(program: Program, reduction_overlap: bool = False,
     merged_total = 0
     delayed_total = 0
     segment: list[Phase] = []
-    facts = _Facts(len(program.bufs))
+    facts = _Facts(len(program.bufs), memo)
     blocks: list[tuple[int, PhaseColumns]] = []  # (step, vertex columns) of compute phases
 
     def flush() -> None:

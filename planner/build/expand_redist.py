@@ -42,8 +42,8 @@ import numpy as np
 
 from kernels import abi
 from kernels.jit import kjit
-from planner.layout import Layout
-from planner.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
+from planner.decide.layout import Layout
+from planner.build.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
 
 # (buf, offset, iter_stride, seq): where a cell lives; seq for ping-pong carries
 Loc = tuple[int, int, int, tuple[tuple[int, int], ...]]

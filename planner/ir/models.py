@@ -1,4 +1,4 @@
-"""ViT encoders (pre-LN) as graphs, from TOML configs in `planner/zoo/`.
+"""ViT encoders (pre-LN) as graphs, from TOML configs in `planner/ir/zoo/`.
 
 A model TOML has the flat fields of `ModelConfig` (all required except
 `batch`, default 1).  The graph (`build_vit`):
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.exceptions import ConfigError
-from planner.graph import (
+from planner.ir.graph import (
     Add,
     BatchMatMul,
     Cast,

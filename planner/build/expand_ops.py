@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kernels import abi
-from planner.expand_redist import Loc, loc_bufs, ref
-from planner.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
-from planner.program import NARGS, Phase, Ref, Vertex, Xfers
+from planner.build.expand_redist import Loc, loc_bufs, ref
+from planner.ir.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
+from planner.build.program import NARGS, Phase, Ref, Vertex, Xfers
 
 if TYPE_CHECKING:
-    from planner.expand import Expander
-    from planner.lower import Step, Value
+    from planner.build.expand import Expander
+    from planner.build.lower import Step, Value
 
 DT = {name: code for code, name in enumerate(abi.DTYPE_NAMES)}
 

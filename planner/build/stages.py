@@ -1,10 +1,12 @@
 """Build: Graph + Device + Plan → a verified `simulator.Package`.
 
 Stages, in order (each raises `BuildFailure(stage, ...)` when it cannot
-succeed): expand (the front end's `planner.expand.expand_program`, which lowers
-the plan's selections and conversions into a symbolic `Program`) → schedule →
-allocate (after `link.reserve` has sized code, exchange-table and support
-bytes) → link → verify.  A package that `simulator.verify` rejects is a
+succeed; STAGES names them): lower (the graph, checked by its verifier on
+entry, under the plan's selections, with explicit conversions:
+planner.build.lower) → expand (per-tile vertices and transfers: a symbolic
+`Program`) → schedule → allocate (after `link.reserve` has sized code,
+exchange-table and support bytes) → link → verify (simulator.verify checks
+the package on exit).  A package that `simulator.verify` rejects is a
 builder bug; it is reported as `BuildFailure("verify", -1, 0, 0, <reason>)` so
 that callers (the optimizer) treat it like any failed build.
 
@@ -25,19 +27,21 @@ from typing import Any
 import numpy as np
 
 from kernels.exceptions import BuildFailure, PackageInvalid
-from planner.allocate import Allocation, allocate
-from planner.catalogue import DEFAULT_LIMIT
-from planner.expand import expand_program, gc_paused
-from planner.graph import Graph
-from planner.link import link, reserve
-from planner.plan import Plan
-from planner.program import Program
-from planner.schedule import Schedule, schedule
+from planner.build.allocate import Allocation, allocate
+from planner.decide.catalogue import DEFAULT_LIMIT
+from planner.build.expand import expand_lowered, gc_paused
+from planner.build.lower import lower
+from planner.ir.graph import Graph, verify_graph
+from planner.build.link import link, reserve
+from planner.decide.plan import Plan
+from planner.build.program import Program
+from planner.build.schedule import Schedule, schedule
+from planner.build.state import BuildState
 from simulator.device import Device
 from simulator.package import Package
 from simulator.verify import verify
 
-STAGES = ("expand", "schedule", "allocate", "link", "verify")
+STAGES = ("lower", "expand", "schedule", "allocate", "link", "verify")
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,12 @@ def build_program(
     reduction_overlap: bool = False,
     timings: list[tuple[str, float]] | None = None,
     sched: Schedule | None = None,
+    state: BuildState | None = None,
 ) -> Built:
     """schedule → allocate → link → verify of an already expanded Program.
     `sched`: a schedule of this very program with this `reduction_overlap`
-    (the optimizer's schedule cache) instead of scheduling again."""
+    (the optimizer's schedule cache) instead of scheduling again; `state`: the
+    build state whose phase and buffer memos to use."""
     clock = list(timings or [])
     t = time.perf_counter()
 
@@ -110,10 +116,11 @@ def build_program(
         t = now
 
     if sched is None:
-        sched = schedule(program, reduction_overlap=reduction_overlap)
+        sched = schedule(program, reduction_overlap=reduction_overlap,
+                         memo=state.phases if state else None)
     lap("schedule")
-    res = reserve(program, sched, device)
-    alloc = allocate(program, sched, device, res.overheads)
+    res = reserve(program, sched, device, state.bufs if state else None)
+    alloc = allocate(program, sched, device, res.overheads, cols=res.bufs)
     lap("allocate")
     pkg, lstats = link(program, sched, alloc, res, device, name, meta)
     lap("link")
@@ -142,13 +149,29 @@ def build_program(
     return Built(pkg, sched, alloc, stats, tuple(clock))
 
 
-def build(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT) -> Built:
-    """The whole build of `graph` on `device` under `plan` (module docstring);
-    `limit` is the catalogue shortlist length (operator_candidate_limit)."""
+def expand_stage(graph: Graph, device: Device, plan: Plan, limit: int,
+                 state: BuildState | None, clock: list[tuple[str, float]]) -> Program:
+    """lower → expand of `plan` (the first two stages), their seconds appended
+    to `clock`; with a `state`, the expansion resumes from a recent one."""
+    t0 = time.perf_counter()
+    verify_graph(graph)
+    lw = lower(graph, device, plan, limit, state)
+    t1 = time.perf_counter()
+    program = (expand_lowered(lw, device) if state is None
+               else state.prefixes.expand(lw, device).program)
+    clock += [("lower", t1 - t0), ("expand", time.perf_counter() - t1)]
+    return program
+
+
+def build(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT,
+          state: BuildState | None = None) -> Built:
+    """The whole build of `graph` on `device` under `plan`: the named stages
+    of STAGES in order (module docstring); `limit` is the catalogue shortlist
+    length (operator_candidate_limit); `state` the build state to remember
+    lowerings, expansions and memos in."""
     with gc_paused():  # ~10⁶ acyclic objects: collections would cost as much as the build
-        t0 = time.perf_counter()
-        program = expand_program(graph, device, plan, limit)
-        expand_s = time.perf_counter() - t0
+        clock: list[tuple[str, float]] = []
+        program = expand_stage(graph, device, plan, limit, state, clock)
         return build_program(program, device, graph.name, graph_meta(graph, plan),
-                             reduction_overlap=plan.reduction_overlap,
-                             timings=[("expand", expand_s)])
+                             reduction_overlap=plan.reduction_overlap, timings=clock,
+                             state=state)

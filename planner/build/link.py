@@ -63,10 +63,10 @@ from kernels.abi import (
 )
 from kernels.exceptions import BuildFailure
 from kernels.registry import KERNELS
-from planner.allocate import Allocation, Overheads
-from planner.columns import BufColumns, buf_columns
-from planner.program import Program, Ref
-from planner.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
+from planner.build.allocate import Allocation, Overheads
+from planner.build.columns import BufColumns, BufMemo, buf_columns
+from planner.build.program import Program, Ref
+from planner.build.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
 from simulator.device import Device
 from simulator.footprint import code_bytes, follows_previous, xtable_bytes
 from simulator.package import IoTensor, Package
@@ -102,13 +102,15 @@ def _round(n: np.ndarray, a: int) -> np.ndarray:
     return -(-n // a) * a
 
 
-def reserve(program: Program, sched: Schedule, device: Device) -> Reservation:
-    """Size code, exchange-table and support bytes per tile (module docstring)."""
+def reserve(program: Program, sched: Schedule, device: Device,
+            memo: BufMemo | None = None) -> Reservation:
+    """Size code, exchange-table and support bytes per tile (module docstring);
+    `memo`: a build state's buffer-column memo."""
     tiles = device.tiles
     used = np.zeros(tiles, dtype=bool)
     table_bytes = np.zeros(tiles, dtype=np.int64)
     tables: dict[TableKey, int] = {}
-    cols = buf_columns(program)
+    cols = buf_columns(program, memo)
     tile_of = cols.tile
     used[tile_of] = True
 

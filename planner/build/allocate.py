@@ -53,9 +53,9 @@ import numpy as np
 
 from kernels.exceptions import BuildFailure
 from kernels.jit import kjit
-from planner.columns import BufColumns, buf_columns
-from planner.program import TENSOR_KINDS, Program
-from planner.schedule import Schedule
+from planner.build.columns import BufColumns, buf_columns
+from planner.build.program import TENSOR_KINDS, Program
+from planner.build.schedule import Schedule
 from simulator.device import Device
 
 
@@ -268,9 +268,10 @@ def _live_ranges(ops: _Operands, persistent: np.ndarray,
                  ops.xseq, persistent, len(sched.steps), loop_b, loop_e)
 
 
-def live_ranges(program: Program, sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+def live_ranges(program: Program, sched: Schedule,
+                cols: BufColumns | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) int64[B] inclusive step ranges, per the module rules."""
-    persistent = buf_columns(program).persistent.astype(np.bool_)
+    persistent = (cols or buf_columns(program)).persistent.astype(np.bool_)
     return _live_ranges(_operands(sched), persistent, sched)
 
 
@@ -497,12 +498,13 @@ def _profile(tile: int, cols: BufColumns, ovh: Overheads, peak: int) -> dict[str
 
 
 def allocate(program: Program, sched: Schedule, device: Device, ovh: Overheads,
-             avoid_conflicts: bool = True) -> Allocation:
+             avoid_conflicts: bool = True, cols: BufColumns | None = None) -> Allocation:
     """Place every buffer of `program`; raises BuildFailure("allocate", ...).
 
     `avoid_conflicts`: first try an element-aware placement on each tile
-    (module docstring); the plain best-fit orders remain the fallback."""
-    cols = buf_columns(program)
+    (module docstring); the plain best-fit orders remain the fallback.
+    `cols`: the program's buffer columns when the caller has read them."""
+    cols = cols if cols is not None else buf_columns(program)
     nb = len(cols)
     tiles = device.tiles
     tile_of = cols.tile

@@ -39,18 +39,18 @@ the op needs while it runs (operand blocks, partials, landing buffers);
 `limit` best estimates, always including the smallest-`mem_bytes` recipe and
 the exchange-storage extreme (smallest `xbytes`).  Estimates are against the
 canonical layout of `packing` (default "element"; recipe keys do not depend
-on it).  Results are cached by (op signature, device, limit, packing);
-`CACHE_STATS` counts hits and misses.
+on it).  A `CatalogueCache` (a planning context's) remembers results by (op
+signature, device, limit, packing) and counts hits and misses.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from kernels.exceptions import Unsupported
-from planner.graph import (
+from planner.decide.layout import canonical_rows_per_owner, view2d
+from planner.ir.graph import (
     DTYPE_BYTES,
     Add,
     BatchMatMul,
@@ -64,7 +64,6 @@ from planner.graph import (
     Softmax,
     SplitHeads,
 )
-from planner.layout import canonical_rows_per_owner, view2d
 from simulator.cost import kernel_cycles
 from simulator.device import Device
 
@@ -73,8 +72,6 @@ DEFAULT_LIMIT = 8
 GRID_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 # narrowest column block of an elementwise grid recipe
 MIN_EW_COLS = 64
-CACHE_STATS = {"hits": 0, "misses": 0}
-_CACHE: dict[tuple, tuple[Recipe, ...]] = {}
 
 
 @dataclass(frozen=True, order=True)
@@ -99,28 +96,30 @@ class Recipe:
 # ------------------------------------------------------------ cycle models
 
 
-@lru_cache(maxsize=1 << 16)
-def _call_cycles(kernel: str, named: tuple[tuple[str, object], ...], device: Device) -> int:
-    return kernel_cycles(device, kernel, **dict(named))
-
-
-def call_cycles(kernel: str, device: Device, **named: object) -> int:
+def call_cycles(kernel: str, device: Device, memo: dict | None = None, **named: object) -> int:
     """Cycles of one `kernel` call with named arguments (simulator.cost: the
     simulator's own cycle model; operands in distinct memory elements, dense
-    rows), cached."""
-    return _call_cycles(kernel, tuple(sorted(named.items())), device)
+    rows), remembered in `memo` (a CatalogueCache's) when given."""
+    if memo is None:
+        return kernel_cycles(device, kernel, **named)
+    key = (kernel, tuple(sorted(named.items())), device)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = kernel_cycles(device, kernel, **named)
+    return hit
 
 
 def matmul_cycles(m: int, k: int, n: int, in_dt: str, out_dt: str, device: Device,
-                  bias: bool = False) -> int:
-    return call_cycles("MATMUL", device, M=m, K=k, N=n, in_dtype=in_dt, out_dtype=out_dt,
-                       bias=int(bias))
+                  bias: bool = False, memo: dict | None = None) -> int:
+    return call_cycles("MATMUL", device, memo, M=m, K=k, N=n, in_dtype=in_dt,
+                       out_dtype=out_dt, bias=int(bias))
 
 
 def reduce_cycles(m: int, n: int, k: int, out_dt: str, device: Device,
-                  bias: bool = False) -> int:
+                  bias: bool = False, memo: dict | None = None) -> int:
     """REDUCE of k fp32 partial blocks m × n into out_dt."""
-    return call_cycles("REDUCE", device, M=m, N=n, k=k, out_dtype=out_dt, bias=int(bias))
+    return call_cycles("REDUCE", device, memo, M=m, N=n, k=k, out_dtype=out_dt,
+                       bias=int(bias))
 
 
 def exchange_cycles(nbytes: int, device: Device) -> int:
@@ -130,19 +129,20 @@ def exchange_cycles(nbytes: int, device: Device) -> int:
 
 
 def row_kernel_cycles(kind: str, rows: int, cols: int, in_dt: str, out_dt: str,
-                      device: Device) -> int:
+                      device: Device, memo: dict | None = None) -> int:
     """Cycles of the row kernel of op `kind` on a rows × cols block."""
     if kind == "LayerNorm":
-        return call_cycles("LAYERNORM", device, M=rows, N=cols)
+        return call_cycles("LAYERNORM", device, memo, M=rows, N=cols)
     if kind == "Gelu":
-        return call_cycles("GELU", device, M=rows, N=cols)
+        return call_cycles("GELU", device, memo, M=rows, N=cols)
     if kind == "Softmax":
-        return call_cycles("SOFTMAX", device, M=rows, N=cols, dtype_x=in_dt, dtype_y=out_dt)
+        return call_cycles("SOFTMAX", device, memo, M=rows, N=cols, dtype_x=in_dt,
+                           dtype_y=out_dt)
     if kind == "Add":
-        return call_cycles("ADD", device, M=rows, N=cols, dtype_a=in_dt, dtype_b=in_dt,
+        return call_cycles("ADD", device, memo, M=rows, N=cols, dtype_a=in_dt, dtype_b=in_dt,
                            dtype_c=out_dt)
     if kind == "Cast":
-        return call_cycles("CAST", device, M=rows, N=cols, dtype_x=in_dt, dtype_y=out_dt)
+        return call_cycles("CAST", device, memo, M=rows, N=cols, dtype_x=in_dt, dtype_y=out_dt)
     raise Unsupported(kind, "no row kernel")
 
 
@@ -160,21 +160,38 @@ def op_signature(g: Graph, op: Op) -> tuple:
     return tuple(parts)
 
 
+class CatalogueCache:
+    """Shortlists by (op signature, device, limit, packing), recipes looked up
+    by key, and kernel-call cycles, with hit and miss counts.  Owned by a
+    planning context (planner.build.state); thread-safe for the dict
+    operations it does (a thread-pool optimizer shares it)."""
+
+    def __init__(self) -> None:
+        self.shortlists: dict[tuple, tuple[Recipe, ...]] = {}
+        self.by_key: dict[tuple, Recipe] = {}
+        self.cycles: dict[tuple, int] = {}
+        self.hits = 0
+        self.misses = 0
+
+
 def catalogue(g: Graph, op: Op, device: Device, limit: int = DEFAULT_LIMIT,
-              packing: str = "element") -> tuple[Recipe, ...]:
+              packing: str = "element", cache: CatalogueCache | None = None
+              ) -> tuple[Recipe, ...]:
     """The shortlisted recipes of `op` in graph `g` (best estimate first),
-    estimated against the canonical layout of `packing` (plan.packing)."""
+    estimated against the canonical layout of `packing` (plan.packing);
+    remembered in `cache` when given."""
+    cache = cache if cache is not None else CatalogueCache()
     key = (op_signature(g, op), device, limit, packing)
-    hit = _CACHE.get(key)
+    hit = cache.shortlists.get(key)
     if hit is not None:
-        CACHE_STATS["hits"] += 1
+        cache.hits += 1
         return hit
-    CACHE_STATS["misses"] += 1
-    recipes = _generate(g, op, device, packing)
+    cache.misses += 1
+    recipes = _generate(g, op, device, packing, cache.cycles)
     if not recipes:
         raise Unsupported(op.name, f"no recipe fits a {device.name} tile")
     out = shortlist(recipes, limit)
-    _CACHE[key] = out
+    cache.shortlists[key] = out
     return out
 
 
@@ -199,11 +216,21 @@ def find(recipes: tuple[Recipe, ...], key: str) -> Recipe:
 
 
 def recipe_from_key(g: Graph, op: Op, device: Device, key: str,
-                    packing: str = "element") -> Recipe:
+                    packing: str = "element", cache: CatalogueCache | None = None) -> Recipe:
     """Any recipe of `op` by key, shortlisted or not (plans and proposals may
     name grids the enumeration skipped).  Raises KeyError for a key that does
     not parse, belongs to another family or does not fit the op/device."""
-    for r in _generate(g, op, device, packing):
+    cache = cache if cache is not None else CatalogueCache()
+    ck = (op_signature(g, op), device, key, packing)
+    hit = cache.by_key.get(ck)
+    if hit is None:
+        hit = cache.by_key[ck] = _recipe_from_key(g, op, device, key, packing, cache.cycles)
+    return hit
+
+
+def _recipe_from_key(g: Graph, op: Op, device: Device, key: str, packing: str,
+                     memo: dict) -> Recipe:
+    for r in _generate(g, op, device, packing, memo):
         if r.key == key:
             return r
     family, _, rest = key.partition(":")
@@ -218,7 +245,7 @@ def recipe_from_key(g: Graph, op: Op, device: Device, key: str,
         if 1 <= gm <= m and 1 <= gn <= n and 1 <= gk <= k and gm * gn * gk <= device.tiles:
             return _matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                   DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype],
-                                  op.bias is not None, device, packing)
+                                  op.bias is not None, device, packing, memo)
     if isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)) and family == "rows" \
             and len(grid) in (1, 2):
         rows, cols = view2d(g.tensor(op.inputs[0]).shape)
@@ -226,18 +253,20 @@ def recipe_from_key(g: Graph, op: Op, device: Device, key: str,
         elementwise = isinstance(op, (Gelu, Add, Cast))
         if 1 <= grid[0] <= rows and 1 <= gc <= cols and (gc == 1 or elementwise) \
                 and math.ceil(rows / grid[0]) * gc <= device.tiles:
-            return _row_recipes(g, op, device, packing, extra=grid)[-1]
+            return _row_recipes(g, op, device, packing, memo, extra=grid)[-1]
     raise KeyError(f"op {op.name}: no recipe {key!r}")
 
 
-def _generate(g: Graph, op: Op, device: Device, packing: str) -> list[Recipe]:
+def _generate(g: Graph, op: Op, device: Device, packing: str,
+              memo: dict | None = None) -> list[Recipe]:
+    memo = memo if memo is not None else {}
     budget = device.memory_size - device.fixed_bytes
     if isinstance(op, MatMul):
-        out = _matmul_recipes(g, op, device, packing)
+        out = _matmul_recipes(g, op, device, packing, memo)
     elif isinstance(op, BatchMatMul):
-        out = _bmm_recipes(g, op, device, packing)
+        out = _bmm_recipes(g, op, device, packing, memo)
     elif isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)):
-        out = _row_recipes(g, op, device, packing)
+        out = _row_recipes(g, op, device, packing, memo)
     elif isinstance(op, (SplitHeads, MergeHeads)):
         out = [_heads_recipe(g, op, device, packing)]
     else:
@@ -269,7 +298,8 @@ def canonical_bytes(rows: int, cols: int, elem: int, device: Device,
     return rpo * cols * elem
 
 
-def _matmul_recipes(g: Graph, op: MatMul, device: Device, packing: str) -> list[Recipe]:
+def _matmul_recipes(g: Graph, op: MatMul, device: Device, packing: str,
+                    memo: dict) -> list[Recipe]:
     a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     m, k = a.shape
     n = b.shape[1]
@@ -284,13 +314,13 @@ def _matmul_recipes(g: Graph, op: MatMul, device: Device, packing: str) -> list[
             for gn in sorted({gn_max, max(1, gn_max // 2), max(1, gn_max // 4), 1}):
                 recipes.append(_matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                               e_in, e_out, op.bias is not None, device,
-                                              packing))
+                                              packing, memo))
     return recipes
 
 
 def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str, out_dt: str,
                    e_in: int, e_out: int, bias: bool, device: Device,
-                   packing: str = "element") -> Recipe:
+                   packing: str = "element", memo: dict | None = None) -> Recipe:
     mb, kb, nb = math.ceil(m / gm), math.ceil(k / gk), math.ceil(n / gn)
     a_bytes, b_bytes = mb * kb * e_in, kb * nb * e_in
     # the a operand usually arrives as fp16 and is cast on the tile (cast after)
@@ -303,17 +333,17 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
     if gm > 1:
         phases.append(b_bytes)
     if gk == 1:
-        compute = matmul_cycles(mb, kb, nb, in_dt, out_dt, device, bias)
+        compute = matmul_cycles(mb, kb, nb, in_dt, out_dt, device, bias, memo)
         mem += mb * nb * e_out
         out_block = mb * nb * e_out
     else:
-        compute = matmul_cycles(mb, kb, nb, in_dt, "fp32", device)
+        compute = matmul_cycles(mb, kb, nb, in_dt, "fp32", device, memo=memo)
         slice_rows = math.ceil(mb / gk)
         land = gk * slice_rows * nb * 4
         phases.append(land)
         mem += mb * nb * 4 + land + slice_rows * nb * e_out
         xbytes += land
-        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device, bias)
+        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device, bias, memo)
         out_block = slice_rows * nb * e_out
     phases.append(max(out_block, out_canon))
     xcyc = sum(exchange_cycles(p, device) for p in phases)
@@ -326,7 +356,8 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
     )
 
 
-def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str) -> list[Recipe]:
+def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str,
+                 memo: dict) -> list[Recipe]:
     a, _b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     bt, m, k = a.shape
     n = out.shape[2]
@@ -341,14 +372,14 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str) -> lis
                                              or math.ceil(bt / bg) == tiles):
             grids.add((bg, 1))
     recipes = [_bmm_split_recipe(op, bt, m, k, n, gr, gc, a.dtype, out.dtype, device,
-                                 packing)
+                                 packing, memo)
                for gc in (2, 4, 8) if gc <= n
                for gr in sorted({min(m, tiles // (bt * gc)), min(m, tiles // (bt * gc)) // 2})
                if gr >= 1]
     for bg, gr in sorted(grids):
         mb = math.ceil(m / gr)
         a_bytes, b_bytes, o_bytes = bg * mb * k * e, bg * k * n * e, bg * mb * n * e_out
-        compute = call_cycles("BATCH_MATMUL", device, M=mb, K=k, N=n, in_dtype=a.dtype,
+        compute = call_cycles("BATCH_MATMUL", device, memo, M=mb, K=k, N=n, in_dtype=a.dtype,
                               out_dtype=out.dtype, transpose_b=int(op.transpose_b), batch=bg)
         phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
                   max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
@@ -363,14 +394,15 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str) -> lis
 
 
 def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int, gc: int,
-                      in_dt: str, out_dt: str, device: Device, packing: str) -> Recipe:
+                      in_dt: str, out_dt: str, device: Device, packing: str,
+                      memo: dict) -> Recipe:
     """bmm:1x<gr>x<gc>: one batch's row block × output column block per tile;
     the tile receives only its 1/gc of the other operand (keys for QKᵀ, value
     columns for PV) instead of the whole head."""
     e, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
     mb, nb = math.ceil(m / gr), math.ceil(n / gc)
     a_bytes, b_bytes, o_bytes = mb * k * e, k * nb * e, mb * nb * e_out
-    compute = call_cycles("BATCH_MATMUL", device, M=mb, K=k, N=nb, in_dtype=in_dt,
+    compute = call_cycles("BATCH_MATMUL", device, memo, M=mb, K=k, N=nb, in_dtype=in_dt,
                           out_dtype=out_dt, transpose_b=int(op.transpose_b), batch=1)
     phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
               max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
@@ -384,7 +416,7 @@ def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int,
 
 
 def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
-                 device: Device, packing: str, extra: tuple[int, ...] = ()
+                 device: Device, packing: str, memo: dict, extra: tuple[int, ...] = ()
                  ) -> list[Recipe]:
     """Row-parallel recipes (rows per owner); the elementwise ops (GELU, Add,
     Cast) also get grids of `workers` rows × column blocks, so every worker of
@@ -415,7 +447,7 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
     recipes = []
     for rpo, gc in sorted(options):
         w = math.ceil(cols / gc)
-        compute = row_kernel_cycles(op.kind, rpo, w, x.dtype, out.dtype, device)
+        compute = row_kernel_cycles(op.kind, rpo, w, x.dtype, out.dtype, device, memo)
         in_b, out_b = n_in * rpo * w * e_in, rpo * w * e_out
         phases = []
         if (rpo, gc) != (canon_in, 1):

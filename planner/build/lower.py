@@ -54,11 +54,11 @@ absorbed Cast, no such op).
 
 from __future__ import annotations
 
-import functools
+from typing import TYPE_CHECKING
 
 from kernels.exceptions import BuildFailure, Unsupported
-from planner import catalogue as cat
-from planner.graph import (
+from planner.decide import catalogue as cat
+from planner.ir.graph import (
     DTYPE_BYTES,
     Add,
     BatchMatMul,
@@ -72,7 +72,7 @@ from planner.graph import (
     SplitHeads,
     Tensor,
 )
-from planner.layout import (
+from planner.decide.layout import (
     Layout,
     canonical_layout,
     even_cuts,
@@ -81,9 +81,12 @@ from planner.layout import (
     step_cuts,
     view2d,
 )
-from planner.lowered import Carry, Lowered, Step, Value, identity_segments
-from planner.plan import Plan
+from planner.build.lowered import Carry, Lowered, Step, Value, identity_segments
+from planner.decide.plan import Plan
 from simulator.device import Device
+
+if TYPE_CHECKING:
+    from planner.build.state import BuildState
 
 __all__ = ["Carry", "Lowered", "Step", "Value", "identity_segments", "lower"]
 
@@ -96,8 +99,10 @@ HOME_SHARD_BYTES = 4096
 
 
 class _Lowerer:
-    def __init__(self, g: Graph, device: Device, plan: Plan, limit: int) -> None:
+    def __init__(self, g: Graph, device: Device, plan: Plan, limit: int,
+                 cache: cat.CatalogueCache) -> None:
         self.g = g
+        self.cache = cache
         self.device = device
         self.plan = plan
         self.limit = limit
@@ -196,7 +201,7 @@ class _Lowerer:
     # ------------------------------------------------------------ ops
 
     def recipe_of(self, g: Graph, op: Op) -> cat.Recipe:
-        shortlist = cat.catalogue(g, op, self.device, self.limit)
+        shortlist = cat.catalogue(g, op, self.device, self.limit, cache=self.cache)
         key = self.plan.recipe(self.qual(op.name))
         if key is None:
             return shortlist[0]
@@ -204,7 +209,7 @@ class _Lowerer:
             if r.key == key:
                 return r
         try:
-            return cat.recipe_from_key(g, op, self.device, key)
+            return cat.recipe_from_key(g, op, self.device, key, cache=self.cache)
         except KeyError:
             raise BuildFailure("lower", -1, 0, 0,
                                f"op {self.qual(op.name)}: unknown recipe {key!r}") from None
@@ -544,14 +549,16 @@ class _Lowerer:
             self.out.carries.append(Carry(src, av, yv, fv, op.trips))
 
 
-# lowerings kept by content: the optimizer lowers each incumbent three times
-# (its build's expansion, `proposals.pinned`, the proposal generator)
-RECENT_LOWERINGS = 8
-
-
-@functools.lru_cache(maxsize=RECENT_LOWERINGS)
-def lower(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT) -> Lowered:
-    """Lower `g` for `device` under `plan` (module docstring).  The result is
-    shared by every caller with equal arguments (the last RECENT_LOWERINGS
-    are kept): it must not be mutated."""
-    return _Lowerer(g, device, plan, limit).run()
+def lower(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT,
+          state: BuildState | None = None) -> Lowered:
+    """Lower `g` for `device` under `plan` (module docstring).  With a build
+    `state`, the result is remembered by content and shared by every caller
+    with equal arguments: it must not be mutated."""
+    if state is None:
+        return _Lowerer(g, device, plan, limit, cat.CatalogueCache()).run()
+    key = (g, device, plan, limit)
+    hit = state.lowerings.get(key)
+    if hit is None:
+        hit = _Lowerer(g, device, plan, limit, state.catalogue).run()
+        state.lowerings.put(key, hit)
+    return hit

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.graph import MatMul, MergeHeads, SplitHeads
-from planner.lowered import Lowered, Step
+from planner.build.lowered import Lowered, Step
+from planner.ir.graph import MatMul, MergeHeads, SplitHeads
 from simulator.device import Device
 
 PARTS = ("compute", "bytes_in", "bytes_out")

@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.plan import PACKING_FACTOR, Plan
+from planner.decide.plan import PACKING_FACTOR, Plan
 
 
 def view2d(shape: tuple[int, ...]) -> tuple[int, int]:

@@ -1,0 +1,103 @@
+"""The process's numeric runtime: BLAS threads and Numba's cache directory.
+
+`configure()` is the one place tileplan sets them; the CLI, the test suite
+and the experiments call it first, before any jitted module is imported
+(Numba fixes a function's cache location when it is decorated).  Nothing is
+configured at import.  A library user who never calls it gets Numba's and
+OpenBLAS's defaults: caching next to the sources, BLAS threads as OpenBLAS
+chooses.
+
+- BLAS: the jitted kernels' `np.dot` calls scipy's OpenBLAS (a library
+  separate from numpy's).  Kernels run many small gemms, one per vertex, often
+  from several simulations at once; OpenBLAS worker threads spinning on a busy
+  machine made a 128x256x128 gemm 7-10x slower than one thread on the shared
+  2-core machine.  `configure` loads scipy's BLAS with `blas_threads` threads
+  unless it is loaded already or OPENBLAS_NUM_THREADS is set (the user wins).
+- Cache: when NUMBA_CACHE_DIR is set (make and CI set it), Numba's cache goes
+  to a subdirectory named by a hash of the sources of SHARED_JIT_PACKAGES.
+  Numba keys a cached function on its own source file only, so a jitted caller
+  in another file (the engine compiles kernels.dispatch and simulator.access
+  helpers into its loop) would keep running old helper code after an edit of
+  the helper's file; with the hash in the directory any such change starts a
+  fresh cache.  `Runtime.cold` says that the directory was empty: the first
+  plan or simulation then compiles everything (about a minute on 2 cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BLAS_THREADS = 1
+CACHE_TAG_PREFIX = "kernels-"
+# packages whose jitted functions are compiled into jitted callers in other
+# files (kernels.dispatch into the engine; simulator.access into the engine and
+# the verifier's scan); planner's jitted functions call only their own file's
+SHARED_JIT_PACKAGES = ("kernels", "simulator")
+_CYTHON_BLAS = "scipy.linalg.cython_blas"
+
+
+@dataclass
+class Runtime:
+    """What `configure` set: the Numba cache directory (None: Numba's
+    default) and whether it held no compiled code yet (`cold`)."""
+
+    cache_dir: str | None = None
+    cold: bool = False
+    configured: bool = False
+
+
+RUNTIME = Runtime()  # the process's runtime, filled by configure()
+
+
+def source_digest(root: Path) -> str:
+    """16 hex digits of sha256 over the path and bytes of every module of
+    SHARED_JIT_PACKAGES under `root` (sorted, subpackages included)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for pkg in SHARED_JIT_PACKAGES for p in (root / pkg).rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _pin_blas(threads: int) -> None:
+    if _CYTHON_BLAS in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    try:
+        __import__(_CYTHON_BLAS)
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+def _cache_dir() -> tuple[str | None, bool]:
+    base = os.environ.get("NUMBA_CACHE_DIR")
+    if "numba" in sys.modules:
+        import numba
+
+        base = numba.config.CACHE_DIR or base  # type: ignore[attr-defined]
+    if not base:
+        return None, False
+    if Path(base).name.startswith(CACHE_TAG_PREFIX):  # configured already
+        return base, RUNTIME.cold
+    tagged = os.path.join(base, CACHE_TAG_PREFIX + source_digest(Path(__file__).parent.parent))
+    os.environ["NUMBA_CACHE_DIR"] = tagged
+    if "numba" in sys.modules:
+        import numba
+
+        numba.config.CACHE_DIR = tagged  # type: ignore[attr-defined]
+    cold = not os.path.isdir(tagged) or not any(os.scandir(tagged))
+    return tagged, cold
+
+
+def configure(blas_threads: int = BLAS_THREADS) -> Runtime:
+    """Pin scipy's BLAS and key Numba's cache directory by the sources
+    (module docstring).  Idempotent; returns the process's `Runtime`."""
+    if not RUNTIME.configured:
+        _pin_blas(blas_threads)
+        RUNTIME.cache_dir, RUNTIME.cold = _cache_dir()
+        RUNTIME.configured = True
+    return RUNTIME

@@ -1,0 +1,1 @@
+"""The decisions: the Plan, distributed layouts, the per-op recipe catalogue."""

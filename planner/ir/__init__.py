@@ -1,0 +1,1 @@
+"""The graph IR: tensors and ops, the model zoo and its configs, the numpy reference."""

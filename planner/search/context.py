@@ -1,0 +1,79 @@
+"""The planning context: everything one planning run remembers, as one object.
+
+`PlanningContext` is a `BuildState` (catalogue, lowerings, expansion prefixes,
+schedule-phase and buffer memos: planner.build.state) plus the search's own
+caches, keyed by content:
+
+- `expansions` — (graph, device, plan without the schedule-only
+  `reduction_overlap` flag, shortlist limit) → the expanded `Program`; two
+  plans that differ only in reduction overlap share one expansion;
+- `schedules` — (expansion key, reduction_overlap) → its `Schedule`;
+- `trials` — (graph, device, plan, limit) → the complete evaluated build or
+  why it did not build: a plan already built (for instance speculatively) is
+  never built twice.
+
+`planner.plan` makes a fresh context per call unless one is passed in; a
+benchmark that wants a cold start makes a new one.  Worker processes of a
+parallel optimizer each make their own (contexts are not shared between
+processes) and send their counter increments back with each result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.build.program import Program
+from planner.build.schedule import Schedule
+from planner.build.state import LRU, BuildState
+
+CACHES = ("implementation", "expansion", "schedule", "trial")
+MAX_ENTRIES = 8
+
+
+@dataclass
+class Counters:
+    """Hits and misses per cache name (CACHES order)."""
+
+    counts: dict[str, list[int]] = field(
+        default_factory=lambda: {name: [0, 0] for name in CACHES})
+
+    def add(self, other: Counters) -> None:
+        for name in CACHES:
+            for i in range(2):
+                self.counts[name][i] += other.counts[name][i]
+
+    def minus(self, other: Counters) -> Counters:
+        return Counters({name: [self.counts[name][i] - other.counts[name][i] for i in range(2)]
+                         for name in CACHES})
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {name: {"hits": h, "misses": m} for name, (h, m) in self.counts.items()}
+
+    def line(self) -> str:
+        return ", ".join(f"{name} {h} hit / {m} miss" for name, (h, m) in self.counts.items())
+
+
+class PlanningContext(BuildState):
+    """The caches of one planning run (module docstring).  `max_entries`
+    bounds the expansion and schedule caches (full-size programs are large),
+    four times that the trials; `prefix_entries` the expansions a new build
+    may resume from (0: every expansion from scratch)."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, prefix_entries: int = 4) -> None:
+        super().__init__(prefix_entries)
+        self.expansions: LRU[tuple, Program] = LRU(max_entries)
+        self.schedules: LRU[tuple, Schedule] = LRU(max_entries)
+        self.trials: LRU[tuple, Any] = LRU(max_entries * 4)
+        # increments reported by worker processes (their contexts are their own)
+        self.remote = Counters()
+
+    def counters(self) -> Counters:
+        """This context's hit and miss counts (plus what workers reported)."""
+        c = Counters()
+        c.counts["implementation"] = [self.catalogue.hits, self.catalogue.misses]
+        for name, lru in (("expansion", self.expansions), ("schedule", self.schedules),
+                          ("trial", self.trials)):
+            c.counts[name] = [lru.hits, lru.misses]
+        c.add(self.remote)
+        return c

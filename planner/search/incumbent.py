@@ -1,0 +1,83 @@
+"""What the search works on: the planning configuration, an incumbent (a plan
+with its complete build and simulated cycles) and `evaluate`, which turns a
+plan into one (build + timing simulation)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kernels.exceptions import ConfigError
+from planner.build.stages import Built, build
+from planner.build.state import BuildState
+from planner.decide.catalogue import DEFAULT_LIMIT
+from planner.decide.plan import Plan
+from planner.ir.graph import Graph
+from simulator.device import Device
+from simulator.run import run
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What a planning run may do (mirrors `tileplan run` flags).
+
+    `optimization_steps`: proposals the optimizer may evaluate (0 = baseline
+    only); `operator_candidate_limit`: catalogue shortlist length per op;
+    `baseline`: the baseline policy's registered name (planner.search.registry;
+    `capacity_baseline` = "capacity"); `optimizer`: the optimizer's; `proposals`:
+    the proposal kinds it may generate (empty: every registered kind); `jobs`:
+    worker processes/threads for speculative builds.
+    """
+
+    optimization_steps: int = 8
+    operator_candidate_limit: int = DEFAULT_LIMIT
+    capacity_baseline: bool = False
+    jobs: int = 1
+    baseline: str = "default"
+    optimizer: str = "local"
+    proposals: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("optimization_steps", "operator_candidate_limit", "jobs"):
+            v = getattr(self, name)
+            low = 0 if name == "optimization_steps" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ConfigError("PipelineConfig", name, f"must be an integer >= {low}", v)
+        for name in ("baseline", "optimizer"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError("PipelineConfig", name, "must be a name", getattr(self, name))
+        if self.capacity_baseline and self.baseline not in ("default", "capacity"):
+            raise ConfigError("PipelineConfig", "capacity_baseline",
+                              f"contradicts baseline {self.baseline!r}", True)
+        if not isinstance(self.proposals, tuple) or not all(
+                isinstance(k, str) and k for k in self.proposals):
+            raise ConfigError("PipelineConfig", "proposals", "must be a tuple of kind names",
+                              self.proposals)
+
+    @property
+    def baseline_policy(self) -> str:
+        """The baseline policy to use (`capacity_baseline` names "capacity")."""
+        return "capacity" if self.capacity_baseline else self.baseline
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """A plan with its complete build and its simulated (timing-only) cycles."""
+
+    plan: Plan
+    built: Built
+    cycles: int
+    simulate_seconds: float
+    faults: int = 0
+
+
+def evaluate(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT,
+             state: BuildState | None = None) -> Incumbent:
+    """Build `plan` (catalogue shortlist `limit`, remembering in `state`) and
+    simulate it without numerics.  Raises BuildFailure."""
+    built = build(graph, device, plan, limit, state)
+    t0 = time.perf_counter()
+    sim = run(built.package, numerics=False)
+    return Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t0, int(sim.n_faults))
+
+
