@@ -71,7 +71,7 @@ def plan(
     policy = cfg.baseline_policy
     base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy, ctx)
     t1 = time.perf_counter()
-    base = evaluate(graph, device, base_plan, cfg.operator_candidate_limit, ctx)
+    base = evaluate(graph, device, base_plan, ctx)
     final, history = base, ()
     name = "none"
     if cfg.optimization_steps > 0 and optimizer is not None:

@@ -12,7 +12,6 @@ import pytest
 import simulator
 from planner.build.stages import build
 from planner.cli import main
-from planner.decide import catalogue as cat
 from planner.ir.graph import Graph
 from planner.search import trials
 from planner.search.context import CACHES, Counters, PlanningContext
@@ -26,8 +25,8 @@ def test_cached_builds_equal_uncached(micro_graph: Graph) -> None:
     p = baseline_plan(micro_graph, TINY)
     q = p.with_reduction_overlap(True)
     for plan in (p, q, p):
-        built = trials.build(c, micro_graph, TINY, plan, cat.DEFAULT_LIMIT)
-        ref = build(micro_graph, TINY, plan, cat.DEFAULT_LIMIT)
+        built = trials.build(c, micro_graph, TINY, plan)
+        ref = build(micro_graph, TINY, plan)
         assert built.package.content_hash() == ref.package.content_hash()
     # p: miss; q differs only in the schedule flag: expansion hit; p again: both hit
     assert (c.expansions.hits, c.expansions.misses) == (2, 1)
@@ -37,34 +36,34 @@ def test_cached_builds_equal_uncached(micro_graph: Graph) -> None:
 def test_unchanged_recipes_skip_catalogue_generation(micro_graph: Graph) -> None:
     c = PlanningContext()
     p = baseline_plan(micro_graph, TINY)
-    trials.evaluate(c, micro_graph, TINY, p, cat.DEFAULT_LIMIT)
+    trials.evaluate(c, micro_graph, TINY, p)
     before = c.counters()
     changed = p.with_recipe("encoder/gelu", "rows:4")
-    trial = trials.evaluate(c, micro_graph, TINY, changed, cat.DEFAULT_LIMIT)
+    trial = trials.evaluate(c, micro_graph, TINY, changed)
     assert trial.incumbent is not None
     delta = c.counters().minus(before).as_dict()
     assert delta["implementation"]["misses"] == 0  # every op's shortlist came from the cache
     assert delta["implementation"]["hits"] > 0
     assert delta["expansion"] == {"hits": 0, "misses": 1}
-    again = trials.evaluate(c, micro_graph, TINY, changed, cat.DEFAULT_LIMIT)
+    again = trials.evaluate(c, micro_graph, TINY, changed)
     assert again is trial and c.trials.hits == 1
 
 
 def test_failed_trial_is_cached_with_its_reason(micro_graph: Graph) -> None:
     c = PlanningContext()
     bad = baseline_plan(micro_graph, TINY).with_recipe("encoder/mm_q", "mm:bogus")
-    t1 = trials.evaluate(c, micro_graph, TINY, bad, cat.DEFAULT_LIMIT)
-    t2 = trials.evaluate(c, micro_graph, TINY, bad, cat.DEFAULT_LIMIT)
+    t1 = trials.evaluate(c, micro_graph, TINY, bad)
+    t2 = trials.evaluate(c, micro_graph, TINY, bad)
     assert t1.incumbent is None and "unknown recipe" in t1.failure and t2 is t1
 
 
 def test_lru_bound(micro_graph: Graph) -> None:
     c = PlanningContext(max_entries=1)
     p = baseline_plan(micro_graph, TINY)
-    trials.build(c, micro_graph, TINY, p, cat.DEFAULT_LIMIT)
-    trials.build(c, micro_graph, TINY, p.with_packing("half"), cat.DEFAULT_LIMIT)
+    trials.build(c, micro_graph, TINY, p)
+    trials.build(c, micro_graph, TINY, p.with_packing("half"))
     assert len(c.expansions.data) == 1
-    trials.build(c, micro_graph, TINY, p, cat.DEFAULT_LIMIT)
+    trials.build(c, micro_graph, TINY, p)
     assert c.expansions.misses == 3
 
 

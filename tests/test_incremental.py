@@ -26,7 +26,7 @@ LIMIT = cat.DEFAULT_LIMIT
 def package_hash(g: Graph, plan: Plan, store: PrefixStore | None) -> str | None:
     """The package hash of `plan` built through `store` (None: from scratch),
     or None when it does not build."""
-    lw = lower(g, TINY, plan, LIMIT)
+    lw = lower(g, TINY, plan)
     try:
         prog = store.expand(lw, TINY).program if store else expand_lowered(lw, TINY)
         built = build_program(prog, TINY, g.name, graph_meta(g, plan),
@@ -39,9 +39,9 @@ def package_hash(g: Graph, plan: Plan, store: PrefixStore | None) -> str | None:
 def visited_plans(g: Graph) -> list[Plan]:
     """The baseline and the plans the optimizer would try around it."""
     base = baseline_plan(g, TINY, LIMIT)
-    prof = profile(evaluate(g, TINY, base, LIMIT))
+    prof = profile(evaluate(g, TINY, base))
     props = proposals(g, TINY, base, prof, LIMIT)
-    return [pinned(g, TINY, base, LIMIT), *[p.plan for p in props[:5]]]
+    return [pinned(g, TINY, base), *[p.plan for p in props[:5]]]
 
 
 def test_incremental_builds_equal_scratch_builds(micro_graph: Graph) -> None:
@@ -62,8 +62,8 @@ def test_resume_point_is_first_differing_step(micro_graph: Graph) -> None:
     base = baseline_plan(micro_graph, TINY, LIMIT)
     changed = base.with_recipe("encoder/gelu", "rows:4")
     store = PrefixStore()
-    a = store.expand(lower(micro_graph, TINY, base, LIMIT), TINY)
-    lw = lower(micro_graph, TINY, changed, LIMIT)
+    a = store.expand(lower(micro_graph, TINY, base), TINY)
+    lw = lower(micro_graph, TINY, changed)
     b = store.expand(lw, TINY)
     sa, sb = a.sig.steps, signature(lw).steps
     first = next(i for i, (x, y) in enumerate(zip(sa, sb, strict=False)) if x != y)
@@ -74,7 +74,7 @@ def test_resume_point_is_first_differing_step(micro_graph: Graph) -> None:
     assert fresh.marks == b.marks
     assert [x.name for x in fresh.program.bufs] == [x.name for x in b.program.bufs]
     # the same plan again resumes after its last step: nothing re-expanded
-    c = store.expand(lower(micro_graph, TINY, changed, LIMIT), TINY)
+    c = store.expand(lower(micro_graph, TINY, changed), TINY)
     assert c.resumed == len(sb)
 
 
@@ -82,17 +82,17 @@ def test_store_keeps_at_most_max_entries(micro_graph: Graph) -> None:
     store = PrefixStore(max_entries=1)
     base = baseline_plan(micro_graph, TINY, LIMIT)
     for plan in (base, base.with_recipe("encoder/gelu", "rows:4")):
-        store.expand(lower(micro_graph, TINY, plan, LIMIT), TINY)
+        store.expand(lower(micro_graph, TINY, plan), TINY)
     assert len(store.entries) == 1
 
 
 def test_other_device_never_resumes(micro_graph: Graph) -> None:
     store = PrefixStore()
     base = baseline_plan(micro_graph, TINY, LIMIT)
-    store.expand(lower(micro_graph, TINY, base, LIMIT), TINY)
+    store.expand(lower(micro_graph, TINY, base), TINY)
     other = simulator.load_device("c600")
     try:
-        lw = lower(micro_graph, other, baseline_plan(micro_graph, other, LIMIT), LIMIT)
+        lw = lower(micro_graph, other, baseline_plan(micro_graph, other, LIMIT))
     except BuildFailure:
         pytest.skip("micro graph does not lower on c600")
     assert store.expand(lw, other).resumed == 0

@@ -60,8 +60,7 @@ def _overlap_optimizer(graph: Graph, device: Device, cfg: PipelineConfig,
                        base: Incumbent, ctx: PlanningContext
                        ) -> tuple[Incumbent, Sequence[Any]]:
     """One real proposal (reduction overlap on), accepted only if cheaper."""
-    trial = evaluate(graph, device, base.plan.with_reduction_overlap(True),
-                     cfg.operator_candidate_limit, ctx)
+    trial = evaluate(graph, device, base.plan.with_reduction_overlap(True), ctx)
     better = trial.cycles < base.cycles
     return (trial if better else base), [_Record("reduction overlap", trial.cycles, better)]
 

@@ -396,13 +396,13 @@ def expand_lowered(lw: Lowered, device: Device) -> Program:
         return Expander(lw, device).run().program
 
 
-def expand_program(g: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT,
+def expand_program(g: Graph, device: Device, plan: Plan,
                    state: BuildState | None = None) -> Program:
     """The symbolic program of `g` on `device` under `plan` (module docstring).
     With a build `state`, resumes from the longest common step prefix of one
     of its recent expansions (`state.prefixes`); the result equals a
     from-scratch expansion."""
-    lw = lower(g, device, plan, limit, state)
+    lw = lower(g, device, plan, state)
     if state is None:
         return expand_lowered(lw, device)
     return state.prefixes.expand(lw, device).program

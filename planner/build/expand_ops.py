@@ -15,22 +15,36 @@ from __future__ import annotations
 
 import struct
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from kernels import abi
 from planner.build.expand_redist import Loc, loc_bufs, ref
+from planner.build.lower import Step, Value
+from planner.build.program import NARGS, LoopMark, Phase, Program, Ref, Vertex, Xfers
 from planner.ir.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
-from planner.build.program import NARGS, Phase, Ref, Vertex, Xfers
-
-if TYPE_CHECKING:
-    from planner.build.expand import Expander
-    from planner.build.lower import Step, Value
 
 DT = {name: code for code, name in enumerate(abi.DTYPE_NAMES)}
 
 Operands = tuple[tuple[int, Loc], ...]  # (vertex arg index, loc), in any order
+
+
+class ExpandContext(Protocol):
+    """What the per-family expanders need of the expander
+    (planner.build.expand.Expander): the program being built, the placed
+    values and their locations, phase emission and buffer materialisation."""
+
+    prog: Program
+
+    def value(self, name: str) -> Value: ...
+
+    def locs(self, name: str) -> list[list[Loc]]: ...
+
+    def emit(self, item: Phase | LoopMark) -> None: ...
+
+    def materialise(self, v: Value, kind: str | None = None,
+                    skip: dict[tuple[int, int], Loc] | None = None) -> None: ...
 
 
 # argument slots (kernels.abi)
@@ -126,7 +140,7 @@ def add_args(lda: int, ldb: int, ldc: int, rows: int, cols: int, dt_a: int, dt_b
                    dtype_b=dt_b, dtype_c=dt_c)
 
 
-def expand_matmul(ctx: Expander, step: Step) -> None:
+def expand_matmul(ctx: ExpandContext, step: Step) -> None:
     op = step.op
     assert isinstance(op, MatMul)
     av, bv = ctx.value(step.inputs[0]), ctx.value(step.inputs[1])
@@ -212,7 +226,7 @@ def partial_sums(parts: list[int], sums: list[tuple[int, int, int, int]], gk: in
                          (block[:, None] * l).reshape(-1), np.repeat(block, gk))
 
 
-def expand_bmm(ctx: Expander, step: Step) -> None:
+def expand_bmm(ctx: ExpandContext, step: Step) -> None:
     op = step.op
     assert isinstance(op, BatchMatMul)
     av, bv, ov = ctx.value(step.inputs[0]), ctx.value(step.inputs[1]), ctx.value(step.outputs[0])
@@ -242,7 +256,7 @@ def expand_bmm(ctx: Expander, step: Step) -> None:
     ctx.emit(phase)
 
 
-def expand_bmm_split(ctx: Expander, step: Step, av: Value, bv: Value, ov: Value) -> None:
+def expand_bmm_split(ctx: ExpandContext, step: Step, av: Value, bv: Value, ov: Value) -> None:
     """bmm:1x<gr>x<gc>: one vertex per out cell (row block of one batch ×
     column block); its a cell is replica c, its b cell (batch, c) replica s."""
     op = step.op
@@ -267,7 +281,7 @@ def expand_bmm_split(ctx: Expander, step: Step, av: Value, bv: Value, ov: Value)
     ctx.emit(phase)
 
 
-def expand_rows(ctx: Expander, step: Step) -> None:
+def expand_rows(ctx: ExpandContext, step: Step) -> None:
     """One vertex per cell; LayerNorm/Softmax cells span whole rows, the
     elementwise ops' cells may be column blocks (row stride = cell width)."""
     op = step.op
@@ -320,7 +334,7 @@ def cast_vertex(tile: int, xv: Value, yv: Value, x: Loc, y: Loc, rows: int, cols
     return make_vertex(tile, abi.CAST, args, ((CA.x, x),), ((CA.y, y),))
 
 
-def expand_cast_step(ctx: Expander, step: Step) -> None:
+def expand_cast_step(ctx: ExpandContext, step: Step) -> None:
     """Cast conversion: every cell and replica of a value, in its layout."""
     xv, yv = ctx.value(step.inputs[0]), ctx.value(step.outputs[0])
     ctx.materialise(yv, kind="exchange-landing")

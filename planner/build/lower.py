@@ -99,13 +99,12 @@ HOME_SHARD_BYTES = 4096
 
 
 class _Lowerer:
-    def __init__(self, g: Graph, device: Device, plan: Plan, limit: int,
+    def __init__(self, g: Graph, device: Device, plan: Plan,
                  cache: cat.CatalogueCache) -> None:
         self.g = g
         self.cache = cache
         self.device = device
         self.plan = plan
-        self.limit = limit
         self.out = Lowered()
         self.tensors: dict[str, Tensor] = {}
         self.source: dict[str, str] = {}  # tensor -> value consumers convert from
@@ -201,7 +200,9 @@ class _Lowerer:
     # ------------------------------------------------------------ ops
 
     def recipe_of(self, g: Graph, op: Op) -> cat.Recipe:
-        shortlist = cat.catalogue(g, op, self.device, self.limit, cache=self.cache)
+        # the first shortlisted recipe is the best estimate whatever the
+        # shortlist's length, so the build needs no search parameter
+        shortlist = cat.catalogue(g, op, self.device, cat.DEFAULT_LIMIT, cache=self.cache)
         key = self.plan.recipe(self.qual(op.name))
         if key is None:
             return shortlist[0]
@@ -549,16 +550,15 @@ class _Lowerer:
             self.out.carries.append(Carry(src, av, yv, fv, op.trips))
 
 
-def lower(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT,
-          state: BuildState | None = None) -> Lowered:
+def lower(g: Graph, device: Device, plan: Plan, state: BuildState | None = None) -> Lowered:
     """Lower `g` for `device` under `plan` (module docstring).  With a build
     `state`, the result is remembered by content and shared by every caller
     with equal arguments: it must not be mutated."""
     if state is None:
-        return _Lowerer(g, device, plan, limit, cat.CatalogueCache()).run()
-    key = (g, device, plan, limit)
+        return _Lowerer(g, device, plan, cat.CatalogueCache()).run()
+    key = (g, device, plan)
     hit = state.lowerings.get(key)
     if hit is None:
-        hit = _Lowerer(g, device, plan, limit, state.catalogue).run()
+        hit = _Lowerer(g, device, plan, state.catalogue).run()
         state.lowerings.put(key, hit)
     return hit

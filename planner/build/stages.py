@@ -149,13 +149,13 @@ def build_program(
     return Built(pkg, sched, alloc, stats, tuple(clock))
 
 
-def expand_stage(graph: Graph, device: Device, plan: Plan, limit: int,
-                 state: BuildState | None, clock: list[tuple[str, float]]) -> Program:
+def expand_stage(graph: Graph, device: Device, plan: Plan, state: BuildState | None,
+                 clock: list[tuple[str, float]]) -> Program:
     """lower → expand of `plan` (the first two stages), their seconds appended
     to `clock`; with a `state`, the expansion resumes from a recent one."""
     t0 = time.perf_counter()
     verify_graph(graph)
-    lw = lower(graph, device, plan, limit, state)
+    lw = lower(graph, device, plan, state)
     t1 = time.perf_counter()
     program = (expand_lowered(lw, device) if state is None
                else state.prefixes.expand(lw, device).program)
@@ -163,15 +163,14 @@ def expand_stage(graph: Graph, device: Device, plan: Plan, limit: int,
     return program
 
 
-def build(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT,
-          state: BuildState | None = None) -> Built:
+def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = None) -> Built:
     """The whole build of `graph` on `device` under `plan`: the named stages
-    of STAGES in order (module docstring); `limit` is the catalogue shortlist
-    length (operator_candidate_limit); `state` the build state to remember
-    lowerings, expansions and memos in."""
+    of STAGES in order (module docstring); every choice comes from `plan`.
+    `state` is the build state to remember lowerings, expansions and memos
+    in."""
     with gc_paused():  # ~10⁶ acyclic objects: collections would cost as much as the build
         clock: list[tuple[str, float]] = []
-        program = expand_stage(graph, device, plan, limit, state, clock)
+        program = expand_stage(graph, device, plan, state, clock)
         return build_program(program, device, graph.name, graph_meta(graph, plan),
                              reduction_overlap=plan.reduction_overlap, timings=clock,
                              state=state)

@@ -71,11 +71,11 @@ class Incumbent:
     faults: int = 0
 
 
-def evaluate(graph: Graph, device: Device, plan: Plan, limit: int = DEFAULT_LIMIT,
+def evaluate(graph: Graph, device: Device, plan: Plan,
              state: BuildState | None = None) -> Incumbent:
-    """Build `plan` (catalogue shortlist `limit`, remembering in `state`) and
-    simulate it without numerics.  Raises BuildFailure."""
-    built = build(graph, device, plan, limit, state)
+    """Build `plan` (remembering in `state`) and simulate it without
+    numerics.  Raises BuildFailure."""
+    built = build(graph, device, plan, state)
     t0 = time.perf_counter()
     sim = run(built.package, numerics=False)
     return Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t0, int(sim.n_faults))

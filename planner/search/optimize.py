@@ -204,7 +204,7 @@ class _Run:
         prof = profile(inc)
         while self.budget > 0:
             self.rounds += 1
-            base = pinned(self.graph, self.device, inc.plan, self.limit, self.ctx)
+            base = pinned(self.graph, self.device, inc.plan, self.ctx)
             props = [p for p in proposals(self.graph, self.device, inc.plan, prof,
                                           self.limit, self.kinds, self.ctx)
                      if p.plan not in self.tried and p.plan != inc.plan
@@ -242,7 +242,7 @@ class _Run:
 
     def rebuild(self, prop: Proposal, trial: Trial) -> Trial:
         """The complete build of a proposal accepted from another process."""
-        local = evaluate(self.ctx, self.graph, self.device, prop.plan, self.limit)
+        local = evaluate(self.ctx, self.graph, self.device, prop.plan)
         self.rebuilt += 1
         assert local.incumbent is not None and local.cycles == trial.cycles, \
             f"{prop.description}: rebuilt {local.cycles} cycles, worker said {trial.cycles}"
@@ -275,7 +275,7 @@ class _Run:
             # a thread of this process shares the context; another process makes its own
             shared = self.ctx if isinstance(self.executor, ThreadPoolExecutor) else None
             self.futures[plan] = self.executor.submit(
-                evaluate_in_worker, self.graph, self.device, plan, self.limit, os.getpid(),
+                evaluate_in_worker, self.graph, self.device, plan, os.getpid(),
                 shared)
             self.submitted += 1
             running += 1
@@ -283,7 +283,7 @@ class _Run:
     def trial(self, prop: Proposal, fut: Future[tuple[Trial, Counters | None]] | None
               ) -> tuple[Trial, bool]:
         if fut is None:
-            return evaluate(self.ctx, self.graph, self.device, prop.plan, self.limit), False
+            return evaluate(self.ctx, self.graph, self.device, prop.plan), False
         self.consumed += 1
         trial, counts = fut.result()
         if counts is not None:

@@ -122,8 +122,8 @@ def capacity_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan
                 row_moves=default_row_moves(device))
     after = base.with_cast_orders({name: "after" for name, _, _ in casts})
     before = base.with_cast_orders({name: "before" for name, _, _ in casts})
-    mem_after = _conversion_bytes(lower(g, device, after, limit, ctx), casts)
-    mem_before = _conversion_bytes(lower(g, device, before, limit, ctx), casts)
+    mem_after = _conversion_bytes(lower(g, device, after, ctx), casts)
+    mem_before = _conversion_bytes(lower(g, device, before, ctx), casts)
     orders = {name: "before" if mem_before[name] < mem_after[name] else "after"
               for name, _, _ in casts}
     return base.with_cast_orders(orders)

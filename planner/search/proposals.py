@@ -219,7 +219,7 @@ class Around:
         self.device = device
         self.ctx = ctx
         self.cache = ctx.catalogue if ctx is not None else cat.CatalogueCache()
-        lowered = lower(g, device, plan, limit, ctx)
+        lowered = lower(g, device, plan, ctx)
         self.lowered = lowered
         # every proposal starts from the incumbent with its rotation pinned
         self.plan = plan.with_rotation(lowered.rotation)
@@ -432,7 +432,7 @@ class Around:
                 break
             cur = self.plan.shift(op)
             plan = self.plan.with_tile_shift(op, (cur + s) % n)
-            removed = self.moves_removed(lower(self.g, self.device, plan, self.limit, self.ctx))
+            removed = self.moves_removed(lower(self.g, self.device, plan, self.ctx))
             if removed is None:
                 continue  # a move appears: outside the estimate (module docstring)
             gain = -neg_gain + removed
@@ -478,11 +478,10 @@ class Around:
         return out
 
 
-def pinned(g: Graph, device: Device, plan: Plan, limit: int = cat.DEFAULT_LIMIT,
-           ctx: BuildState | None = None) -> Plan:
+def pinned(g: Graph, device: Device, plan: Plan, ctx: BuildState | None = None) -> Plan:
     """`plan` with every parameter-home rotation base pinned where its
     lowering puts it: the common base of all proposals around `plan`."""
-    return plan.with_rotation(lower(g, device, plan, limit, ctx).rotation)
+    return plan.with_rotation(lower(g, device, plan, ctx).rotation)
 
 
 def _merged(base: tuple, changed: tuple, onto: tuple) -> tuple:

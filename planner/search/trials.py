@@ -42,15 +42,15 @@ class Trial:
     profile: dict[str, int] | None = None
 
 
-def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan, limit: int) -> Built:
+def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Built:
     """`planner.build.build` through the context's expansion and schedule
     caches.  Raises BuildFailure."""
     with gc_paused():
         clock: list[tuple[str, float]] = []
-        ekey = (graph, device, replace(plan, reduction_overlap=False), limit)
+        ekey = (graph, device, replace(plan, reduction_overlap=False))
         program = ctx.expansions.get(ekey)
         if program is None:
-            program = expand_stage(graph, device, plan, limit, ctx, clock)
+            program = expand_stage(graph, device, plan, ctx, clock)
             ctx.expansions.put(ekey, program)
         skey = (ekey, plan.reduction_overlap)
         sched = ctx.schedules.get(skey)
@@ -62,25 +62,23 @@ def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan, limit:
         return built
 
 
-def evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan,
-             limit: int) -> Trial:
+def evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Trial:
     """Build and simulate (timing only) `plan`, or say why it did not build.
     A package that simulates with faults counts as not built."""
-    key = (graph, device, plan, limit)
+    key = (graph, device, plan)
     hit = ctx.trials.get(key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
     with gc_paused():
-        trial = _evaluate(ctx, graph, device, plan, limit)
+        trial = _evaluate(ctx, graph, device, plan)
     ctx.trials.put(key, trial)
     return trial
 
 
-def _evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan,
-              limit: int) -> Trial:
+def _evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Trial:
     t0 = time.perf_counter()
     try:
-        built = build(ctx, graph, device, plan, limit)
+        built = build(ctx, graph, device, plan)
     except BuildFailure as e:
         return Trial(None, " ".join(str(e).split()), time.perf_counter() - t0)
     t1 = time.perf_counter()
@@ -102,8 +100,8 @@ def init_worker(ctx: PlanningContext) -> None:
     _WORKER[:] = [ctx]
 
 
-def evaluate_in_worker(graph: Graph, device: Device, plan: Plan, limit: int,
-                       parent_pid: int, ctx: PlanningContext | None = None
+def evaluate_in_worker(graph: Graph, device: Device, plan: Plan, parent_pid: int,
+                       ctx: PlanningContext | None = None
                        ) -> tuple[Trial, Counters | None]:
     """`evaluate` for a speculative build.  In the parent's own process (a
     thread pool, which passes the parent's `ctx`) the complete trial and
@@ -112,7 +110,7 @@ def evaluate_in_worker(graph: Graph, device: Device, plan: Plan, limit: int,
     parent cannot see)."""
     own = ctx if ctx is not None else (_WORKER[0] if _WORKER else PlanningContext())
     before = own.counters()
-    trial = evaluate(own, graph, device, plan, limit)
+    trial = evaluate(own, graph, device, plan)
     if os.getpid() == parent_pid:
         return trial, None
     return replace(trial, incumbent=None), own.counters().minus(before)
