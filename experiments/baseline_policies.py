@@ -2,7 +2,7 @@
 
 For each case (model, layers, batch) of CASES and each policy of POLICIES this
 plans the baseline only (`PipelineConfig(optimization_steps=0,
-capacity_baseline=...)`: baseline policy → expand → schedule → allocate → link
+baseline=...)`: baseline policy → expand → schedule → allocate → link
 → verify → timing simulation) on DEVICE and reports:
 
 - result: `ok`, or `FAIL` with the BuildFailure line (stage: tile: detail
@@ -93,7 +93,7 @@ def measure(model: str, layers: int, batch: int, policy: str, device_name: str) 
     """Plan one case's baseline under `policy`; a BuildFailure becomes a row."""
     device = load_device(device_name)
     graph = load_model(model, layers=layers, batch=batch)
-    cfg = PipelineConfig(optimization_steps=0, capacity_baseline=policy == "capacity")
+    cfg = PipelineConfig(optimization_steps=0, baseline=policy)
     t0 = time.perf_counter()
     try:
         res = plan(graph, device, cfg)

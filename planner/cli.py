@@ -120,10 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_status(e)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
+           left: Sequence[int] = (0,)) -> str:
     from simulator.tables import table
 
-    return table(header, rows)
+    return table(header, rows, left)
 
 
 # ---------------------------------------------------------------- subcommands
@@ -231,8 +232,12 @@ PLAN_ARGS = (
         help="proposals the optimizer may evaluate (0 = baseline only); default 8"),
     arg("--operator-candidate-limit", type=int, default=8,
         help="catalogue shortlist length per op; default 8"),
-    arg("--capacity-baseline", action="store_true",
-        help="start from the capacity baseline policy instead of the default"),
+    arg("--baseline", default="default", metavar="NAME",
+        help="baseline policy: default, capacity or a registered one (tileplan extensions)"),
+    arg("--optimizer", default="local", metavar="NAME",
+        help="optimizer: local (default), none or a registered one"),
+    arg("--proposals", default="", metavar="KIND,...",
+        help="proposal kinds the optimizer may use (default: the built-in kinds)"),
     arg("--jobs", type=int, default=1, help="parallel speculative builds; default 1"),
     arg("--out", default=None, help="save the package and summary.json to this directory"),
     arg("--json", action="store_true", help="print the summary as one JSON object"),
@@ -259,16 +264,20 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     from planner.pipeline import run_model
     from planner.report import format_summary, save_run
     from planner.search.incumbent import PipelineConfig
-    from planner.search.optimize import LocalOptimizer, format_optimizer
+    from planner.search.optimize import format_optimizer
+    from planner.search.registry import check_names
     from simulator.device import load_device
 
     device = load_device(args.device)
     graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,
                          operator_candidate_limit=args.operator_candidate_limit,
-                         capacity_baseline=args.capacity_baseline, jobs=args.jobs)
+                         baseline=args.baseline, optimizer=args.optimizer, proposals=kinds,
+                         jobs=args.jobs)
+    check_names(cfg)  # an unknown name fails before any work
     _note_cold_cache()
-    outcome = run_model(graph, device, cfg, numerics=numerics, optimizer=LocalOptimizer())
+    outcome = run_model(graph, device, cfg, numerics=numerics)
     if args.out:
         save_run(args.out, outcome.result.package, outcome.summary)
     if args.json:
@@ -291,6 +300,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 @command("plan", "plan, build and verify a model (timing simulation only)", *PLAN_ARGS)
 def cmd_plan(args: argparse.Namespace) -> int:
     return _plan_run(args, numerics=False)
+
+
+@command("extensions", "list the baseline policies, optimizers and proposal kinds by name")
+def cmd_extensions(args: argparse.Namespace) -> int:
+    from planner.search.registry import extension_rows
+
+    print(_table(["kind", "name", "from", "what"], extension_rows(), left=(0, 1, 2, 3)))
+    return 0
 
 
 @command("report", "print the summary of a saved run",

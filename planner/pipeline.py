@@ -68,7 +68,7 @@ def plan(
     if optimizer is None and cfg.optimization_steps > 0:
         optimizer = OPTIMIZERS.get(cfg.optimizer)(cfg)  # an unknown name fails first
     t0 = time.perf_counter()
-    policy = cfg.baseline_policy
+    policy = cfg.baseline
     base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy, ctx)
     t1 = time.perf_counter()
     base = evaluate(graph, device, base_plan, ctx)

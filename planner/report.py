@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kernels.exceptions import ConfigError
+from planner.build.stages import STAGES
 from planner.ir.graph import Graph, graph_flops
 from simulator.device import Device
 from simulator.files import write_file_atomic
@@ -36,7 +37,6 @@ SUMMARY_KEYS = (
 )
 REL_FRO_TOLERANCE = 1e-2
 SUMMARY_FILE = "summary.json"
-STAGE_ORDER = ("expand", "schedule", "allocate", "link", "verify")  # planner.build.STAGES
 PACKAGE_DIR = "package"
 
 
@@ -94,6 +94,7 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "proposals_evaluated": len(history),
         "proposals_accepted": sum(1 for h in history if getattr(h, "accepted", False)),
         "optimizer": stats.get("optimizer", "none"),
+        "baseline_policy": stats.get("baseline_policy", "default"),
         "steps": int(stats.get("steps", package.n_steps)),
         "vertices": int(stats.get("vertices", package.n_vertices)),
         "transfers": int(stats.get("transfers", package.n_transfers)),
@@ -118,7 +119,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
         errs = (f"rel. Frobenius {s['rel_fro_error']:.3e}, max abs {s['max_abs_error']:.4g} "
                 f"({verdict})")
     secs = dict(s.get("stage_seconds", {}))
-    names = sorted(secs, key=lambda k: (STAGE_ORDER.index(k) if k in STAGE_ORDER else 99, k))
+    names = sorted(secs, key=lambda k: (STAGES.index(k) if k in STAGES else 99, k))
     stages = ", ".join(f"{k} {secs[k]:.2f}" for k in names)
     lines = [
         f"model {s['model']} ({s['layers']} layers, batch {s['batch']}) on {s['device']}",
@@ -131,7 +132,8 @@ def format_summary(s: Mapping[str, Any]) -> str:
         f"program          {s['steps']} steps, {s['vertices']} vertices, {s['transfers']} "
         f"transfers, patches {s['arithmetic_patches']} arithmetic / {s['table_patches']} table",
         f"proposals        {s['proposals_evaluated']} evaluated, {s['proposals_accepted']} "
-        f"accepted (optimizer: {s['optimizer']})",
+        f"accepted (baseline: {s.get('baseline_policy', 'default')}, optimizer: "
+        f"{s['optimizer']})",
         f"planning         {s['plan_seconds']:.2f} s ({stages})",
         f"simulation       {s['simulate_seconds']:.2f} s",
         f"package          {s['package_hash']}",

@@ -22,7 +22,8 @@ TINY = simulator.load_device("tiny")
 
 def test_config_defaults_and_validation() -> None:
     cfg = PipelineConfig()
-    assert (cfg.optimization_steps, cfg.capacity_baseline, cfg.jobs) == (8, False, 1)
+    assert (cfg.optimization_steps, cfg.baseline, cfg.optimizer, cfg.jobs) == (
+        8, "default", "local", 1)
     for bad in ({"optimization_steps": -1}, {"jobs": 0}, {"operator_candidate_limit": 0},
                 {"jobs": True}):
         with pytest.raises(ConfigError):

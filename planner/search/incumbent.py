@@ -23,15 +23,15 @@ class PipelineConfig:
 
     `optimization_steps`: proposals the optimizer may evaluate (0 = baseline
     only); `operator_candidate_limit`: catalogue shortlist length per op;
-    `baseline`: the baseline policy's registered name (planner.search.registry;
-    `capacity_baseline` = "capacity"); `optimizer`: the optimizer's; `proposals`:
-    the proposal kinds it may generate (empty: every registered kind); `jobs`:
-    worker processes/threads for speculative builds.
+    `baseline`: the baseline policy's registered name (planner.search.registry:
+    "default", "capacity" or a registered one); `optimizer`: the optimizer's
+    ("local", "none" or a registered one); `proposals`: the proposal kinds it
+    may generate (empty: the built-in kinds); `jobs`: worker processes/threads
+    for speculative builds.
     """
 
     optimization_steps: int = 8
     operator_candidate_limit: int = DEFAULT_LIMIT
-    capacity_baseline: bool = False
     jobs: int = 1
     baseline: str = "default"
     optimizer: str = "local"
@@ -46,18 +46,10 @@ class PipelineConfig:
         for name in ("baseline", "optimizer"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ConfigError("PipelineConfig", name, "must be a name", getattr(self, name))
-        if self.capacity_baseline and self.baseline not in ("default", "capacity"):
-            raise ConfigError("PipelineConfig", "capacity_baseline",
-                              f"contradicts baseline {self.baseline!r}", True)
         if not isinstance(self.proposals, tuple) or not all(
                 isinstance(k, str) and k for k in self.proposals):
             raise ConfigError("PipelineConfig", "proposals", "must be a tuple of kind names",
                               self.proposals)
-
-    @property
-    def baseline_policy(self) -> str:
-        """The baseline policy to use (`capacity_baseline` names "capacity")."""
-        return "capacity" if self.capacity_baseline else self.baseline
 
 
 @dataclass(frozen=True)

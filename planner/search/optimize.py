@@ -293,7 +293,9 @@ class _Run:
 
 @OPTIMIZERS.register("local")
 def local_optimizer(cfg: PipelineConfig) -> LocalOptimizer:
-    """The bounded local optimizer (module docstring) over `cfg.proposals`."""
+    """Ordered proposals, each built and simulated; strictly cheaper ones accepted.
+
+    The bounded local optimizer (module docstring) over `cfg.proposals`."""
     return LocalOptimizer(kinds=cfg.proposals or None)
 
 

@@ -13,7 +13,7 @@ back (catalogue module docstring), so conversion cost is priced in.  When no
 shortlisted recipe fits, the smallest-buffer one is taken and the build will
 say where it does not fit.
 
-`capacity` (opt-in, `--capacity-baseline`): see `_capacity_plan`.
+`capacity` (opt-in, `--baseline capacity`): see `capacity_plan`.
 
 `parameter_tile_bytes(lowered, tiles)` gives the per-tile parameter home
 bytes of a plan from lowering alone (no expansion), for balance checks.
@@ -68,7 +68,9 @@ def baseline_plan(g: Graph, device: Device, limit: int = cat.DEFAULT_LIMIT,
 
 @BASELINES.register("default")
 def default_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan:
-    """The `default` policy (module docstring)."""
+    """Each op's best-estimated recipe that fits beside an even parameter share.
+
+    The `default` policy in full: module docstring."""
     ops = [(name, sub, op, trips) for name, sub, op, trips in _ops(g) if not isinstance(op, Cast)]
     # parameter bytes per tile if spread evenly (the shared rotation's aim)
     mean_params = sum(g.tensor(p).nbytes for p in g.parameters) / device.tiles
@@ -100,7 +102,9 @@ def default_row_moves(device: Device) -> int:
 
 @BASELINES.register("capacity")
 def capacity_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan:
-    """The `capacity` policy: canonical layout = whole rows over as many
+    """Whole-row canonical layouts and each op's least-memory recipe.
+
+    The `capacity` policy: canonical layout = whole rows over as many
     owners as the device has (packing "rows"; no replication, no tail
     padding); each op takes the shortlisted recipe with the least memory
     (its parameter homes for all layers + working memory), then the least

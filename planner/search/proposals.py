@@ -258,6 +258,7 @@ class Around:
     # ------------------------------------------------------------ kinds
 
     def operator(self) -> list[Proposal]:
+        """Another shortlisted recipe for one op, by estimated cycles saved."""
         out = []
         for site in self.sites:
             if isinstance(site.op, Cast):
@@ -293,6 +294,7 @@ class Around:
         return out
 
     def open(self) -> list[Proposal]:
+        """Remove one canonical boundary: the producer's output moves straight to its consumer."""
         out = []
         for _prod, cons, q in self.boundaries():
             gain = min(self.measured(f"canon {q}"), self.measured_prefix(f"to {q}@"))
@@ -301,6 +303,7 @@ class Around:
         return out
 
     def joint(self) -> list[Proposal]:
+        """Remove a boundary and re-pick the consumer's recipe to match the producer's layout."""
         out = []
         for _prod, cons, q in self.boundaries():
             short, cur = self.current(cons)
@@ -313,6 +316,7 @@ class Around:
         return out
 
     def cast(self) -> list[Proposal]:
+        """Cast on the canonical owners, then move the narrow result (cast order before)."""
         out = []
         for site in self.sites:
             if not isinstance(site.op, Cast) or self.plan.cast_before(site.name):
@@ -367,6 +371,7 @@ class Around:
         return out
 
     def packing(self) -> list[Proposal]:
+        """Another canonical packing (element, half, double, rows) for every boundary."""
         moves = self.canonical_moves()
         d = self.device
         out = []
@@ -405,6 +410,7 @@ class Around:
         return plan
 
     def overlap(self) -> list[Proposal]:
+        """Let the scheduler overlap K-split reductions with neighbouring phases (or stop)."""
         reduce = self.measured_prefix("reduce:")
         if self.plan.reduction_overlap:
             return [Proposal("overlap", "stop overlapping reductions", -reduce // 2,
@@ -415,6 +421,7 @@ class Around:
                          self.plan.with_reduction_overlap(True))]
 
     def tiles(self) -> list[Proposal]:
+        """Shift one op's tiles away from the busiest tiles of its phases."""
         steps = self.merged_steps()
         ops = sorted({op for _, _, phases in steps for _, owners in phases for op in owners})
         n = self.device.tiles
@@ -549,11 +556,12 @@ for _kind in KINDS:  # the built-in kinds, in this order
 def proposals(graph: Graph, device: Device, plan: Plan, profile: dict[str, int],
               limit: int = cat.DEFAULT_LIMIT, kinds: tuple[str, ...] | None = None,
               ctx: BuildState | None = None) -> list[Proposal]:
-    """All proposals of `kinds` (None: every registered kind) around `plan`
+    """All proposals of `kinds` (None: the built-in KINDS; a registered kind
+    takes part only when named) around `plan`
     (module docstring), best estimated gain first.  `profile` is
     `step_profile` of the incumbent; `limit` the catalogue shortlist length;
     `ctx` the planning context.  Raises ConfigError for an unknown kind."""
-    chosen = PROPOSALS.names() if kinds is None else list(kinds)
+    chosen = list(KINDS if kinds is None else kinds)
     makers = [PROPOSALS.get(k) for k in chosen]  # unknown kinds fail before any work
     around = Around(graph, device, plan, profile, limit, ctx)
     out: list[Proposal] = []

@@ -11,9 +11,13 @@ themselves where they are defined (planner.search.policies, .proposals,
 
 or, without importing tileplan first, through a package entry point in the
 group `tileplan.baselines`, `tileplan.proposals` or `tileplan.optimizers`
-(`name = "module:object"`): entry points are loaded the first time a registry
-is asked for a name it does not hold or for all its names.  The CLI picks them with `--baseline`,
-`--proposals KIND,...` and `--optimizer`.
+(`name = "module:object"`): entry points are loaded the first time a
+registry is asked for a name it does not hold or for all its names; one that
+does not load is a ConfigError naming it.  The CLI picks them with
+`--baseline NAME`, `--proposals KIND,...` and `--optimizer NAME`, and
+`tileplan extensions` lists them.  A registered proposal kind takes part
+only when named (the default set is the built-in kinds), so installing a
+plug-in never changes what a default run does.
 
 - `BaselinePolicy`: `(graph, device, limit, ctx) -> Plan` — the first plan.
 - `ProposalKind`: `(around) -> list[Proposal]` — the proposals of one kind
@@ -88,8 +92,13 @@ class Registry(Generic[T]):
             return
         self._loaded = True
         for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
-            if ep.name not in self._items:
+            if ep.name in self._items:
+                continue
+            try:
                 self._items[ep.name] = ep.load()
+            except Exception as e:  # a broken plug-in names itself, not a traceback
+                raise ConfigError(f"entry point group {self.group}", ep.name,
+                                  f"{ep.value} does not load: {type(e).__name__}: {e}") from e
 
     def get(self, name: str) -> T:
         """The extension called `name`; ConfigError naming the known ones."""
@@ -111,3 +120,33 @@ PROPOSALS: Registry[ProposalKind] = Registry("proposal kind", "tileplan.proposal
                                              "--proposals")
 OPTIMIZERS: Registry[OptimizerFactory] = Registry("optimizer", "tileplan.optimizers",
                                                   "--optimizer")
+
+
+def _builtins() -> None:
+    """Import the modules whose built-ins register themselves."""
+    import planner.search.optimize  # noqa: F401
+    import planner.search.policies  # noqa: F401
+    import planner.search.proposals  # noqa: F401
+
+
+def check_names(cfg: PipelineConfig) -> None:
+    """ConfigError unless `cfg`'s baseline, optimizer and proposal kinds are
+    all registered (or entry points)."""
+    _builtins()
+    BASELINES.get(cfg.baseline)
+    OPTIMIZERS.get(cfg.optimizer)
+    for kind in cfg.proposals:
+        PROPOSALS.get(kind)
+
+
+def extension_rows() -> list[list[str]]:
+    """(kind, name, defining module, first docstring line) of every
+    registered extension, built-ins first."""
+    _builtins()
+    rows = []
+    for reg in (BASELINES, OPTIMIZERS, PROPOSALS):
+        for name in reg.names():
+            obj: Any = reg.get(name)
+            doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
+            rows.append([reg.what, name, getattr(obj, "__module__", "?"), doc])
+    return rows
