@@ -70,7 +70,7 @@ from kernels.abi import (
 from kernels.dtypes import fp8_decode, fp8_encode
 from simulator import load_device, run, verify
 from simulator.device import Device
-from simulator.engine import execute
+from simulator.engines.numba import execute
 from simulator.package import IoTensor, Package
 from simulator.run import build_image
 from simulator.verify import required_bytes

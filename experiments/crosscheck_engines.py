@@ -1,7 +1,7 @@
 """Cross-check: the Numba engine against the SimPy event-level engine.
 
 Question: on small planner packages, do the two independent engines
-(simulator/engine.py, simulator/events.py) agree exactly — total cycles,
+(simulator/engines/numba.py, simulator/engines/simpy.py) agree exactly — total cycles,
 cycles per step, per-tile busy cycles, exchange bytes in/out, outputs bit for
 bit, faults — and what does the event-level model cost in wall time?
 

@@ -408,3 +408,50 @@ def find_race(regs, tiles, owner, n, out):  # type: ignore[no-untyped-def]
                 return True
         c0 = c1
     return False
+
+
+# ---- written-byte bitmaps (one bit per image byte; simulator.engines.base) ----
+
+ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@kjit
+def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
+    """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set."""
+    width = hi - lo + 1
+    if width == 64:
+        return ALL_BITS
+    return ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
+
+
+@kjit
+def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
+    """Mark bytes [a, a + n) of image row `row` as written."""
+    if n <= 0:
+        return
+    e = a + n - 1
+    wa, wb = a >> 6, e >> 6
+    if wa == wb:
+        bits[row, wa] |= _word_mask(a & 63, e & 63)
+        return
+    bits[row, wa] |= _word_mask(a & 63, 63)
+    for k in range(wa + 1, wb):
+        bits[row, k] = ALL_BITS
+    bits[row, wb] |= _word_mask(0, e & 63)
+
+
+@kjit
+def bits_first_unset(bits, row, a, n):  # type: ignore[no-untyped-def]
+    """Offset of the first unwritten byte in [a, a + n) of row `row`, or -1."""
+    if n <= 0:
+        return -1
+    e = a + n - 1
+    for k in range(a >> 6, (e >> 6) + 1):
+        lo = a & 63 if k == a >> 6 else 0
+        hi = e & 63 if k == e >> 6 else 63
+        m = _word_mask(lo, hi)
+        if (bits[row, k] & m) != m:
+            for b in range(lo, hi + 1):
+                if (bits[row, k] >> np.uint64(b)) & np.uint64(1) == np.uint64(0):
+                    return k * 64 + b
+    return -1

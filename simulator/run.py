@@ -1,4 +1,4 @@
-"""Python side of a simulation: memory image, inputs, engine, outputs (DESIGN §5).
+"""Python side of a simulation: memory image, inputs, engine, outputs.
 
 `run(pkg, params, inputs, numerics, engine)`:
 
@@ -11,9 +11,8 @@
    out of range), and writes every input/parameter block: the logical float32
    slice is divided by 2**scale_exp and encoded to the block's dtype
    (kernels.dtypes), rows placed at `addr + a*ld0 + b*ld1`;
-3. runs the chosen engine (`ENGINES`: "numba", the jitted superstep loop, or
-   "simpy", the event-level twin in simulator/events.py for small packages; an
-   engine is a function `(pkg, MemoryImage | None) -> EngineOutput`);
+3. runs the chosen engine (simulator.engines: "numba", the jitted superstep
+   loop, or "simpy", the event-level twin for small packages);
 4. reads each output's blocks back, decodes them and multiplies by
    2**scale_exp into a float32 array of the logical shape.  An output byte that
    was never written is a fault (F_OUTPUT) and its element reads as NaN.
@@ -22,7 +21,7 @@
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,21 +30,13 @@ from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from kernels.exceptions import SimulationFault
 from kernels.jit import kjit
-from simulator import events
-from simulator.engine import (
-    F_OUTPUT,
-    F_RACE,
-    FAULT_NAMES,
-    EngineOutput,
-    MemoryImage,
-    bits_set,
-    execute,
-)
+from simulator.access import bits_set
+from simulator.engines.base import ENGINES, F_OUTPUT, F_RACE, FAULT_NAMES, MemoryImage
+from simulator.engines.base import engine as engine_named
 from simulator.package import IoTensor, Package
 from simulator.verify import check_structure
 
-EngineFn = Callable[[Package, MemoryImage | None], EngineOutput]
-ENGINES: dict[str, EngineFn] = {"numba": execute, "simpy": events.execute}
+__all__ = ["ENGINES", "Fault", "SimResult", "run"]
 
 
 @dataclass(frozen=True)
@@ -115,13 +106,12 @@ def run(
     unknown or wrongly shaped param/input when `numerics`; PackageInvalid when
     the package's structure is broken.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; engines: {sorted(ENGINES)}")
+    execute = engine_named(engine)  # an unknown name fails before any work
     check_structure(pkg)
     image = None
     if numerics:
         image = build_image(pkg, dict(params or {}), dict(inputs or {}))
-    out = ENGINES[engine](pkg, image)
+    out = execute(pkg, image)
     faults = [describe_fault(pkg, row) for row in out.faults]
     outputs: dict[str, np.ndarray] = {}
     n_faults = out.n_faults

@@ -10,7 +10,7 @@ from kernels.abi import ADD, COPY
 from kernels.registry import KERNELS
 from simulator import load_device, run, verify
 from simulator.device import Device
-from simulator.engine import F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE
+from simulator.engines.base import F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE
 from simulator.package import Package
 from simulator.timing import loop_patch_words
 
@@ -397,7 +397,7 @@ def test_engine_timing_matches_the_python_twin(dev: Device) -> None:
 
 
 def test_written_bitmap_agrees_with_a_byte_mask() -> None:
-    from simulator.engine import bits_first_unset, bits_set
+    from simulator.access import bits_first_unset, bits_set
 
     rng = np.random.default_rng(2)
     bits = np.zeros((2, 8), dtype=np.uint64)  # 512 bytes per row

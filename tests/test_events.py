@@ -17,10 +17,11 @@ from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_refer
 
 import planner
 from kernels.abi import ADD, COPY
+from kernels.exceptions import ConfigError
 from planner.ir.graph import Graph
 from simulator import load_device, run, verify
 from simulator.device import Device
-from simulator.engine import F_MISALIGNED, F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS
+from simulator.engines.base import F_MISALIGNED, F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS
 from simulator.package import Package
 from simulator.run import SimResult
 from simulator.timing import loop_patch_words
@@ -337,7 +338,7 @@ def test_vit_tiny_two_layers_on_c600_engines_agree() -> None:
 
 def test_unknown_engine_lists_simpy(dev: Device) -> None:
     pkg = repeat_program(dev, 2)
-    with pytest.raises(ValueError, match="simpy"):
+    with pytest.raises(ConfigError, match="simpy"):
         run(pkg, numerics=False, engine="gem5")
 
 

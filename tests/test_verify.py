@@ -15,7 +15,7 @@ from kernels.abi import BUF_SUPPORT, COPY
 from kernels.exceptions import PackageInvalid
 from simulator import load_device, run, verify
 from simulator.device import Device
-from simulator.engine import F_RACE, F_UNINIT
+from simulator.engines.base import F_RACE, F_UNINIT
 from simulator.package import Package
 
 TRIPS = 5

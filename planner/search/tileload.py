@@ -5,7 +5,7 @@ The `tiles` proposal (planner.proposals) asks: two phases merged into one
 step (planner.schedule) that sit on the same tiles pay the sum of their
 loads there — what if one op's placement moved?  This module answers from
 the `Lowered` steps alone (no expansion), with the engine's cost model
-(simulator/engine.py) applied to modelled loads:
+(simulator/engines/numba.py) applied to modelled loads:
 
 - an exchange phase (a `redistribute` step, or a heads op: the move is the
   op) brings every byte of the destination layout into its tiles

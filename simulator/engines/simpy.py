@@ -1,9 +1,9 @@
 """The SimPy event-level engine: an independent model of the package semantics.
 
-`execute(pkg, image)` has the signature of `simulator.engine.execute` and gives
+`execute(pkg, image)` is an engine (simulator.engines.base) like the Numba one and gives
 the same `EngineOutput` (cycles, cycles per step, per-tile busy cycles and
 exchange bytes, faults); `simulator.run(..., engine="simpy")` selects it.  It is
-the slow, obvious twin of the Numba engine (STYLE 5): the *cycle model* of a
+the slow, obvious twin of the Numba engine: the *cycle model* of a
 vertex is shared (`kernels.dispatch.vertex_cycles`) and so is the kernels'
 numeric code (`vertex_execute`) and region description (`vertex_regions`);
 the *scheduling*, patching, exchange, memory images and checks are written
@@ -83,7 +83,7 @@ from kernels.abi import (
     TENSOR_KINDS,
 )
 from kernels.dispatch import vertex_cycles, vertex_execute, vertex_regions
-from simulator.engine import (
+from simulator.engines.base import (
     F_KERNEL,
     F_MISALIGNED,
     F_NO_REGIONS,

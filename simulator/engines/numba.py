@@ -22,15 +22,14 @@
   faults it meets.  An exchange gathers every source first, then writes every
   destination (all copies read the pre-step state).
 
-Faults are rows of `faults[:, F_*]` — (code, step, tile, address, loop,
-iteration, item, detail); `loop` is the BEGIN step of the innermost open loop
-(-1 outside loops) and `iteration` its counter.  At most `MAX_FAULTS` are kept;
-`EngineOutput.n_faults` counts all of them.
+Faults and the image are described in simulator.engines.base.  The loop's
+arguments are grouped as NamedTuples of arrays: `Program` (the package's flat
+arrays and patch index), `MemoryImage` and `Outputs`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,7 +44,33 @@ from kernels.abi import (
 )
 from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
 from kernels.jit import kjit
-from simulator.access import R_LEN, find_race, region_granule, region_span, tile_order
+from simulator.access import (
+    R_LEN,
+    bits_first_unset,
+    bits_set,
+    find_race,
+    region_granule,
+    region_span,
+    tile_order,
+)
+from simulator.engines.base import (
+    C_CYCLES,
+    C_FAULTS,
+    C_TRANSFERS,
+    C_VERTICES,
+    F_KERNEL,
+    F_MISALIGNED,
+    F_NO_REGIONS,
+    F_RACE,
+    F_RANGE,
+    F_UNINIT,
+    F_XFER_RANGE,
+    FAULT_COLS,
+    MAX_FAULTS,
+    EngineOutput,
+    MemoryImage,
+    no_image,
+)
 from simulator.package import Package
 from simulator.timing import (
     DV_IN_BW,
@@ -61,104 +86,88 @@ from simulator.timing import (
 )
 from simulator.verify import patch_index
 
-MAX_FAULTS = 256
 MAX_DEPTH = 32
 
-# fault codes
-F_RANGE = 1  # vertex operand outside the tile's memory
-F_MISALIGNED = 2  # region start not on its natural alignment
-F_UNINIT = 3  # read of never-written bytes
-F_RACE = 4  # two writers / writer + reader of one byte within a step
-F_XFER_RANGE = 5  # transfer endpoint outside the tile's memory
-F_KERNEL = 6  # the kernel body returned a non-zero status (detail = status)
-F_NO_REGIONS = 7  # the kernel has no region description
-F_OUTPUT = 8  # an output byte was never written (reported by run)
-FAULT_NAMES = {
-    F_RANGE: "out-of-range access",
-    F_MISALIGNED: "misaligned access",
-    F_UNINIT: "read of never-written memory",
-    F_RACE: "race within a step",
-    F_XFER_RANGE: "transfer endpoint outside tile memory",
-    F_KERNEL: "kernel error status",
-    F_NO_REGIONS: "kernel without region description",
-    F_OUTPUT: "output never written",
-}
-FAULT_COLS = 8
 
-# counters layout
-C_FAULTS, C_VERTICES, C_CYCLES, C_TRANSFERS = range(4)
+class Program(NamedTuple):
+    """A package's flat arrays as the loop reads them (docs/contracts.md §3),
+    with the patch index of verify.patch_index and the patched words per loop."""
 
-
-@dataclass(frozen=True)
-class MemoryImage:
-    """Per-tile memory for numerics.  Tile t's image is `mem[tile_row[t]]`; its
-    index 0 is address `tile_base[t]` and the first `tile_size[t]` bytes are the
-    tile's window (run.py: the span of its tensor buffers — code, exchange-table
-    and support memory hold no values a vertex or transfer may touch).  An
-    access outside the window, or on a tile with `tile_row == -1`, is out of
-    range.  `written` is a bitmap, one bit per image byte (bit b & 63 of word
-    b >> 6): bytes that hold a value; reading an unmarked byte is a fault.  A
-    bitmap moves 1/8 of the memory traffic of a byte mask (see `bits_set`)."""
-
-    mem: np.ndarray  # uint8 [rows, width]
-    written: np.ndarray  # uint64 [rows, ceil(width / 64)]
-    tile_row: np.ndarray  # int64 [tiles]
-    tile_base: np.ndarray  # int64 [tiles], absolute address of index 0
-    tile_size: np.ndarray  # int64 [tiles], window bytes (<= width)
+    step_kind: np.ndarray
+    step_vtx: np.ndarray
+    step_xfer: np.ndarray
+    step_trips: np.ndarray
+    step_match: np.ndarray
+    v_tile: np.ndarray
+    v_kernel: np.ndarray
+    v_args: np.ndarray
+    x_src_tile: np.ndarray
+    x_src_addr: np.ndarray
+    x_dst_tile: np.ndarray
+    x_dst_addr: np.ndarray
+    x_bytes: np.ndarray
+    vp_ptr: np.ndarray
+    vp_list: np.ndarray
+    xp_ptr: np.ndarray
+    xp_list: np.ndarray
+    p_target: np.ndarray
+    p_arg: np.ndarray
+    p_loop: np.ndarray
+    p_mode: np.ndarray
+    p_base: np.ndarray
+    p_stride: np.ndarray
+    p_table: np.ndarray
+    table_values: np.ndarray
+    loop_patch: np.ndarray
 
 
-@dataclass(frozen=True)
-class EngineOutput:
-    """Raw counters of one run; units are cycles and bytes."""
+class Outputs(NamedTuple):
+    """What the loop accumulates (EngineOutput before it is trimmed)."""
 
-    cycles: int
-    cycles_per_step: np.ndarray  # int64 [S], summed over iterations
-    tile_busy: np.ndarray  # int64 [tiles], summed vertex cycles
-    tile_bytes_in: np.ndarray  # int64 [tiles]
-    tile_bytes_out: np.ndarray  # int64 [tiles], multicast counted once
-    faults: np.ndarray  # int64 [min(n_faults, MAX_FAULTS), FAULT_COLS]
-    n_faults: int
-    vertex_invocations: int
-    transfers: int
+    cycles_per_step: np.ndarray  # int64 [S]
+    tile_busy: np.ndarray  # int64 [tiles]
+    bytes_in: np.ndarray  # int64 [tiles]
+    bytes_out: np.ndarray  # int64 [tiles]
+    faults: np.ndarray  # int64 [MAX_FAULTS, FAULT_COLS]
+    counters: np.ndarray  # int64 [4]: C_*
 
 
-def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
-    """Run `pkg` (already structure-checked) for timing, and numerics if `image`."""
-    a, dev = pkg.arrays, pkg.device
+def program_arrays(pkg: Package) -> Program:
+    """The `Program` of `pkg`."""
+    a = pkg.arrays
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
-    devv = device_scalars(dev)
-    numerics = image is not None
-    if image is None:
-        none = np.full(pkg.tiles, -1, dtype=np.int64)
-        image = MemoryImage(np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint64), none,
-                            none, none)
-    stage_bytes = 1
-    if numerics and pkg.n_transfers:
-        csum = np.concatenate([[0], np.cumsum(a["x_bytes"])])
-        stage_bytes = max(1, int((csum[a["step_xfer"][1:]] - csum[a["step_xfer"][:-1]]).max()))
-    out_steps = np.zeros(pkg.n_steps, dtype=np.int64)
-    busy = np.zeros(pkg.tiles, dtype=np.int64)
-    b_in = np.zeros(pkg.tiles, dtype=np.int64)
-    b_out = np.zeros(pkg.tiles, dtype=np.int64)
-    faults = np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64)
-    counters = np.zeros(4, dtype=np.int64)
-    _superstep_loop(
+    return Program(
         a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"], a["step_match"],
         a["v_tile"], a["v_kernel"], a["v_args"],
         a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
         vp_ptr, vp_list, xp_ptr, xp_list,
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
-        a["p_table"], a["table_values"], loop_patch_words(pkg),
-        dev.tile_desc().as_array(), devv, numerics, image.mem, image.written, image.tile_row,
-        image.tile_base, image.tile_size, np.zeros(stage_bytes, dtype=np.uint8),
-        out_steps, busy, b_in, b_out, faults, counters,
-    )
+        a["p_table"], a["table_values"], loop_patch_words(pkg))
+
+
+def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
+    """Run `pkg` (already structure-checked) for timing, and numerics if `image`."""
+    a, dev = pkg.arrays, pkg.device
+    numerics = image is not None
+    if image is None:
+        image = no_image(pkg.tiles)
+    stage_bytes = 1
+    if numerics and pkg.n_transfers:
+        csum = np.concatenate([[0], np.cumsum(a["x_bytes"])])
+        stage_bytes = max(1, int((csum[a["step_xfer"][1:]] - csum[a["step_xfer"][:-1]]).max()))
+    out = Outputs(np.zeros(pkg.n_steps, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
+                  np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
+                  np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64),
+                  np.zeros(4, dtype=np.int64))
+    _superstep_loop(program_arrays(pkg), dev.tile_desc().as_array(), device_scalars(dev),
+                    numerics, image, np.zeros(stage_bytes, dtype=np.uint8), out)
+    counters = out.counters
     n_f = int(counters[C_FAULTS])
     return EngineOutput(
-        cycles=int(counters[C_CYCLES]), cycles_per_step=out_steps, tile_busy=busy,
-        tile_bytes_in=b_in, tile_bytes_out=b_out, faults=faults[: min(n_f, MAX_FAULTS)].copy(),
-        n_faults=n_f, vertex_invocations=int(counters[C_VERTICES]),
-        transfers=int(counters[C_TRANSFERS]),
+        cycles=int(counters[C_CYCLES]), cycles_per_step=out.cycles_per_step,
+        tile_busy=out.tile_busy, tile_bytes_in=out.bytes_in, tile_bytes_out=out.bytes_out,
+        faults=out.faults[: min(n_f, MAX_FAULTS)].copy(), n_faults=n_f,
+        vertex_invocations=int(counters[C_VERTICES]), transfers=int(counters[C_TRANSFERS]),
     )
 
 
@@ -178,56 +187,12 @@ def _fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  #
 
 
 @kjit
-def _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table, table_values):  # type: ignore[no-untyped-def]
-    i = ctr[p_loop[p]]
-    if p_mode[p] == PATCH_ARITH:
-        return p_base[p] + i * p_stride[p]
-    return table_values[p_table[p] + i]
-
-
-ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-@kjit
-def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
-    """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set."""
-    width = hi - lo + 1
-    if width == 64:
-        return ALL_BITS
-    return ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
-
-
-@kjit
-def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
-    """Mark bytes [a, a + n) of image row `row` as written."""
-    if n <= 0:
-        return
-    e = a + n - 1
-    wa, wb = a >> 6, e >> 6
-    if wa == wb:
-        bits[row, wa] |= _word_mask(a & 63, e & 63)
-        return
-    bits[row, wa] |= _word_mask(a & 63, 63)
-    for k in range(wa + 1, wb):
-        bits[row, k] = ALL_BITS
-    bits[row, wb] |= _word_mask(0, e & 63)
-
-
-@kjit
-def bits_first_unset(bits, row, a, n):  # type: ignore[no-untyped-def]
-    """Offset of the first unwritten byte in [a, a + n) of row `row`, or -1."""
-    if n <= 0:
-        return -1
-    e = a + n - 1
-    for k in range(a >> 6, (e >> 6) + 1):
-        lo = a & 63 if k == a >> 6 else 0
-        hi = e & 63 if k == e >> 6 else 63
-        m = _word_mask(lo, hi)
-        if (bits[row, k] & m) != m:
-            for b in range(lo, hi + 1):
-                if (bits[row, k] >> np.uint64(b)) & np.uint64(1) == np.uint64(0):
-                    return k * 64 + b
-    return -1
+def _patch(p, ctr, prog):  # type: ignore[no-untyped-def]
+    """The value of patch `p` at the loop counters `ctr`."""
+    i = ctr[prog.p_loop[p]]
+    if prog.p_mode[p] == PATCH_ARITH:
+        return prog.p_base[p] + i * prog.p_stride[p]
+    return prog.table_values[prog.p_table[p] + i]
 
 
 @kjit
@@ -250,13 +215,18 @@ def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
-                    v_tile, v_kernel, v_args, x_src_tile, x_src_addr, x_dst_tile, x_dst_addr,
-                    x_bytes, vp_ptr, vp_list, xp_ptr, xp_list,
-                    p_target, p_arg, p_loop, p_mode, p_base, p_stride, p_table, table_values,
-                    loop_patch, desc, devv, numerics, mem, written, tile_row, tile_base, tile_size,
-                    stage,
-                    cycles_per_step, tile_busy, bytes_in, bytes_out, faults, counters):  # type: ignore[no-untyped-def]
+def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ignore[no-untyped-def]
+    step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
+    step_trips, step_match = prog.step_trips, prog.step_match
+    v_tile, v_kernel, v_args = prog.v_tile, prog.v_kernel, prog.v_args
+    x_src_tile, x_src_addr, x_bytes = prog.x_src_tile, prog.x_src_addr, prog.x_bytes
+    x_dst_tile, x_dst_addr = prog.x_dst_tile, prog.x_dst_addr
+    vp_ptr, vp_list, xp_ptr, xp_list = prog.vp_ptr, prog.vp_list, prog.xp_ptr, prog.xp_list
+    p_target, p_arg, loop_patch = prog.p_target, prog.p_arg, prog.loop_patch
+    mem, written, tile_row = image.mem, image.written, image.tile_row
+    tile_base, tile_size = image.tile_base, image.tile_size
+    cycles_per_step, tile_busy, faults = out.cycles_per_step, out.tile_busy, out.faults
+    bytes_in, bytes_out, counters = out.bytes_in, out.bytes_out, out.counters
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
     acc = np.zeros(n_tiles, dtype=np.int64)
@@ -327,8 +297,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                         row[j] = v_args[v, j]
                     for q in range(vp_ptr[v], vp_ptr[v + 1]):
                         p = vp_list[q]
-                        row[p_arg[p]] = _patch(p, ctr, p_loop, p_mode, p_base, p_stride,
-                                               p_table, table_values)
+                        row[p_arg[p]] = _patch(p, ctr, prog)
                 nr = np.int64(-2)  # regions in vr not computed yet
                 if patched or vcyc[v] < 0:
                     # cycles and regions in one call, into preallocated scratch
@@ -409,8 +378,7 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                 src, dst = x_src_addr[x], x_dst_addr[x]
                 for q in range(xp_ptr[x], xp_ptr[x + 1]):
                     p = xp_list[q]
-                    val = _patch(p, ctr, p_loop, p_mode, p_base, p_stride, p_table,
-                                 table_values)
+                    val = _patch(p, ctr, prog)
                     if p_target[p] == PATCH_XFER_SRC:
                         src = val
                     else:
@@ -443,10 +411,8 @@ def _superstep_loop(step_kind, step_vtx, step_xfer, step_trips, step_match,
                     xcyc[s] = step_c
             counters[C_TRANSFERS] += n
             if numerics:
-                _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src,
-                                   x_dst, skip, mem, written, tile_row, tile_base, tile_size,
-                                   stage, regs,
-                                   r_tile, r_owner, race, faults, counters)
+                _exchange_numerics(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, stage,
+                                   regs, r_tile, r_owner, race, faults, counters)
         else:
             step_c = np.int64(0)
         cycles_per_step[s] += step_c
@@ -500,16 +466,17 @@ def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark,
 
 
 @kjit
-def _exchange_numerics(i0, i1, s, loop, it, x_src_tile, x_dst_tile, x_bytes, x_src, x_dst,
-                       skip, mem, written, tile_row, tile_base, tile_size, stage, regs, r_tile,
-                       r_owner,
-                       race, faults, counters):  # type: ignore[no-untyped-def]
+def _exchange_numerics(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, stage, regs,
+                       r_tile, r_owner, race, faults, counters):  # type: ignore[no-untyped-def]
     """Checks and byte copies of one exchange step.  Semantics: every copy reads
     the pre-step state.  When the step has no race (no byte written by one
     transfer and touched by another), copying each transfer directly gives
     exactly that; otherwise (a fault is recorded) every source is gathered into
     `stage` first and then written.  A transfer whose own source and
     destination overlap always goes through `stage`."""
+    x_src_tile, x_dst_tile, x_bytes = prog.x_src_tile, prog.x_dst_tile, prog.x_bytes
+    mem, written, tile_row = image.mem, image.written, image.tile_row
+    tile_base, tile_size = image.tile_base, image.tile_size
     nreg = 0
     for x in range(i0, i1):
         j = x - i0
