@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.common import publish, setup
 from kernels.exceptions import BuildFailure
 from planner.build.stages import peak_tile_bytes
 from planner.ir.models import load_model
@@ -44,6 +45,7 @@ from planner.pipeline import plan
 from planner.report import roofline_fraction
 from planner.search.incumbent import PipelineConfig
 from simulator.device import load_device
+from simulator.tables import markdown as markdown_table
 
 DEVICE = "c600"
 POLICIES = ("default", "capacity")
@@ -126,10 +128,8 @@ def cells(r: Row) -> tuple[str, ...]:
 
 
 def markdown(rows: Sequence[Row]) -> str:
-    """The table as markdown (what README shows)."""
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
-    return "\n".join(lines)
+    """The table as markdown (what docs/results.md shows)."""
+    return markdown_table(HEADER, [cells(r) for r in rows])
 
 
 def _observed(rows: Sequence[Row], model: str, batch: int) -> str:
@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--small", action="store_true", help="run SMALL_CASES only")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     args = ap.parse_args(argv)
+    setup()
     cases = SMALL_CASES if args.small else CASES
     measure(*WARMUP, "default", DEVICE)  # numba compiles (or loads its cache), untimed
     rows = []
@@ -198,10 +199,10 @@ def main(argv: list[str] | None = None) -> str:
             print(f"  {m} {n}L b{b} {pol}: {rows[-1].failure or 'ok'}", file=sys.stderr,
                   flush=True)
     text = report(rows, DEVICE)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "baseline_policies.txt").write_text(text + "\n")
-    plot(rows, args.out_dir / "baseline_policies.png")
     print(text)
+    publish("baseline_policies", "Baseline policies: default vs capacity", text, args.out_dir,
+            markdown=True)
+    plot(rows, args.out_dir / "baseline_policies.png")
     return text
 
 

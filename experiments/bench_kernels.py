@@ -11,31 +11,35 @@ common case) and numpy float32 `a @ b` on the same decoded values in the same
 run (best of REPEATS), and reports GMAC/s for both, their ratio, and the cycle
 model's fraction of the fp8 peak (M*K*N / (amp_macs_fp8 * cycles)).  Both BLAS
 libraries run one thread (OPENBLAS_NUM_THREADS=1 unless already set), as the
-kernels' BLAS always does (kernels/jit.py).
+kernels' BLAS always does (kernels.runtime).
 
 Reproduce:  .venv/bin/python experiments/bench_kernels.py
 Writes artifacts/bench_kernels.txt (the table) and artifacts/bench_kernels.png.
 """
 
+# ruff: noqa: E402  (numpy's BLAS threads are fixed when numpy loads)
 from __future__ import annotations
 
+from kernels.runtime import pin_blas_env
+
+# numpy's BLAS (the comparison) runs one thread, like the kernels': on a shared
+# machine OpenBLAS threads spinning make timings meaningless
+pin_blas_env()
+
 import os
-
-# numpy's BLAS (the comparison) runs one thread, like the kernels' (kernels.jit):
-# on a shared machine OpenBLAS threads spinning make timings meaningless.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from experiments.common import publish, setup
 from kernels import abi, dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, fp8_decode
 from kernels.registry import by_name
 from kernels.testing import TileImage, random_codes
 from simulator.device import load_device
+from simulator.tables import table
 
 SEED = 0
 DEVICE = load_device("c600")
@@ -94,19 +98,14 @@ def measure(shape: tuple[int, int, int], repeats: int, rng: np.random.Generator
 
 
 def format_table(rows: Sequence[tuple[tuple[int, int, int], dict[str, float]]]) -> str:
-    lines = [
-        f"{'M x K x N':>15} {'kernel GMAC/s':>14} {'numpy GMAC/s':>13} {'ratio':>6} "
-        f"{'model cycles':>13} {'of fp8 peak':>12}",
-    ]
-    for (m, k, n), r in rows:
-        lines.append(
-            f"{f'{m}x{k}x{n}':>15} {r['kernel_gmacs']:>14.2f} {r['numpy_gmacs']:>13.2f} "
-            f"{r['ratio']:>6.2f} {int(r['cycles']):>13d} {r['peak_fraction']:>12.1%}"
-        )
-    lines.append(f"fp8 -> fp16 MATMUL vertex vs numpy float32 @ (best of runs, "
-                 f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}); "
-                 f"reproduce: {COMMAND}")
-    return "\n".join(lines)
+    body = [(f"{m}x{k}x{n}", f"{r['kernel_gmacs']:.2f}", f"{r['numpy_gmacs']:.2f}",
+             f"{r['ratio']:.2f}", int(r["cycles"]), f"{r['peak_fraction']:.1%}")
+            for (m, k, n), r in rows]
+    return (table(("M x K x N", "kernel GMAC/s", "numpy GMAC/s", "ratio", "model cycles",
+                   "of fp8 peak"), body, left=()) + "\n"
+            + f"fp8 -> fp16 MATMUL vertex vs numpy float32 @ (best of runs, "
+            f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}); "
+            f"reproduce: {COMMAND}")
 
 
 def plot(rows: Sequence[tuple[tuple[int, int, int], dict[str, float]]], path: Path) -> None:
@@ -135,14 +134,14 @@ def plot(rows: Sequence[tuple[tuple[int, int, int], dict[str, float]]], path: Pa
 def main(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = REPEATS,
          out_dir: Path = OUT_DIR) -> str:
     """Run the benchmark, print and write the table and plot; returns the table."""
+    setup()
     rng = np.random.default_rng(SEED)
     rows = [(shape, measure(shape, repeats, rng)) for shape in shapes]
-    table = format_table(rows)
-    print(table)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_kernels.txt").write_text(table + "\n")
+    text = format_table(rows)
+    print(text)
+    publish("bench_kernels", "fp8 MATMUL kernel throughput", text, out_dir)
     plot(rows, out_dir / "bench_kernels.png")
-    return table
+    return text
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ One untimed warm-up (WARMUP: its baseline only) runs first, so no row pays
 numba's one-time compilation; the rows then plan through one fresh planning
 context (its caches start empty).
 
-Targets (issue 6): ≥ 15% fewer cycles than the baseline on siglip-so400m 1
-layer; vit-tiny (2 layers) 8 steps planned in ≤ 3 s.  Planning is
-deterministic, so no seed is involved.
+Targets: ≥ 15% fewer cycles than the baseline on siglip-so400m 1 layer;
+vit-tiny (2 layers) 8 steps planned in ≤ 3 s.  Planning is deterministic, so
+no seed is involved.
 
 `--scratch` expands every build from scratch instead of resuming from the
 longest common lowered-step prefix of a recent expansion (the A/B baseline
@@ -27,8 +27,8 @@ of incremental expansion; both give identical packages); `--compare` runs
 each case both ways in one process.
 
 Usage: python experiments/bench_optimizer.py [--small] [--jobs N]
-       [--executor process|thread] [--scratch | --compare] [--out PATH]
-Writes the table to artifacts/bench_optimizer.txt (or PATH) and prints it.
+       [--executor process|thread] [--scratch | --compare] [--out-dir DIR]
+Prints the table and writes DIR/bench_optimizer.txt (experiments.common).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
+from experiments.common import ARTIFACTS, publish, setup
 from kernels.exceptions import BuildFailure
-from kernels.runtime import configure
 from planner.ir.models import load_model
 from planner.pipeline import plan
 from planner.search.context import PlanningContext
@@ -54,7 +54,6 @@ CASES = (("vit-tiny", 2), ("siglip-so400m", 1))
 SMALL_CASES = (("vit-tiny", 1),)
 SMALL_STEPS = 2
 WARMUP = ("vit-tiny", 1)
-OUT = Path("artifacts/bench_optimizer.txt")
 HEADER = ("model", "layers", "steps", "baseline cycles", "final cycles", "improvement",
           "plan s", "evaluated", "accepted", "discarded", "accepted kinds")
 
@@ -111,17 +110,17 @@ def main(argv: list[str] | None = None) -> str:
                     help="expand every build from scratch (no incremental expansion)")
     ap.add_argument("--compare", action="store_true",
                     help="each case from scratch, then incremental, in this one process")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out-dir", type=Path, default=ARTIFACTS)
     args = ap.parse_args(argv)
-    configure()
+    setup()
     device = load_device(DEVICE)
     cases, steps = (SMALL_CASES, SMALL_STEPS) if args.small else (CASES, STEPS)
     bench_case(*WARMUP, device, 0, 1, fresh(False))  # numba compiles or loads, untimed
     if args.compare:
         text = compare(cases, device, steps)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
         print(text)
+        publish("bench_optimizer_compare", "Incremental expansion vs from scratch", text,
+                args.out_dir)
         return text
     ctx = fresh(args.scratch)
     if args.executor == "thread" and args.jobs > 1:
@@ -135,9 +134,8 @@ def main(argv: list[str] | None = None) -> str:
     text = (f"local optimizer on {DEVICE}, jobs {args.jobs} ({mode}), expansion {reuse}: "
             f"{store.steps_reused} lowered steps reused, {store.steps_expanded} expanded\n"
             + table(HEADER, rows, left=(0, -1)))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
     print(text)
+    publish("bench_optimizer", "Local optimizer: gain and planning time", text, args.out_dir)
     return text
 
 

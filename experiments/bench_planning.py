@@ -12,12 +12,12 @@ support + tensor range), or the BuildFailure of a case that does not fit.
 One untimed warm-up plan (WARMUP) runs first, so no row pays numba's
 one-time compilation.
 
-Targets (issue 5): siglip-so400m 1 layer planned in ≤ 10 s, 27 layers in
-≤ 20 s (the Repeat body is planned once).  Planning is deterministic, so no
-seed is involved.
+Targets: siglip-so400m 1 layer planned in ≤ 10 s, 27 layers in ≤ 20 s (the
+Repeat body is planned once).  Planning is deterministic, so no seed is
+involved.
 
-Usage: python experiments/bench_planning.py [--small] [--out PATH]
-Writes the table to artifacts/bench_planning.txt (or PATH) and prints it.
+Usage: python experiments/bench_planning.py [--small] [--out-dir DIR]
+Prints the table and writes DIR/bench_planning.txt (experiments.common).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import argparse
 import time
 from pathlib import Path
 
+from experiments.common import ARTIFACTS, publish, setup
 from kernels.exceptions import BuildFailure
 from planner.build.stages import peak_tile_bytes
 from planner.ir.models import load_model
@@ -39,7 +40,6 @@ DEVICE = "c600"
 CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("siglip-so400m", 27))
 SMALL_CASES = (("vit-tiny", 1),)
 WARMUP = ("vit-tiny", 1)
-OUT = Path("artifacts/bench_planning.txt")
 HEADER = ("model", "layers", "plan s", "cycles", "fp8 roofline", "peak tile bytes", "result")
 
 
@@ -61,16 +61,16 @@ def bench_case(model: str, layers: int, device: Device) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="run SMALL_CASES only")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out-dir", type=Path, default=ARTIFACTS)
     args = ap.parse_args(argv)
+    setup()
     device = load_device(DEVICE)
     cases = SMALL_CASES if args.small else CASES
     bench_case(*WARMUP, device)  # numba compiles (or loads its cache) once, untimed
     rows = [bench_case(m, n, device) for m, n in cases]
     text = f"baseline planning on {DEVICE}\n" + table(HEADER, rows, left=(0, -1))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
     print(text)
+    publish("bench_planning", "Baseline planning time and quality", text, args.out_dir)
     return text
 
 

@@ -36,12 +36,11 @@ Writes artifacts/bench_simulator.txt (the table).
 # ruff: noqa: E402  (the BLAS thread variables must be set before numpy loads)
 from __future__ import annotations
 
-import os
+from kernels.runtime import pin_blas_env
 
 # Single-threaded BLAS on both sides (numpy's and the one numba's np.dot uses):
 # on a shared 2-core machine, spinning BLAS threads make timings meaningless.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+pin_blas_env()
 
 import time
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from experiments.common import publish, setup
 from kernels.abi import (
     BUF_ACTIVATION,
     BUF_CODE,
@@ -73,6 +73,7 @@ from simulator.device import Device
 from simulator.engines.numba import execute
 from simulator.package import IoTensor, Package
 from simulator.run import build_image
+from simulator.tables import table
 from simulator.verify import required_bytes
 
 T = TypeVar("T")
@@ -286,24 +287,23 @@ def format_table(r: dict[str, float], shape: tuple[int, int, int]) -> str:
         ("numerics: engine only / numpy", f"{r['engine_ratio']:.2f}x"),
         ("numerics: max |sim - numpy| / max|C|", f"{r['max_abs_err_rel']:.2e}"),
     ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     M, K, N = shape
-    lines.append(f"MATMUL {M}x{K}x{N} fp8->fp16, 2 per tile per iteration + ring exchange; "
-                 f"reproduce: {COMMAND}")
-    return "\n".join(lines)
+    return (table(("measure", "value"), rows, left=(0, 1)).split("\n", 1)[1] + "\n"
+            + f"MATMUL {M}x{K}x{N} fp8->fp16, 2 per tile per iteration + ring exchange; "
+            f"reproduce: {COMMAND}")
 
 
 def main(device: str = DEVICE, min_invocations: int = MIN_INVOCATIONS,
          trips_numerics: int = TRIPS_NUMERICS, shape: tuple[int, int, int] = SHAPE,
          out_dir: Path = OUT_DIR, repeats: int = REPEATS) -> str:
     """Run the benchmark, print and write the table; returns the table."""
-    table = format_table(measure(device, min_invocations, trips_numerics, shape, repeats),
-                         shape)
-    print(table)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_simulator.txt").write_text(table + "\n")
-    return table
+    setup()
+    text = format_table(measure(device, min_invocations, trips_numerics, shape, repeats),
+                        shape)
+    print(text)
+    publish("bench_simulator", "Simulator throughput (synthetic whole-chip package)", text,
+            out_dir)
+    return text
 
 
 if __name__ == "__main__":

@@ -46,13 +46,7 @@ Writes artifacts/calibrate.txt (the tables) and artifacts/calibrate.png
 (measured vs fitted step cycles).
 """
 
-# ruff: noqa: E402  (the BLAS thread variables must be set before numpy loads)
 from __future__ import annotations
-
-import os
-
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 
 import argparse
 import dataclasses
@@ -63,10 +57,10 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common import publish, setup
 from kernels.abi import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
 from simulator import Package, load_package, run
 from simulator.device import Device
-from simulator.files import write_text_atomic
 from simulator.hardware import load_hardware_result
 from simulator.tables import table
 from simulator.trace import step_executions
@@ -284,6 +278,7 @@ def plot(res: Fit, path: Path, title: str) -> None:
 def main(packages: Sequence[Package] | None = None, out_dir: Path = ARTIFACTS,
          result_dirs: Sequence[str] = ()) -> str:
     """Run the calibration; returns the text written to out_dir/calibrate.txt."""
+    setup()
     pkgs = list(packages) if packages is not None else build_packages()
     if result_dirs:
         text, res = measured(result_dirs, pkgs)
@@ -292,10 +287,9 @@ def main(packages: Sequence[Package] | None = None, out_dir: Path = ARTIFACTS,
         text, res, nominal = synthetic(pkgs)
         text += "\n" + seed_comparison(pkgs, nominal)
         title = "SYNTHETIC: perturbed-device simulations, per step"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out_dir / "calibrate.txt", text + "\n")
-    plot(res, out_dir / "calibrate.png", title)
     print(text)
+    publish("calibrate", "Step-level calibration (" + title + ")", text, out_dir)
+    plot(res, out_dir / "calibrate.png", title)
     return text
 
 

@@ -16,8 +16,8 @@ unreliable for ordering the optimizer's proposals.
 
 Planning is deterministic, so no seed is involved.
 
-Usage: python experiments/estimate_accuracy.py [--small] [--out PATH]
-Writes the table to artifacts/estimate_accuracy.txt (or PATH) and a
+Usage: python experiments/estimate_accuracy.py [--small] [--out-dir DIR]
+Prints the table, writes DIR/estimate_accuracy.txt (experiments.common) and a
 log-log scatter (estimate vs measured, per kind) beside it as .png.
 """
 
@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.common import ARTIFACTS, publish, setup
 from planner.build.lower import lower
 from planner.ir.models import load_model
 from planner.search.incumbent import evaluate
@@ -40,7 +41,6 @@ from simulator.tables import table
 DEVICE = "c600"
 CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("pe-core-l14", 1))
 SMALL_CASES = (("vit-tiny", 1),)
-OUT = Path("artifacts/estimate_accuracy.txt")
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,9 @@ def plot(rows: list[OpRow], path: Path) -> None:
 def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="run SMALL_CASES only")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out-dir", type=Path, default=ARTIFACTS)
     args = ap.parse_args(argv)
+    setup()
     device = load_device(DEVICE)
     parts = []
     every: list[OpRow] = []
@@ -144,10 +145,10 @@ def main(argv: list[str] | None = None) -> str:
                                         "own/compute", "min", "max"), kind_summary(every)))
     text = f"catalogue estimate vs simulated cycles on {DEVICE} (default baseline)\n\n" \
         + "\n\n".join(parts)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    plot(every, args.out.with_suffix(".png"))
     print(text)
+    publish("estimate_accuracy", "Catalogue estimates against simulated cycles", text,
+            args.out_dir)
+    plot(every, args.out_dir / "estimate_accuracy.png")
     return text
 
 

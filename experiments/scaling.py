@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.common import publish
+from experiments.common import setup as configure_runtime
 from kernels.exceptions import BuildFailure
 from planner.build.stages import peak_tile_bytes
 from planner.ir.models import load_model
@@ -45,6 +47,7 @@ from planner.pipeline import plan
 from planner.report import roofline_fraction
 from planner.search.incumbent import PipelineConfig
 from simulator.device import Device, load_device
+from simulator.tables import markdown
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,7 @@ def cells(name: str, p: Point) -> tuple[str, ...]:
 def report(rows: Sequence[tuple[str, Point]]) -> str:
     """Title, markdown table, the failure lines and the reproduce line."""
     lines = [f"baseline scaling, {BASE_DEVICE} tile (optimization_steps=0)", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cells(n, p)) + " |" for n, p in rows]
+             markdown(HEADER, [cells(n, p) for n, p in rows])]
     fails = list(dict.fromkeys(p for _, p in rows if not p.ok))
     if fails:
         lines.append("")
@@ -232,16 +234,17 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--small", action="store_true", help="run the SMALL setup")
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     args = ap.parse_args(argv)
+    configure_runtime()
     setup = SMALL if args.small else FULL
     with tempfile.TemporaryDirectory(prefix="tileplan-scaling-") as tmp:
         pl = Planner(Path(tmp))
         pl._measure(*setup.warmup, 1, setup.device_tiles)  # numba compiles once, untimed
         rows = sweep(setup, pl)
     text = report(rows)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "scaling.txt").write_text(text + "\n")
-    plot(rows, args.out_dir / "scaling.png")
     print(text)
+    publish("scaling", "Scaling with layers, batch and tiles", text, args.out_dir,
+            markdown=True)
+    plot(rows, args.out_dir / "scaling.png")
     return text
 
 

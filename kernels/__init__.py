@@ -1,4 +1,4 @@
-"""The tile's instruction set: what one tile can execute (DESIGN §2, contracts §1-2).
+"""The tile's instruction set: what one tile can execute (docs/contracts.md §1-2).
 
 - `dtypes`     fp8 e4m3fn / fp16 / fp32 codecs on raw bits (jitted scalars, arrays)
 - `blocks`     read/write 2-D operand blocks of a tile image as float32
@@ -9,7 +9,10 @@
 - `formulas`   the vector kernels' exact fp32 formulas in numpy (the slow twin)
 - `dispatch`   vertex_cycles / vertex_execute / vertex_regions / vertex_cost (jitted)
 - `registry`   KERNELS: id -> KernelSpec (name, arg names, code bytes, functions)
-- `ids`, `status`, `tile`, `jit`, `exceptions`, `testing` (tile images for tests)
+- `abi`        the one source of dtype codes, kernel ids and argument slots, step,
+               buffer and patch codes
+- `runtime`    configure(): BLAS threads and the Numba cache directory
+- `status`, `tile`, `jit`, `exceptions`, `testing` (tile images for tests)
 
 `kernels` imports neither `simulator` nor `planner`.
 """

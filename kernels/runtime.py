@@ -93,6 +93,15 @@ def _cache_dir() -> tuple[str | None, bool]:
     return tagged, cold
 
 
+def pin_blas_env(threads: int = BLAS_THREADS) -> None:
+    """Ask every BLAS that loads later (numpy's own included) for `threads`
+    threads, unless the user set them: for benchmarks that time numpy beside
+    the kernels.  Call it before numpy is imported; it does nothing to a BLAS
+    already loaded."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(threads))
+
+
 def configure(blas_threads: int = BLAS_THREADS) -> Runtime:
     """Pin scipy's BLAS and key Numba's cache directory by the sources
     (module docstring).  Idempotent; returns the process's `Runtime`."""

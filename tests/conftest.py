@@ -12,27 +12,13 @@ configure()  # before any jitted module is imported (kernels.runtime)
 
 import planner  # noqa: E402
 from planner.ir.graph import Graph  # noqa: E402
-
-MICRO_TOML = """\
-name = "vit-micro"
-hidden = 32
-heads = 2
-mlp = 64
-patch = 4
-channels = 3
-tokens = 10
-layers = 2
-batch = 2
-eps = 1e-6
-"""
+from planner.ir.models import zoo_path  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def micro_toml(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Path of a micro ViT model TOML (hidden 32, 2 heads, 10 tokens, 2 layers, batch 2)."""
-    path = tmp_path_factory.mktemp("models") / "vit-micro.toml"
-    path.write_text(MICRO_TOML)
-    return path
+def micro_toml() -> Path:
+    """Path of the zoo's micro ViT TOML (hidden 32, 2 heads, 10 tokens, 2 layers, batch 2)."""
+    return zoo_path("vit-micro")
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "experiments"))
-
-import crosscheck_engines  # noqa: E402
+from experiments import crosscheck_engines
 
 
 def test_crosscheck_engines_small(tmp_path: Path) -> None:
@@ -18,6 +14,6 @@ def test_crosscheck_engines_small(tmp_path: Path) -> None:
     rows = table.splitlines()
     assert len(rows) == 1 + len(crosscheck_engines.SMALL_CASES) + 1
     cols = rows[1].split()
-    assert cols[:3] == ["micro", "tiny", "1"]
+    assert cols[:3] == ["vit-micro", "tiny", "1"]
     numba_cycles, simpy_cycles, agree = int(cols[5]), int(cols[6]), cols[7]
     assert numba_cycles == simpy_cycles > 0 and agree == "yes"

@@ -3,36 +3,20 @@ and plot, and its per-op rows account for the simulated cycles."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import simulator
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("estimate_accuracy",
-                                                  ROOT / "experiments" / "estimate_accuracy.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+from experiments import estimate_accuracy as mod
 
 
 def test_estimate_accuracy_small(tmp_path: Path) -> None:
-    mod = _module()
-    out = tmp_path / "est.txt"
-    text = mod.main(["--small", "--out", str(out)])
-    assert out.read_text().strip() == text.strip()
-    assert out.with_suffix(".png").stat().st_size > 1000
+    text = mod.main(["--small", "--out-dir", str(tmp_path)])
+    assert (tmp_path / "estimate_accuracy.txt").read_text().strip() == text.strip()
+    assert (tmp_path / "estimate_accuracy.png").stat().st_size > 1000
     assert "vit-tiny, 1 layer(s)" in text and "all cases" in text
 
 
 def test_rows_account_for_the_simulated_cycles() -> None:
-    mod = _module()
     rows, total, attributed = mod.case_rows("vit-tiny", 1, simulator.load_device("c600"))
     assert len({r.op for r in rows}) == len(rows) == 21  # every compute op once
     assert all(r.estimate > 0 and r.measured > 0 for r in rows)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from experiments import bench_kernels as mod
 
 
 def test_bench_kernels_tiny(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_kernels",
-                                                  ROOT / "experiments" / "bench_kernels.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     shapes = ((8, 32, 8), (48, 64, 40))
     table = mod.main(shapes=shapes, repeats=2, out_dir=tmp_path)
     assert (tmp_path / "bench_kernels.txt").read_text().strip() == table.strip()

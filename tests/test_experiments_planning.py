@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from experiments import bench_planning as mod
 
 
 def test_bench_planning_small(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_planning",
-                                                  ROOT / "experiments" / "bench_planning.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    out = tmp_path / "bench.txt"
-    text = mod.main(["--small", "--out", str(out)])
-    assert out.read_text().strip() == text.strip()
+    text = mod.main(["--small", "--out-dir", str(tmp_path)])
+    assert (tmp_path / "bench_planning.txt").read_text().strip() == text.strip()
     rows = text.splitlines()[2:]
     assert len(rows) == len(mod.SMALL_CASES)
     cells = rows[0].split()

@@ -4,26 +4,12 @@ naming the BuildFailure's stage and tile."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "baseline_policies", ROOT / "experiments" / "baseline_policies.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+from experiments import baseline_policies as mod
 
 
 def test_policies_small(tmp_path: Path) -> None:
-    mod = _load()
     text = mod.main(["--small", "--out-dir", str(tmp_path)])
     assert (tmp_path / "baseline_policies.txt").read_text().strip() == text.strip()
     assert (tmp_path / "baseline_policies.png").stat().st_size > 0
@@ -41,7 +27,6 @@ def test_policies_small(tmp_path: Path) -> None:
 
 
 def test_policy_failure_row() -> None:
-    mod = _load()
     # vit-tiny's patch weight cell does not fit the 64 KiB `tiny` tile
     for policy in mod.POLICIES:
         row = mod.measure("vit-tiny", 1, 1, policy, "tiny")

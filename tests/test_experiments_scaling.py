@@ -4,21 +4,9 @@ time is reported, a device too small for the model fails with stage and tile).""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scaling", ROOT / "experiments" / "scaling.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+from experiments import scaling as mod
 
 
 def _rows(text: str) -> list[list[str]]:
@@ -27,7 +15,6 @@ def _rows(text: str) -> list[list[str]]:
 
 
 def test_scaling_small(tmp_path: Path) -> None:
-    mod = _load()
     text = mod.main(["--small", "--out-dir", str(tmp_path)])
     assert (tmp_path / "scaling.txt").read_text().strip() == text.strip()
     assert (tmp_path / "scaling.png").stat().st_size > 0
@@ -55,7 +42,6 @@ def test_scaling_small(tmp_path: Path) -> None:
 
 
 def test_device_toml_is_the_c600_tile(tmp_path: Path) -> None:
-    mod = _load()
     from simulator.device import load_device
 
     dev = load_device(mod.device_toml(368, tmp_path))

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "experiments"))
-
-import bench_simulator  # noqa: E402
+from experiments import bench_simulator
 
 
 def test_bench_simulator_tiny(tmp_path: Path) -> None:

@@ -32,11 +32,10 @@ fp32 MatMul operands; the verifier accepts that, the planner need not.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 from kernels.abi import DTYPE_SIZE
 from kernels.exceptions import GraphError
@@ -67,8 +66,13 @@ class Tensor:
 
 
 @dataclass(frozen=True)
-class OpBase(ABC):
-    """Common part of every op; `kind` is the class name."""
+class OpBase:
+    """Common part of every op; `kind` is the class name.  An op names the
+    fields that hold the tensors it reads (`READS`, in order; a field that is
+    None is left out) and writes (`WRITES`)."""
+
+    READS: ClassVar[tuple[str, ...]] = ()
+    WRITES: ClassVar[tuple[str, ...]] = ("out",)
 
     name: str
 
@@ -77,55 +81,45 @@ class OpBase(ABC):
         return type(self).__name__
 
     @property
-    @abstractmethod
     def inputs(self) -> tuple[str, ...]:
         """Tensor names read, parameters included, in a fixed order."""
+        return tuple(v for v in (getattr(self, f) for f in self.READS) if v is not None)
 
     @property
-    @abstractmethod
     def outputs(self) -> tuple[str, ...]:
         """Tensor names written."""
+        return tuple(getattr(self, f) for f in self.WRITES)
 
 
 @dataclass(frozen=True)
 class MatMul(OpBase):
     """out[M,N] = a[M,K] @ b[K,N] (+ bias[N]), fp32 accumulation, one rounding."""
 
+    READS: ClassVar[tuple[str, ...]] = ("a", "b", "bias")
+
     a: str
     b: str
     out: str
     bias: str | None = None
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.a, self.b) if self.bias is None else (self.a, self.b, self.bias)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)
 class BatchMatMul(OpBase):
     """out[Bt,M,N] = a[Bt,M,K] @ b[Bt,K,N] (b is [Bt,N,K] when transpose_b)."""
 
+    READS: ClassVar[tuple[str, ...]] = ("a", "b")
+
     a: str
     b: str
     out: str
     transpose_b: bool = False
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.a, self.b)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
-
 
 @dataclass(frozen=True)
 class LayerNorm(OpBase):
     """Over the last dim of x [M,N]; fp32 statistics (two-pass, biased variance)."""
+
+    READS: ClassVar[tuple[str, ...]] = ("x", "gamma", "beta")
 
     x: str
     gamma: str
@@ -133,113 +127,69 @@ class LayerNorm(OpBase):
     out: str
     eps: float
 
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.x, self.gamma, self.beta)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
-
 
 @dataclass(frozen=True)
 class Gelu(OpBase):
     """Tanh-form GELU in fp32."""
 
+    READS: ClassVar[tuple[str, ...]] = ("x",)
+
     x: str
     out: str
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.x,)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)
 class Softmax(OpBase):
     """Softmax over the last dim of x*scale, max-subtracted, fp32 inside."""
 
+    READS: ClassVar[tuple[str, ...]] = ("x",)
+
     x: str
     out: str
     scale: float
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.x,)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)
 class Add(OpBase):
     """out = a + b in fp32, one rounding; b may be row-periodic (see module doc)."""
 
+    READS: ClassVar[tuple[str, ...]] = ("a", "b")
+
     a: str
     b: str
     out: str
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.a, self.b)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)
 class Cast(OpBase):
     """out = convert(x) to out.dtype with out.scale_exp (contracts §1)."""
 
+    READS: ClassVar[tuple[str, ...]] = ("x",)
+
     x: str
     out: str
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.x,)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)
 class SplitHeads(OpBase):
     """x [B·T, H] -> out [B·heads, T, H/heads]; out[b·heads+h, t, d] = x[b·T+t, h·dh+d]."""
 
+    READS: ClassVar[tuple[str, ...]] = ("x",)
+
     x: str
     out: str
     heads: int
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.x,)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)
 class MergeHeads(OpBase):
     """Inverse of SplitHeads: x [B·heads, T, dh] -> out [B·T, heads·dh]."""
 
+    READS: ClassVar[tuple[str, ...]] = ("x",)
+
     x: str
     out: str
     heads: int
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return (self.x,)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (self.out,)
 
 
 @dataclass(frozen=True)

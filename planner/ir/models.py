@@ -115,6 +115,14 @@ def zoo_names() -> list[str]:
     return sorted(p.stem for p in ZOO_DIR.glob("*.toml"))
 
 
+def zoo_path(name: str) -> Path:
+    """The TOML file of the zoo model `name` (ConfigError naming the zoo)."""
+    path = ZOO_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(name, "model", f"no such zoo model; zoo: {zoo_names()}")
+    return path
+
+
 def load_config(name_or_path: str | Path) -> ModelConfig:
     """Read a zoo model by name or a user TOML by path (ConfigError if bad)."""
     data, source = read_toml(name_or_path, ZOO_DIR, "model", "zoo model", "zoo")
