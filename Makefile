@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 
-.PHONY: run test test-slow lint bench clean
+.PHONY: run test test-slow lint golden results clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
+
+# rewrite tests/golden_cycles.json after a change meant to move cycles or packages
+golden: $(STAMP)
+	$(BIN)/python tests/golden.py --write
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,7 +1,7 @@
 """Benchmark: simulator throughput, timing-only and with numerics.
 
-Question: how fast does the Numba engine run a whole-chip package?  Targets
-(issue 4): at least 1e7 vertex invocations per second timing-only, and, with
+Question: how fast does the Numba engine run a whole-chip package?  Targets:
+at least 1e7 vertex invocations per second timing-only, and, with
 numerics, at most 3x the time of a plain numpy float32 computation of the same
 matmuls, measured in the same run.
 

@@ -1,4 +1,4 @@
-"""Domain errors shared by all three packages (DESIGN §7).
+"""Domain errors shared by all three packages.
 
 Every error names where it came from: a file and field, an op, a stage and
 tile, or the package part that is wrong.  The CLI maps each class to one line

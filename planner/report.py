@@ -1,6 +1,6 @@
 """Run summaries: what `tileplan run` / `tileplan plan` print and save.
 
-A summary is one flat JSON-able dict with at least the keys DESIGN §10 lists
+A summary is one flat JSON-able dict with at least the keys listed below
 (`SUMMARY_KEYS`).  Units: cycles; `time_ms` at the device clock;
 `roofline_fraction` = graph FLOPs / (tiles × 2 × fp8 MACs/cycle × cycles);
 errors against `planner.reference` over all outputs together: relative

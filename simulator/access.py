@@ -10,7 +10,7 @@ region table (docs/contracts.md §2):
 `addr + o*outer_stride + r*ld + [0, row_bytes)` for o < outer, r < rows.
 A transfer endpoint is the region `(addr, 1, 0, 1, 0, bytes, w)`.
 
-Race rule (DESIGN §5): within one step no byte may have two writers, or a
+Race rule: within one step no byte may have two writers, or a
 writer and a reader, that belong to different accessors (vertices or
 transfers).  `find_race` works on exact byte intervals, not bounding boxes:
 bounding spans are only used to cluster candidates; each cluster that holds a
@@ -100,6 +100,34 @@ B_LEN = 6
 
 
 @kjit
+def bisect_right(values, start, stop, x):  # type: ignore[no-untyped-def]
+    """The first index i in [start, stop) with values[i] > x (`stop` if none);
+    values[start:stop] ascending."""
+    a, b = start, stop
+    while a < b:
+        m = (a + b) // 2
+        if values[m] <= x:
+            a = m + 1
+        else:
+            b = m
+    return a
+
+
+@kjit
+def bisect_left(values, start, stop, x):  # type: ignore[no-untyped-def]
+    """The first index i in [start, stop) with values[i] >= x (`stop` if none);
+    values[start:stop] ascending."""
+    a, b = start, stop
+    while a < b:
+        m = (a + b) // 2
+        if values[m] < x:
+            a = m + 1
+        else:
+            b = m
+    return a
+
+
+@kjit
 def find_row(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
     """Row of `table` of a buffer of `tile` live at `step` (first <= step <= last)
     that holds [lo, hi), or -1.
@@ -110,15 +138,7 @@ def find_row(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
     lookup touches share cache lines, and a jitted caller passes two arrays.
     """
     start, stop = t_ptr[tile], t_ptr[tile + 1]
-    # last row with addr <= lo
-    a, b = start, stop
-    while a < b:
-        m = (a + b) // 2
-        if table[m, B_ADDR] <= lo:
-            a = m + 1
-        else:
-            b = m
-    k = a - 1
+    k = bisect_right(table[:, B_ADDR], start, stop, lo) - 1  # last row with addr <= lo
     while k >= start and table[k, B_MAXEND] >= hi:
         if table[k, B_END] >= hi and table[k, B_FIRST] <= step and step <= table[k, B_LAST]:
             return k

@@ -1,4 +1,4 @@
-"""The package format: the only thing the planner hands the simulator (DESIGN §4).
+"""The package format: the only thing the planner hands the simulator.
 
 A `Package` is plain data — a JSON-able manifest plus a dict of int64 numpy
 arrays laid out exactly as docs/contracts.md §3 lists them (struct-of-arrays,

@@ -1,4 +1,4 @@
-"""Static verification of a package: trust nothing the builder did (DESIGN §5).
+"""Static verification of a package: trust nothing the builder did.
 
 `verify(pkg)` raises `PackageInvalid` naming the step, tile, address and
 buffer of the first violation found, in this order:

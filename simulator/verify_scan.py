@@ -30,7 +30,7 @@ EXCHANGE steps whose patches all rewrite sources, only the patched sources,
 against the destinations sorted in iteration 0 (unchanged); steps with
 patched destinations are re-checked whole.
 
-The result is exactly the rule of DESIGN §5 (no byte with two writers, or a
+The result is exactly the race rule of simulator/access.py (no byte with two writers, or a
 writer and a reader, of different vertices/transfers within a step).
 """
 
@@ -45,6 +45,7 @@ from simulator.access import (
     B_ADDR,
     B_END,
     R_LEN,
+    bisect_left,
     find_race,
     find_row,
     granule_of,
@@ -198,14 +199,7 @@ def _overlapping_write(tile, lo, hi, k, w_lo, w_hi, order,
     row of one written by another transfer (a race), else OWN_OVERLAP when
     only k's own destination overlaps, else NO_OVERLAP.  The last destination
     starting before hi is found by bisection; earlier ones end earlier."""
-    a, b = w_ptr[tile], w_ptr[tile + 1]
-    while a < b:
-        m = (a + b) // 2
-        if w_lo[m] < hi:
-            a = m + 1
-        else:
-            b = m
-    q = a - 1
+    q = bisect_left(w_lo, w_ptr[tile], w_ptr[tile + 1], hi) - 1
     found = NO_OVERLAP
     while q >= w_ptr[tile] and w_hi[q] > lo:
         if order[q] != k:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from pkgbuild import PackageBuilder
 
 import simulator
 from kernels.registry import by_name
@@ -15,6 +14,7 @@ from planner.cli import main
 from planner.decide import catalogue as cat
 from simulator import kernel_cycles, load_device, run, verify
 from simulator.cost import call_args
+from simulator.testing import PackageBuilder
 
 C600 = load_device("c600")
 

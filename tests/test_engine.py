@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 
 from kernels.abi import ADD, COPY
 from kernels.registry import KERNELS
@@ -12,6 +11,7 @@ from simulator import load_device, run, verify
 from simulator.device import Device
 from simulator.engines.base import F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE
 from simulator.package import Package
+from simulator.testing import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 from simulator.timing import loop_patch_words
 
 TRIPS = 5

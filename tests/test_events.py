@@ -1,4 +1,4 @@
-"""The SimPy event-level engine against the Numba engine (STYLE 5: the slow twin).
+"""The SimPy event-level engine against the Numba engine (the slow, obvious twin).
 
 Both engines must agree exactly on total cycles, cycles per step, per-tile busy
 cycles and exchange bytes, outputs (bit for bit) and faults, on hand-built
@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pkgbuild import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 
 import planner
 from kernels.abi import ADD, COPY
@@ -24,6 +23,7 @@ from simulator.device import Device
 from simulator.engines.base import F_MISALIGNED, F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS
 from simulator.package import Package
 from simulator.run import SimResult
+from simulator.testing import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 from simulator.timing import loop_patch_words
 
 TRIPS = 4

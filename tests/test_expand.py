@@ -84,9 +84,9 @@ def test_repeat_bindings(trips: int) -> None:
     assert w_home and all(prog.bufs[b].persistent for b in w_home)
     w_refs = _refs_of(prog, w_home)
     assert w_refs and all(r.iter_stride > 0 and not r.seq for r in w_refs)
-    for b in w_home:
-        assert prog.bufs[b].nbytes == trips * w_refs[0].iter_stride or any(
-            prog.bufs[b].nbytes == trips * r.iter_stride for r in w_refs)
+    for b in w_home:  # each home holds `trips` blocks of the stride its refs step by
+        strides = {r.iter_stride for r in _refs_of(prog, {b})}
+        assert len(strides) == 1 and prog.bufs[b].nbytes == trips * strides.pop()
     # invariant: plain refs
     g_refs = _refs_of(prog, _bufs(prog, "home:G[") | _bufs(prog, "home:B["))
     assert g_refs and all(not r.iterated for r in g_refs)

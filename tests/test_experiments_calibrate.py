@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pkgbuild import ksplit_matmul, repeat_program
 
 from simulator import Package, load_device, run, save_package
 from simulator.hardware import HardwareResult, load_hardware_result, save_hardware_result
+from simulator.testing import ksplit_matmul, repeat_program
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pkgbuild import ksplit_matmul, repeat_program
 
 from kernels.exceptions import ConfigError, HardwareResultInvalid
 from planner.cli import main
@@ -26,6 +25,7 @@ from simulator.hardware import (
     step_label,
     step_loops,
 )
+from simulator.testing import ksplit_matmul, repeat_program
 
 SYNC_EXTRA = 100  # cycles added to every exchange by the "hardware" device
 DELTA = 0.5  # added to one output element by the "hardware"

@@ -5,7 +5,7 @@ as long as siglip's MLP (4304), and extreme values (fp16 maximum, subnormals,
 constant rows, mixed magnitudes).  Also: the row statistics do not depend on
 the summation order (permuting a row's columns permutes the output bits), and
 a planned, simulated chain of vector ops equals the reference bit for bit
-(DESIGN §8: no matmul, so the accumulation order is the same)."""
+(no matmul, so the accumulation order is the same)."""
 
 from __future__ import annotations
 

@@ -287,7 +287,7 @@ def test_vit_tiny_optimized_package_matches_reference() -> None:
 
 @pytest.mark.slow
 def test_siglip_one_layer_at_least_15_percent_fewer_cycles() -> None:
-    """The issue-6 quality target, timing only (siglip's numerics are checked
+    """The optimizer's quality target, timing only (siglip's numerics are checked
     against the fp32 model by the pipeline's slow test)."""
     g = planner.load_model("siglip-so400m", layers=1)
     dev = simulator.load_device("c600")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pkgbuild import ksplit_matmul, repeat_program
 
 from kernels.exceptions import PackageInvalid
 from simulator import load_device, load_package, save_package
 from simulator.package import ARRAYS_FILE, MANIFEST_FILE, Package
+from simulator.testing import ksplit_matmul, repeat_program
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,7 +190,7 @@ _HASH_SCRIPT = """
 import sys
 sys.path.insert(0, "tests")
 from simulator import load_device
-from pkgbuild import repeat_program
+from simulator.testing import repeat_program
 print(repeat_program(load_device("tiny"), 3, unrolled=False).content_hash())
 """
 

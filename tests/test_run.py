@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pkgbuild import ksplit_matmul, repeat_program, repeat_reference
 
 from kernels.exceptions import ConfigError, SimulationFault
 from simulator import load_device, run, verify
 from simulator.engines.base import F_OUTPUT, F_UNINIT
+from simulator.testing import ksplit_matmul, repeat_program, repeat_reference
 
 
 @pytest.fixture(scope="module")

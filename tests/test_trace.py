@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pkgbuild import ksplit_matmul, repeat_program
 
 from planner.cli import main
 from simulator import load_device, run, save_package
+from simulator.testing import ksplit_matmul, repeat_program
 from simulator.timing import loop_patch_words
 from simulator.trace import MAX_TRACE_TILES, save_trace, step_executions, trace_events
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pkgbuild import BLOCK_R, PackageBuilder, ksplit_matmul, repeat_program
 
 from kernels.abi import BUF_SUPPORT, COPY
 from kernels.exceptions import PackageInvalid
@@ -17,6 +16,7 @@ from simulator import load_device, run, verify
 from simulator.device import Device
 from simulator.engines.base import F_RACE, F_UNINIT
 from simulator.package import Package
+from simulator.testing import BLOCK_R, PackageBuilder, ksplit_matmul, repeat_program
 
 TRIPS = 5
 
@@ -52,7 +52,7 @@ def test_valid_packages_pass(ksplit: Package, looped: Package, dev: Device) -> N
     verify(repeat_program(dev, TRIPS, unrolled=True))
 
 
-# ---- the mutation kinds of issue 4 -------------------------------------------------------
+# ---- package mutation kinds ---------------------------------------------------------------
 
 
 def test_buffer_shifted_past_the_end(ksplit: Package, dev: Device) -> None:

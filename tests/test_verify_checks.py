@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pkgbuild import ksplit_matmul, repeat_program
 
 from kernels.abi import STEP_REPEAT_BEGIN, STEP_REPEAT_END
 from kernels.exceptions import PackageInvalid
@@ -14,6 +13,7 @@ from simulator import load_device, verify
 from simulator.access import region_span
 from simulator.device import Device
 from simulator.package import Package
+from simulator.testing import ksplit_matmul, repeat_program
 from simulator.verify import io_block_spans, patch_index, required_bytes
 
 

@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 import pytest
-from pkgbuild import PackageBuilder
 
 from kernels.exceptions import PackageInvalid
 from simulator import load_device, verify
 from simulator.device import Device
+from simulator.testing import PackageBuilder
 
 TILES = 3
 SPAN = 640  # bytes of tile memory the random endpoints fall into
@@ -213,3 +213,19 @@ def test_exchange_source_race_only_in_a_later_iteration() -> None:
                                              r"iteration 2 of loop at step 0: race: transfer 0 "
                                              r"and transfer 1"):
         verify(b.build())
+
+
+def test_bisection_agrees_with_the_standard_library() -> None:
+    import bisect
+
+    from simulator.access import bisect_left, bisect_right
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        values = np.sort(rng.integers(0, 20, rng.integers(0, 12))).astype(np.int64)
+        start = int(rng.integers(0, values.size + 1))
+        stop = int(rng.integers(start, values.size + 1))
+        x = int(rng.integers(-2, 22))
+        part = values.tolist()
+        assert bisect_right(values, start, stop, x) == bisect.bisect_right(part, x, start, stop)
+        assert bisect_left(values, start, stop, x) == bisect.bisect_left(part, x, start, stop)

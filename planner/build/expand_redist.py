@@ -44,6 +44,7 @@ from kernels import abi
 from kernels.jit import kjit
 from planner.decide.layout import Layout
 from planner.build.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
+from simulator.access import bisect_left, bisect_right
 
 # (buf, offset, iter_stride, seq): where a cell lives; seq for ping-pong carries
 Loc = tuple[int, int, int, tuple[tuple[int, int], ...]]
@@ -275,22 +276,9 @@ def _enumerate(segs, d_rc, d_cc, doff, dtile, todo, s_rc, s_cc, soff, stile, slo
 def _span(cuts, lo, hi):  # pragma: no cover - jitted
     """(first, last + 1) of the cells of `cuts` overlapping [lo, hi), as
     `Layout.row_span` computes them (bisect right of lo, bisect left of hi)."""
-    a, b = 0, cuts.shape[0]
-    while a < b:
-        mid = (a + b) // 2
-        if cuts[mid] <= lo:
-            a = mid + 1
-        else:
-            b = mid
-    first = max(a - 1, 0)
-    a, b = 0, cuts.shape[0]
-    while a < b:
-        mid = (a + b) // 2
-        if cuts[mid] < hi:
-            a = mid + 1
-        else:
-            b = mid
-    return first, min(a, cuts.shape[0] - 1)
+    n = cuts.shape[0]
+    first = max(bisect_right(cuts, 0, n, lo) - 1, 0)
+    return first, min(bisect_left(cuts, 0, n, hi), n - 1)
 
 
 @kjit

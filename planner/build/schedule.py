@@ -9,9 +9,9 @@ independent: no buffer written by one is read or written by the other (a
 phase's own members are independent by the Program contract).  With
 `lookahead` > 1 a step may also absorb a later phase of its kind that is
 independent of every phase it jumps over (up to `lookahead` phases past the
-last one it could not take).  The default is 1 (adjacent only): on the
-front end's programs lookahead 8 saves about 1% of cycles (siglip-so400m,
-1 layer: 683597 → 677536) but raises peak tile bytes by 5%, which the
+last one it could not take).  The default is 1 (adjacent only): a longer
+lookahead saves little on the front end's programs and keeps buffers live
+across the phases it jumps, which raises the peak tile bytes that the
 27-layer model cannot afford.  A merged
 compute step costs the max over tiles of the summed vertex cycles instead of a
 sum of maxima; a merged exchange step pays one sync instead of two.

@@ -26,9 +26,9 @@ canonical.  A move from canonical is bound by the canonical owner sending
 its whole block (`canonical_bytes`: multicast counts a source region once,
 but the readers of one owner read different slices of it), a move to
 canonical by the owner receiving its whole block; whichever is larger than
-the recipe tile's own bytes sets the phase (experiments/estimate_accuracy.py
-measured the in-bytes-only estimate 4-7× low on MatMul, BatchMatMul, GELU
-and Add of the default baseline).
+the recipe tile's own bytes sets the phase (an estimate from the recipe
+tile's in-bytes alone is several times low on MatMul, BatchMatMul, GELU and
+Add: experiments/estimate_accuracy.py).
 `in_bytes`/`out_bytes` are the busiest phase's per-tile bytes received/sent
 and `syncs` the exchange phases.  `mem_bytes` is the per-tile tensor bytes
 the op needs while it runs (operand blocks, partials, landing buffers);

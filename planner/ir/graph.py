@@ -567,7 +567,7 @@ def op_macs(g: Graph, op: Op) -> int:
 
 def op_flops(g: Graph, op: Op) -> int:
     """Matmul FLOPs of one op: 2 × MACs (elementwise work is not counted; this
-    is the numerator of the roofline fraction, DESIGN §9)."""
+    is the numerator of the roofline fraction)."""
     return 2 * op_macs(g, op)
 
 

@@ -1,4 +1,4 @@
-"""The bounded local optimizer (DESIGN §6): ordered proposals, complete
+"""The bounded local optimizer: ordered proposals, complete
 builds, strict acceptance, incumbent retention, parallel speculation.
 
 `LocalOptimizer(executor=None, kinds=None)` is an `Optimizer` for
@@ -38,14 +38,11 @@ decision consumes is cancelled or discarded and not counted as evaluated:
 `history` holds evaluated proposals only, `stats.speculative_discarded`
 counts the rest.
 
-Measured on the shared 2-core machine: vit-tiny 1 layer, 4 steps, load ≈ 4:
-serial 26.5 s, a thread pool 30.6 s (expand/allocate/link are Python and
-hold the GIL), a process pool shipping complete builds back 122 s (28.8 MB
-pickles, ~4 s each way) — hence outcome-only results.  With outcome-only
-results and accept-branch guesses (8 steps, load ≈ 1): vit-tiny 2 layers
-14.6 s vs 14.4 s serial, siglip-so400m 1 layer 58.0 s vs 58.2 s; most
-proposals are accepted here, and an accepted speculative result is rebuilt,
-so only rejected ones save time.
+Why outcome-only results: a thread pool gains nothing (expand, allocate and
+link are Python and hold the GIL), and shipping complete builds back from a
+process costs more than the build (tens of MB of pickles each way).  An
+accepted speculative result is rebuilt here, so speculation saves time only
+on proposals that are rejected; experiments/bench_optimizer.py measures it.
 
 Returns `(incumbent, history)`; `history` is one `Record` per evaluated
 proposal.  `last_stats` holds counts and the cache counters of the last call.

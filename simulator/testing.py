@@ -1,4 +1,4 @@
-"""Assemble packages by hand for the simulator tests.
+"""Assemble packages by hand: for tests and benchmarks of the simulator.
 
 `PackageBuilder` records buffers, steps, vertices, transfers, Repeat loops,
 patches and I/O blocks in program order and `build()` turns them into a
