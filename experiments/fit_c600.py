@@ -28,7 +28,7 @@ from experiments.common import ARTIFACTS, publish, setup
 from planner.ir.models import load_model
 from planner.pipeline import plan
 from planner.search.incumbent import PipelineConfig
-from simulator.calibrate import calibrate, format_report, plot
+from simulator.calibrate import PROGRAM_CALLS, PROGRAM_STEPS, calibrate, format_report, plot
 from simulator.device import Device, load_device
 from simulator.measurements import by_id, read_file
 from simulator.package import Package
@@ -55,6 +55,19 @@ def footprint(pkg: Package) -> dict[str, np.ndarray]:
     return {n: v[used] for n, v in per.items()}
 
 
+def program_structure(pkg: Package) -> tuple[int, int]:
+    """Median vertex calls and compute steps per tile that holds a vertex
+    (a Repeat body once): what calibrate.PROGRAM_CALLS / PROGRAM_STEPS assume."""
+    a = pkg.arrays
+    v_tile = a["v_tile"]
+    v_step = np.repeat(np.arange(pkg.n_steps), np.diff(a["step_vtx"]))
+    calls = np.bincount(v_tile, minlength=pkg.tiles)
+    steps = np.bincount(np.unique(v_step * pkg.tiles + v_tile) % pkg.tiles,
+                        minlength=pkg.tiles)
+    used = calls > 0
+    return int(np.median(calls[used])), int(np.median(steps[used]))
+
+
 def footprint_table(device: Device, pkg: Package) -> str:
     ours = footprint(pkg)
     entries = by_id(read_file(DATASET))
@@ -70,8 +83,11 @@ def footprint_table(device: Device, pkg: Package) -> str:
     head = (f"{MODEL}, {LAYERS} layers, batch 1, default baseline on {device.name}: "
             f"{pkg.tiles} tiles, fullest tile {int(total.max()):,} of "
             f"{device.memory_size:,} bytes")
-    return head + "\n" + table(("per tile", "min", "median", "max", "published", "entry"),
-                               rows, left=(0, 5))
+    calls, steps = program_structure(pkg)
+    tail = (f"median tile: {calls} vertex calls in {steps} compute steps of the Repeat body "
+            f"(the fit of vertex_code_bytes assumes {PROGRAM_CALLS} and {PROGRAM_STEPS})")
+    return (head + "\n" + table(("per tile", "min", "median", "max", "published", "entry"),
+                                rows, left=(0, 5)) + "\n" + tail)
 
 
 def main(argv: list[str] | None = None) -> str:
