@@ -31,6 +31,14 @@ test-slow: $(STAMP)
 golden: $(STAMP)
 	$(BIN)/python tests/golden.py --write
 
+# re-run the experiments; each rewrites its block of docs/results.md
+RESULTS := fit_c600 bench_planning bench_optimizer baseline_policies scaling \
+           estimate_accuracy bench_simulator crosscheck_engines bench_kernels calibrate
+results: $(STAMP)
+	for e in $(RESULTS); do \
+	  TILEPLAN_RESULTS=docs/results.md $(BIN)/python experiments/$$e.py || exit 1; \
+	done
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -261,11 +261,10 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
     from planner.ir.models import load_model
-    from planner.pipeline import run_model
+    from planner.pipeline import check_names, run_model
     from planner.report import format_summary, save_run
     from planner.search.incumbent import PipelineConfig
     from planner.search.optimize import format_optimizer
-    from planner.search.registry import check_names
     from simulator.device import load_device
 
     device = load_device(args.device)
@@ -304,7 +303,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 @command("extensions", "list the baseline policies, optimizers and proposal kinds by name")
 def cmd_extensions(args: argparse.Namespace) -> int:
-    from planner.search.registry import extension_rows
+    from planner.pipeline import extension_rows
 
     print(_table(["kind", "name", "from", "what"], extension_rows(), left=(0, 1, 2, 3)))
     return 0

@@ -30,10 +30,11 @@ from planner.build.stages import Built
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.search import optimize as _optimizers  # noqa: F401  (registers "local", "none")
+from planner.search import proposals as _proposals  # noqa: F401  (registers the built-in kinds)
 from planner.search.context import PlanningContext
 from planner.search.incumbent import PipelineConfig, evaluate
 from planner.search.policies import baseline_plan
-from planner.search.registry import OPTIMIZERS, Optimizer
+from planner.search.registry import BASELINES, OPTIMIZERS, PROPOSALS, Optimizer
 from simulator.device import Device
 from simulator.package import Package
 from simulator.run import run
@@ -93,6 +94,27 @@ def plan(
     }
     return PlanResult(final.built.package, final.cycles, history, base.cycles, final.plan,
                       stats, final.built)
+
+
+def check_names(cfg: PipelineConfig) -> None:
+    """ConfigError unless `cfg`'s baseline, optimizer and proposal kinds are
+    all registered (or entry points)."""
+    BASELINES.get(cfg.baseline)
+    OPTIMIZERS.get(cfg.optimizer)
+    for kind in cfg.proposals:
+        PROPOSALS.get(kind)
+
+
+def extension_rows() -> list[list[str]]:
+    """(kind, name, defining module, first docstring line) of every
+    registered extension, built-ins first."""
+    rows = []
+    for reg in (BASELINES, OPTIMIZERS, PROPOSALS):
+        for name in reg.names():
+            obj: Any = reg.get(name)
+            doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
+            rows.append([reg.what, name, getattr(obj, "__module__", "?"), doc])
+    return rows
 
 
 def optimizer_summary(res: PlanResult) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import simulator
 from kernels.exceptions import ConfigError
 from planner.cli import main
 from planner.ir.graph import Graph
+from planner.pipeline import extension_rows
 from planner.search import registry
 from planner.search.incumbent import PipelineConfig
 from planner.search.policies import default_plan
@@ -31,7 +32,7 @@ def test_entry_points_register_the_worked_example() -> None:
 
     assert BASELINES.get("overlapped") is custom_policy.overlapped
     assert PROPOSALS.get("row-moves") is custom_policy.row_moves
-    rows = {(kind, name): module for kind, name, module, _ in registry.extension_rows()}
+    rows = {(kind, name): module for kind, name, module, _ in extension_rows()}
     assert rows[("baseline policy", "overlapped")] == "experiments.custom_policy"
     assert rows[("optimizer", "local")] == "planner.search.optimize"
     assert {name for kind, name in rows if kind == "proposal kind"} >= set(KINDS)

@@ -121,32 +121,3 @@ PROPOSALS: Registry[ProposalKind] = Registry("proposal kind", "tileplan.proposal
 OPTIMIZERS: Registry[OptimizerFactory] = Registry("optimizer", "tileplan.optimizers",
                                                   "--optimizer")
 
-
-def _builtins() -> None:
-    """Import the modules whose built-ins register themselves."""
-    import planner.search.optimize  # noqa: F401
-    import planner.search.policies  # noqa: F401
-    import planner.search.proposals  # noqa: F401
-
-
-def check_names(cfg: PipelineConfig) -> None:
-    """ConfigError unless `cfg`'s baseline, optimizer and proposal kinds are
-    all registered (or entry points)."""
-    _builtins()
-    BASELINES.get(cfg.baseline)
-    OPTIMIZERS.get(cfg.optimizer)
-    for kind in cfg.proposals:
-        PROPOSALS.get(kind)
-
-
-def extension_rows() -> list[list[str]]:
-    """(kind, name, defining module, first docstring line) of every
-    registered extension, built-ins first."""
-    _builtins()
-    rows = []
-    for reg in (BASELINES, OPTIMIZERS, PROPOSALS):
-        for name in reg.names():
-            obj: Any = reg.get(name)
-            doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-            rows.append([reg.what, name, getattr(obj, "__module__", "?"), doc])
-    return rows
