@@ -13,12 +13,19 @@ one place, `main`: a `TileplanError` prints one line `tileplan: error: <msg>`
 to stderr and exits with `exit_status(error)` — 2 for ConfigError,
 Unsupported and GraphError (bad input), 3 for BuildFailure, 1 for
 PackageInvalid, SimulationFault and any other TileplanError.  Argument
-errors are argparse's (exit 2).  Anything else is a bug and keeps its traceback.
+errors are one line too (exit 2); numbers are checked where they are parsed
+(`count`, `finite`: a negative seed or a NaN tolerance never reaches the
+library).  Paths the command will write (`--out`, `--trace`, `--plot`) are
+checked before any work.  Ctrl-C prints one line and exits 130; a closed
+pipe (`tileplan devices | head -1`) ends quietly.  Anything else is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -73,10 +80,59 @@ def command(name: str, help: str, *args: Arg) -> Callable[[Handler], Handler]:
     return register
 
 
+def count(low: int) -> Callable[[str], int]:
+    """argparse type: an integer >= `low`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low} (got {value})")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def finite(text: str) -> float:
+    """argparse type: a finite number >= 0 (a tolerance)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (got {text})")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors reach `main` as a ConfigError (one line, exit 2)
+    instead of a usage screen."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        flag, sep, what = message.partition(": ")
+        if flag.startswith("argument ") and sep:
+            raise ConfigError(self.prog, flag.removeprefix("argument "), what)
+        raise ConfigError(self.prog, "arguments", message)
+
+
+def writable_file(path: str, flag: str) -> None:
+    """ConfigError unless `path` can be written: its directory exists and it
+    is not a directory itself (checked before any work)."""
+    p = os.path.abspath(path)
+    if os.path.isdir(p):
+        raise ConfigError(path, flag, "is a directory")
+    parent = os.path.dirname(p)
+    if not os.path.isdir(parent):
+        raise ConfigError(path, flag, "directory does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(path, flag, "directory is not writable")
+
+
 # argument groups shared by several subcommands
 MODEL_ARGS = (
-    arg("--layers", type=int, default=None, help="override the number of encoder layers"),
-    arg("--batch", type=int, default=None, help="override the images per batch"),
+    arg("--layers", type=count(1), default=None, help="override the number of encoder layers"),
+    arg("--batch", type=count(1), default=None, help="override the images per batch"),
 )
 DEVICE_ARGS = (arg("--device", default="c600", help="device preset name or TOML path"),)
 
@@ -91,11 +147,12 @@ def exit_status(error: TileplanError) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tileplan",
         description="Plan, build and simulate ViT models on IPU-class many-tile accelerators.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
     for cmd in COMMANDS:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         for a in cmd.args:
@@ -111,13 +168,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kernels.runtime import configure
 
     configure()
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.handler(args))
     except TileplanError as e:
         message = " ".join(str(e).split())  # one line, whatever the message holds
         print(f"tileplan: error: {message}", file=sys.stderr)
         return exit_status(e)
+    except KeyboardInterrupt:
+        print("tileplan: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`| head`): say nothing, and let the interpreter's
+        # final flush of stdout go nowhere instead of raising again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
@@ -193,7 +259,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 @command("reference", "run the numpy reference forward of a model and print statistics",
          arg("model", help="zoo name or model TOML path"), *MODEL_ARGS,
-         arg("--seed", type=int, default=0,
+         arg("--seed", type=count(0), default=0,
              help="parameter seed (inputs use seed+1); default 0"),
          arg("--precision", choices=("fp8", "fp32"), default="fp8",
              help="fp8: the deployable graph; fp32: every tensor fp32"))
@@ -228,9 +294,9 @@ PLAN_ARGS = (
     arg("model", nargs="?", default="vit-tiny", help="zoo name or model TOML path (vit-tiny)"),
     *DEVICE_ARGS,
     *MODEL_ARGS,
-    arg("--optimization-steps", type=int, default=8,
+    arg("--optimization-steps", type=count(0), default=8,
         help="proposals the optimizer may evaluate (0 = baseline only); default 8"),
-    arg("--operator-candidate-limit", type=int, default=8,
+    arg("--operator-candidate-limit", type=count(1), default=8,
         help="catalogue shortlist length per op; default 8"),
     arg("--baseline", default="default", metavar="NAME",
         help="baseline policy: default, capacity or a registered one (tileplan extensions)"),
@@ -238,7 +304,7 @@ PLAN_ARGS = (
         help="optimizer: local (default), none or a registered one"),
     arg("--proposals", default="", metavar="KIND,...",
         help="proposal kinds the optimizer may use (default: the built-in kinds)"),
-    arg("--jobs", type=int, default=1, help="parallel speculative builds; default 1"),
+    arg("--jobs", type=count(1), default=1, help="parallel speculative builds; default 1"),
     arg("--out", default=None, help="save the package and summary.json to this directory"),
     arg("--json", action="store_true", help="print the summary as one JSON object"),
 )
@@ -262,11 +328,13 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
 
     from planner.ir.models import load_model
     from planner.pipeline import check_names, run_model
-    from planner.report import format_summary, save_run
+    from planner.report import check_run_dir, format_summary, save_run
     from planner.search.incumbent import PipelineConfig
     from planner.search.optimize import format_optimizer
     from simulator.device import load_device
 
+    if args.out:
+        check_run_dir(args.out)  # a bad path fails before the planning, not after
     device = load_device(args.device)
     graph = load_model(args.model, layers=args.layers, batch=args.batch)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
@@ -328,18 +396,25 @@ def cmd_report(args: argparse.Namespace) -> int:
          arg("--engine", choices=("numba", "simpy"), default="numba",
              help="simulator engine: numba (default) or simpy (event-level twin, small "
                   "packages only)"),
-         arg("--seed", type=int, default=0, help="seed of the random params and inputs"),
+         arg("--seed", type=count(0), default=0, help="seed of the random params and inputs"),
          arg("--trace", default=None, metavar="OUT.json",
              help="write a Chrome-trace / Perfetto JSON timeline of the run"),
          arg("--trace-tiles", default="", metavar="T,T,...",
              help="tiles whose compute busy spans the trace shows (at most 64)"),
          arg("--trace-unit", choices=("cycles", "us"), default="cycles",
-             help="trace time unit: device cycles (default) or microseconds"))
+             help="trace time unit: device cycles (default) or microseconds"),
+         arg("--no-verify", action="store_true",
+             help="skip the static verification before the run (the engine still reports "
+                  "every fault it meets)"))
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from simulator import load_package, run
+    from simulator import load_package, run, verify
     from simulator.hardware import seeded_values
 
+    if args.trace:
+        writable_file(args.trace, "--trace")
     pkg = load_package(args.package)
+    if not args.no_verify:
+        verify(pkg)
     params, inputs = seeded_values(pkg, args.seed) if not args.no_numerics else ({}, {})
     tiles = _tile_list(args.trace_tiles)
     _note_cold_cache()
@@ -394,13 +469,13 @@ def _tile_list(text: str) -> list[int]:
 @command("crosscheck", "compare a recorded hardware result with a simulation of its package",
          arg("package", help="package directory the hardware ran"),
          arg("result", help="hardware result directory (simulator.hardware format)"),
-         arg("--cycle-tolerance", type=float, default=None,
+         arg("--cycle-tolerance", type=finite, default=None,
              help="exit 1 if |hw/sim cycles - 1| exceeds this"),
-         arg("--rel-fro-tolerance", type=float, default=None,
+         arg("--rel-fro-tolerance", type=finite, default=None,
              help="exit 1 if an output's relative Frobenius error exceeds this"),
-         arg("--max-abs-tolerance", type=float, default=None,
+         arg("--max-abs-tolerance", type=finite, default=None,
              help="exit 1 if an output's max abs error exceeds this"),
-         arg("--top", type=int, default=8, help="steps with the largest deviations to list"))
+         arg("--top", type=count(1), default=8, help="steps with the largest deviations to list"))
 def cmd_crosscheck(args: argparse.Namespace) -> int:
     from simulator import load_package, run
     from simulator.hardware import crosscheck, load_hardware_result, seeded_values
@@ -431,7 +506,7 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
              help="write the fitted device TOML here (atomically)"),
          arg("--name", default=None, help="name of the fitted device (default: --out's stem)"),
          arg("--plot", default=None, metavar="PNG", help="draw measured vs modelled cycles"),
-         arg("--window-days", type=int, default=3,
+         arg("--window-days", type=count(0), default=3,
              help="a kernel's current version: measurements within this many days of its "
                   "newest (default 3)"),
          arg("--json", action="store_true", help="print the result as one JSON object"))

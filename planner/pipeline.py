@@ -148,13 +148,15 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     """Plan, build, verify and simulate `graph`; with `numerics`, simulate with
     values (parameters from `seed`, inputs from `seed + 1`) and compare with
     `planner.reference`.  Raises BuildFailure when the baseline does not fit."""
-    from planner.ir.reference import init_inputs, init_params, reference
-    from planner.report import REL_FRO_TOLERANCE, compare, summarize
+    from planner.ir.reference import cast_fractions, init_inputs, init_params, reference
+    from planner.report import compare, first_nonfinite, summarize
 
     res = plan(graph, device, cfg, optimizer, ctx)
     plan_seconds = float(res.stats["plan_seconds"])
     faults = int(res.stats.get("timing_faults", 0))
     errors = None
+    nonfinite = None
+    casts: dict[str, list[int]] = {}
     sim_seconds = float(res.stats["simulate_timing_seconds"])
     if numerics:
         params = init_params(graph, seed=seed)
@@ -164,9 +166,13 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
         sim_seconds = time.perf_counter() - t0
         faults = int(sim.n_faults)
         if not faults:
-            errors = compare(sim.outputs, reference(graph, params, inputs))
+            ref = reference(graph, params, inputs, casts=casts)
+            errors = compare(sim.outputs, ref)
+            nonfinite = first_nonfinite(sim.outputs, "simulated") or first_nonfinite(
+                ref, "reference")
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
-                        res.history, res.stats, plan_seconds, sim_seconds, errors, faults)
+                        res.history, res.stats, plan_seconds, sim_seconds, errors, faults,
+                        nonfinite, cast_fractions(casts))
     summary.update(optimizer_summary(res))
-    bad = faults > 0 or (errors is not None and errors[0] > REL_FRO_TOLERANCE)
+    bad = faults > 0 or (numerics and not faults and not summary["numerics_ok"])
     return RunOutcome(res, summary, 1 if bad else 0)

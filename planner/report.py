@@ -7,9 +7,9 @@ errors against `planner.reference` over all outputs together: relative
 Frobenius ‖sim − ref‖ / ‖ref‖ and max |sim − ref| (None without numerics);
 bytes; wall seconds.
 
-`save_run(dir, package, summary)` writes `dir/package/` (simulator.save_package,
-atomic) and then `dir/summary.json` (temporary file + os.replace), so a run
-directory holding a summary.json is complete.  `load_summary(dir)` reads it
+`save_run(dir, package, summary)` writes `package/` and `summary.json` into a
+directory beside `dir` that then replaces it (simulator.files.atomic_dir), so
+`dir` is always either the old run or the whole new one.  `load_summary(dir)` reads it
 back (ConfigError naming the file when it is missing or not a summary).
 """
 
@@ -27,7 +27,7 @@ from kernels.exceptions import ConfigError
 from planner.build.stages import STAGES
 from planner.ir.graph import Graph, graph_flops
 from simulator.device import Device
-from simulator.files import write_file_atomic
+from simulator.files import atomic_dir, write_file_atomic
 from simulator.package import Package, save_package
 
 SUMMARY_KEYS = (
@@ -35,6 +35,27 @@ SUMMARY_KEYS = (
     "max_abs_error", "rel_fro_error", "peak_tile_bytes", "plan_seconds", "simulate_seconds",
     "package_hash", "proposals_evaluated", "proposals_accepted",
 )
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+# the type of every key a summary may hold (SUMMARY_KEYS are required, the rest
+# optional with the default `format_summary` shows); bools are not numbers here
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,), "device": (str,), "layers": (int,), "batch": (int,), "cycles": (int,),
+    "time_ms": _NUM, "roofline_fraction": _NUM, "max_abs_error": _OPT_NUM,
+    "rel_fro_error": _OPT_NUM, "peak_tile_bytes": (int,), "plan_seconds": _NUM,
+    "simulate_seconds": _NUM, "package_hash": (str,), "proposals_evaluated": (int,),
+    "proposals_accepted": (int,), "baseline_cycles": (int,), "numerics_ok": (bool, type(None)),
+    "faults": (int,), "peak_tile": (dict,), "steps": (int,), "vertices": (int,),
+    "transfers": (int,), "arithmetic_patches": (int,), "table_patches": (int,),
+    "optimizer": (str,), "baseline_policy": (str,), "stage_seconds": (dict,),
+    "nonfinite": (str, type(None)), "casts": (dict,),
+}
+SUMMARY_DEFAULTS: dict[str, Any] = {
+    "baseline_cycles": None, "numerics_ok": None, "faults": 0, "peak_tile": {}, "steps": "?",
+    "vertices": "?", "transfers": "?", "arithmetic_patches": "?", "table_patches": "?",
+    "optimizer": "?", "baseline_policy": "?", "stage_seconds": {}, "nonfinite": None,
+    "casts": {},
+}
 REL_FRO_TOLERANCE = 1e-2
 SUMMARY_FILE = "summary.json"
 PACKAGE_DIR = "package"
@@ -51,10 +72,11 @@ def compare(outputs: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
             ) -> tuple[float, float]:
     """(relative Frobenius error, max abs error) over all outputs in `ref`.
 
+    A non-finite value on either side makes both errors NaN (never a pass).
     Raises KeyError naming an output the simulation did not produce."""
     num = 0.0
     den = 0.0
-    worst = 0.0
+    worst = [0.0]
     for name in sorted(ref):
         if name not in outputs:
             raise KeyError(f"simulation produced no output {name!r}; got {sorted(outputs)}")
@@ -62,17 +84,41 @@ def compare(outputs: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
         d = np.asarray(outputs[name], dtype=np.float64) - r
         num += float(np.sum(d * d))
         den += float(np.sum(r * r))
-        worst = max(worst, float(np.max(np.abs(d))) if d.size else 0.0)
+        if d.size:
+            worst.append(float(np.max(np.abs(d))))
     rel = float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
-    return rel, worst
+    return rel, float(np.max(worst))
+
+
+def first_nonfinite(arrays: Mapping[str, np.ndarray], side: str) -> str | None:
+    """Where the first NaN or infinity of `arrays` (by name, then C order) is,
+    as "`side` out[3, 17] = nan", or None when every value is finite."""
+    for name in sorted(arrays):
+        a = np.asarray(arrays[name])
+        bad = np.flatnonzero(~np.isfinite(a))
+        if bad.size:
+            idx = np.unravel_index(int(bad[0]), a.shape)
+            where = ", ".join(str(int(i)) for i in idx)
+            return f"{side} {name}[{where}] = {a[idx]}"
+    return None
+
+
+def numerics_ok(rel: float | None, max_abs: float | None, nonfinite: str | None) -> bool:
+    """Within tolerance: finite errors, relative Frobenius <= REL_FRO_TOLERANCE,
+    and no non-finite output."""
+    return (nonfinite is None and rel is not None and max_abs is not None
+            and bool(np.isfinite(rel)) and bool(np.isfinite(max_abs))
+            and rel <= REL_FRO_TOLERANCE)
 
 
 def summarize(graph: Graph, device: Device, package: Package, cycles: int,
               baseline_cycles: int, history: tuple[Any, ...], stats: Mapping[str, Any],
               plan_seconds: float, simulate_seconds: float,
-              errors: tuple[float, float] | None, faults: int) -> dict[str, Any]:
+              errors: tuple[float, float] | None, faults: int, nonfinite: str | None = None,
+              casts: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
     """The summary dict (module docstring)."""
     rel, worst = errors if errors is not None else (None, None)
+    checked = errors is not None or nonfinite is not None
     return {
         "model": graph.name,
         "device": device.name,
@@ -84,7 +130,9 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "roofline_fraction": roofline_fraction(graph, device, cycles),
         "max_abs_error": worst,
         "rel_fro_error": rel,
-        "numerics_ok": None if rel is None else bool(rel <= REL_FRO_TOLERANCE),
+        "numerics_ok": numerics_ok(rel, worst, nonfinite) if checked else None,
+        "nonfinite": nonfinite,
+        "casts": {k: dict(v) for k, v in (casts or {}).items()},
         "faults": int(faults),
         "peak_tile_bytes": int(stats.get("peak_tile_bytes", 0)),
         "peak_tile": dict(stats.get("peak_tile", {})),
@@ -105,35 +153,46 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
 
 
 def _peak_detail(p: Mapping[str, int]) -> str:
-    if not p:
+    keys = ("tile", "code", "exchange-table", "support", "tensor")
+    if not all(isinstance(p.get(k), int) for k in keys):
         return ""
     return (f" (tile {p['tile']}: code {p['code']:,}, exchange tables {p['exchange-table']:,}, "
             f"support {p['support']:,}, tensors {p['tensor']:,})")
 
 
-def format_summary(s: Mapping[str, Any]) -> str:
-    """Human-readable summary, one fact per line."""
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """Human-readable summary, one fact per line (optional keys that are
+    missing show their SUMMARY_DEFAULTS)."""
+    s = {**SUMMARY_DEFAULTS, **summary}
+    base = s["baseline_cycles"]
     errs = "not computed (--no-numerics)"
     if s.get("rel_fro_error") is not None:
         verdict = "ok" if s["numerics_ok"] else f"OUTSIDE tolerance {REL_FRO_TOLERANCE:g}"
         errs = (f"rel. Frobenius {s['rel_fro_error']:.3e}, max abs {s['max_abs_error']:.4g} "
                 f"({verdict})")
+    if s.get("nonfinite"):
+        errs = f"FAILED: non-finite value, first at {s['nonfinite']}"
+    casts = dict(s.get("casts") or {})
+    sat = {k: v for k, v in casts.items() if v.get("saturated", 0) > 0}
+    if sat:
+        worst = max(sat, key=lambda k: sat[k]["saturated"])
+        errs += (f"; {len(sat)} fp8 tensor(s) saturate (worst {worst}: "
+                 f"{100 * sat[worst]['saturated']:.3g}% of values)")
     secs = dict(s.get("stage_seconds", {}))
     names = sorted(secs, key=lambda k: (STAGES.index(k) if k in STAGES else 99, k))
     stages = ", ".join(f"{k} {secs[k]:.2f}" for k in names)
     lines = [
         f"model {s['model']} ({s['layers']} layers, batch {s['batch']}) on {s['device']}",
         f"cycles           {s['cycles']:,} ({s['time_ms']:.4f} ms); baseline "
-        f"{s['baseline_cycles']:,}",
+        + (f"{base:,}" if isinstance(base, int) else "?"),
         f"fp8 roofline     {100 * s['roofline_fraction']:.2f}%",
         f"numerics         {errs}",
         f"faults           {s['faults']}",
-        f"peak tile bytes  {s['peak_tile_bytes']:,}{_peak_detail(s.get('peak_tile', {}))}",
+        f"peak tile bytes  {s['peak_tile_bytes']:,}{_peak_detail(s['peak_tile'])}",
         f"program          {s['steps']} steps, {s['vertices']} vertices, {s['transfers']} "
         f"transfers, patches {s['arithmetic_patches']} arithmetic / {s['table_patches']} table",
         f"proposals        {s['proposals_evaluated']} evaluated, {s['proposals_accepted']} "
-        f"accepted (baseline: {s.get('baseline_policy', 'default')}, optimizer: "
-        f"{s['optimizer']})",
+        f"accepted (baseline: {s['baseline_policy']}, optimizer: {s['optimizer']})",
         f"planning         {s['plan_seconds']:.2f} s ({stages})",
         f"simulation       {s['simulate_seconds']:.2f} s",
         f"package          {s['package_hash']}",
@@ -141,15 +200,36 @@ def format_summary(s: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any]) -> Path:
-    """Write package/ and summary.json under `out` (module docstring)."""
+def check_run_dir(out: str | os.PathLike[str]) -> Path:
+    """ConfigError unless `out` can become a run directory: absent (its
+    parent an existing writable directory), an empty directory, or a run
+    directory already (which a new run replaces whole)."""
     root = Path(out)
-    if root.exists() and not root.is_dir():
-        raise ConfigError(str(root), "--out", "exists and is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
-    save_package(package, root / PACKAGE_DIR)
-    write_file_atomic(root / SUMMARY_FILE,
-                      lambda f: json.dump(dict(summary), f, indent=1, sort_keys=True))
+    if root.exists():
+        if not root.is_dir():
+            raise ConfigError(str(root), "--out", "exists and is not a directory")
+        if not (root / SUMMARY_FILE).is_file() and any(root.iterdir()):
+            raise ConfigError(str(root), "--out", "exists and is not a run directory "
+                              f"(no {SUMMARY_FILE}); refusing to replace it")
+    parent = root.resolve().parent
+    if not parent.is_dir():
+        raise ConfigError(str(root), "--out", "parent directory does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(str(root), "--out", "parent directory is not writable")
+    return root
+
+
+def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any]) -> Path:
+    """Write package/ and summary.json as run directory `out`, whole or not at
+    all: both are written into a directory beside `out`, which then takes
+    its place (an old run directory is replaced only by a complete new one)."""
+    root = check_run_dir(out)
+    if root.is_dir() and not any(root.iterdir()):
+        root.rmdir()  # an empty directory the user made for the run
+    with atomic_dir(root, SUMMARY_FILE, "run") as tmp:
+        save_package(package, tmp / PACKAGE_DIR)
+        write_file_atomic(tmp / SUMMARY_FILE,
+                          lambda f: json.dump(dict(summary), f, indent=1, sort_keys=True))
     return root
 
 
@@ -164,7 +244,20 @@ def load_summary(run: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(str(path), "run", "no such run summary") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(str(path), "run", f"not a JSON summary: {e}") from None
-    missing = [k for k in SUMMARY_KEYS if not isinstance(data, dict) or k not in data]
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "run", "not a JSON object", type(data).__name__)
+    missing = [k for k in SUMMARY_KEYS if k not in data]
     if missing:
         raise ConfigError(str(path), missing[0], "missing from the run summary")
+    for key, types in SUMMARY_TYPES.items():
+        if key in data and (not isinstance(data[key], types)
+                            or (isinstance(data[key], bool) and bool not in types)):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise ConfigError(str(path), key, f"must be {names}", data[key])
+    for key in ("stage_seconds", "peak_tile"):
+        bad = [k for k, v in data.get(key, {}).items()
+               if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            raise ConfigError(str(path), f"{key}.{bad[0]}", "must be a number",
+                              data[key][bad[0]])
     return data

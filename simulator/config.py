@@ -7,6 +7,8 @@ range.  Every problem raises `ConfigError` naming the file and the field.
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,31 @@ from kernels.exceptions import ConfigError
 
 # field -> (type, minimum, maximum); int fields must be ints, float fields accept ints.
 Limits = dict[str, tuple[type, float, float]]
+MAX_TOML_BYTES = 1 << 20  # a device or model TOML is a few KiB
+
+
+def is_path(name_or_path: str | Path) -> bool:
+    """A name is a preset (or zoo) name unless it is a Path, contains a path
+    separator or ends in `.toml`: a file called `vit-tiny` in the current
+    directory never shadows the zoo model."""
+    text = str(name_or_path)
+    return (isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text
+            or os.sep in text)
+
+
+def check_regular_file(path: Path, what: str, max_bytes: int) -> None:
+    """ConfigError unless `path` is a regular file of at most `max_bytes`
+    (a FIFO, a device or a directory is refused before anything reads it)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(str(path), what, "file not found") from None
+    except OSError as e:
+        raise ConfigError(str(path), what, f"cannot be read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(str(path), what, "not a regular file")
+    if st.st_size > max_bytes:
+        raise ConfigError(str(path), what, f"larger than {max_bytes} bytes", st.st_size)
 
 
 def read_toml(
@@ -29,11 +56,13 @@ def read_toml(
     """
     text = str(name_or_path)
     path = Path(text)
-    if not (text.endswith(".toml") or path.exists()):
+    if not is_path(name_or_path):
         path = preset_dir / f"{text}.toml"
         if not path.exists():
             shipped = sorted(p.stem for p in preset_dir.glob("*.toml"))
-            raise ConfigError(text, what, f"no such {preset} or file; {shelf}: {shipped}")
+            raise ConfigError(text, what, f"no such {preset}; {shelf}: {shipped} (a file "
+                              "path needs a '/' or the .toml suffix)")
+    check_regular_file(path, what, MAX_TOML_BYTES)
     try:
         data = tomllib.loads(path.read_text())
     except (FileNotFoundError, IsADirectoryError):

@@ -40,7 +40,7 @@ from typing import Any
 from kernels.exceptions import ConfigError
 from kernels.registry import KERNELS
 from kernels.tile import KERNEL_COSTS, TileDesc
-from simulator.config import Limits, check_fields, read_toml
+from simulator.config import Limits, check_fields, is_path, read_toml
 
 PRESET_DIR = Path(__file__).resolve().parent / "devices"
 DEFAULT_COSTS = "c600"
@@ -260,6 +260,8 @@ def _from_table(data: Any, source: str, here: Path, seen: tuple[str, ...]) -> De
                 costs_table[new] = value
     costs = _check_costs(costs_table if costs_table is not None else {}, source, base_costs)
     align = values["alignment"]
+    if align & (align - 1):
+        raise ConfigError(source, "alignment", "must be a power of two", align)
     if values["memory_size"] % align or values["memory_base"] % align:
         raise ConfigError(source, "alignment", "memory_base and memory_size must be multiples",
                           align)
@@ -271,8 +273,7 @@ def _from_table(data: Any, source: str, here: Path, seen: tuple[str, ...]) -> De
 
 def _load(ref: str, here: Path, seen: tuple[str, ...], source: str) -> Device:
     """The device `ref` names: a preset, or a path relative to `here`."""
-    is_path = "/" in ref or ref.endswith(".toml")
-    target: str | Path = (here / ref) if is_path and not Path(ref).is_absolute() else ref
+    target: str | Path = (here / ref) if is_path(ref) and not Path(ref).is_absolute() else ref
     data, src = read_toml(target, PRESET_DIR, "device")
     if src in seen:
         raise ConfigError(source, "base", f"devices inherit in a circle: "

@@ -124,8 +124,9 @@ def _check_fields(r: HardwareResult, src: str) -> None:
         raise HardwareResultInvalid(src, "device", "must be a non-empty string", r.device)
     if not _is_int(r.total_cycles) or r.total_cycles < 0:
         raise HardwareResultInvalid(src, "total_cycles", "must be an int >= 0", r.total_cycles)
-    if r.value_seed is not None and not _is_int(r.value_seed):
-        raise HardwareResultInvalid(src, "value_seed", "must be an int or null", r.value_seed)
+    if r.value_seed is not None and (not _is_int(r.value_seed) or r.value_seed < 0):
+        raise HardwareResultInvalid(src, "value_seed", "must be an int >= 0 or null",
+                                    r.value_seed)
     for name in ("step_cycles", "tile_cycles"):
         a = getattr(r, name)
         if a is None:

@@ -239,5 +239,4 @@ def _depths(package: Package) -> np.ndarray:
 def save_trace(trace: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write `trace` as JSON to `path` atomically (temp file + os.replace)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     return write_file_atomic(target, lambda f: json.dump(trace, f, separators=(",", ":")))

@@ -60,6 +60,20 @@ from planner.ir.models import WEIGHT_STD
 F32 = np.float32
 
 
+FP8_MAX = 448.0  # largest finite e4m3fn value; |code| >= 464 rounds to NaN
+
+
+def cast_counts(x: np.ndarray, t: Tensor) -> tuple[int, int, int]:
+    """(values, saturated, flushed) of rounding float32 `x` to fp8 tensor `t`:
+    saturated ones are beyond the largest finite fp8 value at `t`'s scale
+    (they round to NaN), flushed ones are non-zero and round to zero."""
+    x = np.asarray(x, dtype=F32)
+    scaled = np.abs(x) * F32(2.0 ** -t.scale_exp)
+    q = quantize(x, t)
+    return (int(x.size), int(np.count_nonzero(~(scaled <= FP8_MAX))),
+            int(np.count_nonzero((q == 0) & (x != 0))))
+
+
 def quantize(x: np.ndarray, t: Tensor) -> np.ndarray:
     """Round float32 values `x` to `t`'s dtype (and scale); float32 out."""
     x = np.asarray(x, dtype=F32)
@@ -162,35 +176,52 @@ def reference(
     params: Mapping[str, np.ndarray],
     inputs: Mapping[str, np.ndarray],
     record: dict[str, np.ndarray] | None = None,
+    casts: dict[str, list[int]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Forward pass of `g`: output name -> float32 array.
 
     `params`/`inputs` map names to logical values (as `init_params` gives);
     a missing or mis-shaped one raises ConfigError naming it.  If `record` is
     given it receives every computed tensor; a Repeat body's tensor `t` at
-    iteration i is recorded as `"<repeat>[i].t"`.
+    iteration i is recorded as `"<repeat>[i].t"`.  If `casts` is given it
+    receives, per fp8 tensor an op computes (a Repeat body's as
+    `"<repeat>/t"`, summed over iterations), [values, saturated, flushed]
+    (`cast_counts`).
     """
     env = _checked(g, params, g.parameters, "params")
     env.update(_checked(g, inputs, g.inputs, "inputs"))
-    _run(g, env, record, "")
+    _run(g, env, record, "", casts)
     return {name: env[name] for name in g.outputs}
 
 
+def cast_fractions(casts: Mapping[str, list[int]]) -> dict[str, dict[str, float]]:
+    """`reference(casts=...)` counts as fractions of each tensor's values."""
+    return {k: {"saturated": s / n, "flushed": f / n} for k, (n, s, f) in sorted(casts.items())
+            if n}
+
+
 def _run(g: Graph, env: dict[str, np.ndarray], record: dict[str, np.ndarray] | None,
-         prefix: str) -> None:
+         prefix: str, casts: dict[str, list[int]] | None = None, scope: str = "") -> None:
     for op in g.ops:
         if isinstance(op, Repeat):
-            _repeat(g, op, env, record, prefix)
+            _repeat(g, op, env, record, prefix, casts, scope)
             continue
         (out_name,) = op.outputs
-        out = quantize(_compute(g, op, env), g.tensor(out_name))
+        t = g.tensor(out_name)
+        raw = _compute(g, op, env)
+        if casts is not None and t.dtype == "fp8":
+            counts = casts.setdefault(scope + out_name, [0, 0, 0])
+            for j, c in enumerate(cast_counts(raw, t)):
+                counts[j] += c
+        out = quantize(raw, t)
         env[out_name] = out
         if record is not None:
             record[prefix + out_name] = out
 
 
 def _repeat(g: Graph, op: Repeat, env: dict[str, np.ndarray],
-            record: dict[str, np.ndarray] | None, prefix: str) -> None:
+            record: dict[str, np.ndarray] | None, prefix: str,
+            casts: dict[str, list[int]] | None = None, scope: str = "") -> None:
     carried = [env[name] for name in op.init]
     for i in range(op.trips):
         body_env = dict(zip(op.arguments, carried, strict=True))
@@ -198,7 +229,8 @@ def _repeat(g: Graph, op: Repeat, env: dict[str, np.ndarray],
             body_env[inner] = env[outer][i]
         for outer, inner in op.invariant:
             body_env[inner] = env[outer]
-        _run(op.body, body_env, record, f"{prefix}{op.name}[{i}].")
+        _run(op.body, body_env, record, f"{prefix}{op.name}[{i}].", casts,
+             f"{scope}{op.name}/")
         carried = [body_env[name] for name in op.yields]
     for name, value in zip(op.final, carried, strict=True):
         env[name] = value

@@ -1,0 +1,186 @@
+"""Hostile inputs at the command line: every one ends in one line and the
+right exit status, before any work where the input is a path to write; run
+directories are whole or absent; Ctrl-C and closed pipes end quietly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import planner
+import simulator
+from kernels.exceptions import ConfigError, HardwareResultInvalid
+from planner import pipeline
+from planner import report as report_mod
+from planner.cli import main
+from simulator.hardware import HardwareResult, save_hardware_result
+from simulator.testing import ksplit_matmul
+
+ROOT = Path(__file__).resolve().parents[1]
+TILEPLAN = [sys.executable, "-m", "planner"]
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tileplan: error: "), err
+    for w in words:
+        assert w in err[0], (w, err[0])
+    return err[0]
+
+
+@pytest.fixture(scope="module")
+def package_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pkg = ksplit_matmul(simulator.load_device("tiny"))[0]
+    return simulator.save_package(pkg, tmp_path_factory.mktemp("pkg") / "p")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["reference", "vit-micro", "--seed", "-1"], ["--seed", ">= 0", "-1"]),
+    (["run", "vit-micro", "--layers", "0"], ["--layers", ">= 1"]),
+    (["run", "vit-micro", "--optimization-steps", "x"], ["not an integer"]),
+    (["crosscheck", "p", "h", "--cycle-tolerance", "nan"], ["--cycle-tolerance", "finite"]),
+    (["crosscheck", "p", "h", "--rel-fro-tolerance", "-1"], ["finite number >= 0"]),
+])
+def test_numbers_are_checked_where_parsed(argv: list[str], words: list[str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    _one_line_error(capsys, *words)
+
+
+def test_simulate_seed_and_trace_path(package_dir: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(package_dir), "--seed", "-1"]) == 2
+    _one_line_error(capsys, "--seed")
+    missing = tmp_path / "no" / "such" / "trace.json"
+    assert main(["simulate", str(package_dir), "--trace", str(missing)]) == 2
+    _one_line_error(capsys, "--trace", "directory does not exist")
+    assert not (tmp_path / "no").exists()  # nothing created
+    assert main(["simulate", str(package_dir), "--trace", str(tmp_path)]) == 2
+    _one_line_error(capsys, "is a directory")
+
+
+def test_bad_out_is_refused_before_planning(micro_toml: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("planned before checking --out")
+
+    monkeypatch.setattr(pipeline, "plan", never)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    other = tmp_path / "other"
+    (other / "keep").mkdir(parents=True)
+    for out, words in ((tmp_path / "no" / "dir", "parent directory does not exist"),
+                       (afile, "not a directory"), (other, "not a run directory")):
+        assert main(["run", str(micro_toml), "--device", "tiny", "--out", str(out)]) == 2
+        _one_line_error(capsys, "--out", words)
+    assert (other / "keep").is_dir()
+
+
+def test_run_directory_is_whole_or_old(micro_toml: Path, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    args = ["run", str(micro_toml), "--device", "tiny", "--optimization-steps", "0",
+            "--no-numerics", "--out", str(out)]
+    assert main(args) == 0
+    first = json.loads((out / "summary.json").read_text())
+    assert simulator.load_package(out / "package").content_hash() == first["package_hash"]
+    real = report_mod.write_file_atomic
+    calls = []
+
+    def interrupted(path, write, mode="w"):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        raise KeyboardInterrupt  # Ctrl-C after the new package, before its summary
+
+    monkeypatch.setattr(report_mod, "write_file_atomic", interrupted)
+    assert main([*args[:-3], "--optimization-steps", "1", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "tileplan: interrupted"
+    assert calls  # the interrupt came while the new run was being written
+    monkeypatch.setattr(report_mod, "write_file_atomic", real)
+    again = json.loads((out / "summary.json").read_text())
+    assert again == first  # the old run, whole
+    assert simulator.load_package(out / "package").content_hash() == first["package_hash"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no stray temp dirs
+    assert main(["report", str(out)]) == 0
+
+
+def test_report_of_minimal_and_mistyped_summaries(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    minimal = {k: 0 for k in report_mod.SUMMARY_KEYS}
+    minimal.update(model="m", device="d", package_hash="h" * 64, max_abs_error=None,
+                   rel_fro_error=None)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(minimal))
+    assert main(["report", str(path)]) == 0
+    assert "model m (0 layers, batch 0) on d" in capsys.readouterr().out
+    for key, bad in (("cycles", "many"), ("faults", "none"), ("numerics_ok", 3),
+                     ("stage_seconds", {"expand": "slow"})):
+        path.write_text(json.dumps({**minimal, key: bad}))
+        assert main(["report", str(path)]) == 2
+        _one_line_error(capsys, str(path), key)
+
+
+def test_bad_model_and_device_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    dev = tmp_path / "six.toml"
+    dev.write_text('base = "tiny"\nname = "six"\nalignment = 6\n')
+    with pytest.raises(ConfigError, match="alignment.*power of two"):
+        simulator.load_device(dev)
+    fifo = tmp_path / "model.toml"
+    os.mkfifo(fifo)
+    t0 = time.perf_counter()
+    assert main(["models", str(fifo)]) == 2
+    assert time.perf_counter() - t0 < 5  # refused, not read (a FIFO would block)
+    _one_line_error(capsys, "not a regular file")
+    assert main(["devices", "/dev/zero"]) == 2
+    _one_line_error(capsys, "not a regular file")
+    big = tmp_path / "big.toml"
+    big.write_text("# x\n" * 300_000)
+    assert main(["models", str(big)]) == 2
+    _one_line_error(capsys, "larger than")
+    monkeypatch.chdir(tmp_path)
+    Path("vit-tiny").write_text("not a model")  # a file named like a zoo model
+    assert planner.load_model("vit-tiny").name == "vit-tiny"
+    assert main(["models", "./vit-tiny"]) == 2  # as a path it is the file
+    _one_line_error(capsys, "vit-tiny")
+
+
+def test_negative_value_seed_in_a_hardware_result(tmp_path: Path) -> None:
+    pkg = ksplit_matmul(simulator.load_device("tiny"))[0]
+    path = save_hardware_result(HardwareResult(pkg.content_hash(), "tiny", 10), tmp_path / "h")
+    doc = json.loads((path / "hwresult.json").read_text())
+    doc["value_seed"] = -1
+    (path / "hwresult.json").write_text(json.dumps(doc))
+    with pytest.raises(HardwareResultInvalid, match="value_seed.*>= 0"):
+        simulator.load_hardware_result(path)
+
+
+def test_closed_pipe_and_ctrl_c_end_quietly(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([*TILEPLAN, "devices", "c600"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.readline()
+    p.stdout.close()  # `| head -1`
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    slow = subprocess.Popen([*TILEPLAN, "plan", "siglip-so400m", "--layers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            cwd=tmp_path)
+    time.sleep(4)
+    slow.send_signal(signal.SIGINT)
+    out, err_b = slow.communicate(timeout=120)
+    lines = err_b.decode().strip().splitlines()
+    assert slow.returncode == 130 and lines[-1] == "tileplan: interrupted", lines
+    assert "Traceback" not in err_b.decode()
+    assert np.all([not p.name.startswith(".") for p in tmp_path.iterdir()])
