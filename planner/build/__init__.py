@@ -1,0 +1,1 @@
+"""The build: a Graph under a Plan lowered, expanded, scheduled, allocated and linked into a package."""

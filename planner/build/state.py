@@ -1,0 +1,74 @@
+"""What builds remember between calls: one `BuildState` object, never module
+globals.
+
+A state holds the catalogue's cache (shortlists, recipes by key, kernel-call
+cycles), the recent lowerings by content, the recent expansions a new one
+resumes from (`PrefixStore`), the facts of recent schedule phases and the
+buffer columns of recent programs.  `planner.search.context.PlanningContext`
+adds the search's caches; `planner.plan` makes one per call unless one is
+passed in, and a benchmark that wants a cold start makes a new one.  Every
+function that takes a state accepts None: a fresh state for that call (nothing
+shared).  Results never depend on what a state remembers, only speed does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+from planner.build.columns import BufMemo, PhaseMemo
+from planner.build.expand import PrefixStore
+from planner.build.lowered import Lowered
+from planner.decide.catalogue import CatalogueCache
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# lowerings kept by content: the optimizer lowers each incumbent three times
+# (its build's expansion, `proposals.pinned`, the proposal generator)
+RECENT_LOWERINGS = 8
+# weight of the remembered schedule phases: vertices + transfer rows (about
+# eight vit-tiny 2-layer programs' compute phases)
+PHASE_WEIGHT = 200_000
+
+
+class LRU(Generic[K, V]):
+    """A small least-recently-used map counting hits and misses (thread-safe:
+    a thread-pool optimizer shares one between its workers)."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.data: OrderedDict[K, V] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self.lock:
+            value = self.data.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self.data.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.max_entries:
+                self.data.popitem(last=False)
+
+
+class BuildState:
+    """The build layer's caches (module docstring); `prefix_entries` = 0
+    makes every expansion start from scratch."""
+
+    def __init__(self, prefix_entries: int = 4) -> None:
+        self.catalogue = CatalogueCache()
+        self.lowerings: LRU[tuple, Lowered] = LRU(RECENT_LOWERINGS)
+        self.prefixes = PrefixStore(prefix_entries)
+        self.phases: PhaseMemo = PhaseMemo(PHASE_WEIGHT)
+        self.bufs = BufMemo(4)
