@@ -1,1 +1,2 @@
-"""The build: a Graph under a Plan lowered, expanded, scheduled, allocated and linked into a package."""
+"""The build: a Graph under a Plan lowered, expanded, scheduled, allocated
+and linked into a package."""

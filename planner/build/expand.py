@@ -48,13 +48,12 @@ from typing import TYPE_CHECKING, Any
 
 from kernels.exceptions import BuildFailure, Unsupported
 from planner.build import expand_ops
-from planner.decide.catalogue import DEFAULT_LIMIT
 from planner.build.expand_redist import Loc, moves, shareable
-from planner.ir.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
-from planner.decide.layout import Layout, view2d
 from planner.build.lower import Lowered, Step, Value, lower
-from planner.decide.plan import Plan
 from planner.build.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
+from planner.decide.layout import Layout, view2d
+from planner.decide.plan import Plan
+from planner.ir.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
 from simulator.device import Device
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ import numpy as np
 
 from kernels import abi
 from kernels.jit import kjit
-from planner.decide.layout import Layout
 from planner.build.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
+from planner.decide.layout import Layout
 from simulator.access import bisect_left, bisect_right
 
 # (buf, offset, iter_stride, seq): where a cell lives; seq for ping-pong carries

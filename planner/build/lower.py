@@ -57,7 +57,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernels.exceptions import BuildFailure, Unsupported
+from planner.build.lowered import Carry, Lowered, Step, Value, identity_segments
 from planner.decide import catalogue as cat
+from planner.decide.layout import (
+    Layout,
+    canonical_layout,
+    even_cuts,
+    grid_tiles,
+    row_layout,
+    step_cuts,
+    view2d,
+)
+from planner.decide.plan import Plan
 from planner.ir.graph import (
     DTYPE_BYTES,
     Add,
@@ -72,17 +83,6 @@ from planner.ir.graph import (
     SplitHeads,
     Tensor,
 )
-from planner.decide.layout import (
-    Layout,
-    canonical_layout,
-    even_cuts,
-    grid_tiles,
-    row_layout,
-    step_cuts,
-    view2d,
-)
-from planner.build.lowered import Carry, Lowered, Step, Value, identity_segments
-from planner.decide.plan import Plan
 from simulator.device import Device
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.decide import catalogue as cat
-from planner.ir.graph import DTYPE_BYTES, Op
 from planner.decide.layout import Layout
+from planner.ir.graph import DTYPE_BYTES, Op
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,14 @@ import numpy as np
 
 from kernels.exceptions import BuildFailure, PackageInvalid
 from planner.build.allocate import Allocation, allocate
-from planner.decide.catalogue import DEFAULT_LIMIT
 from planner.build.expand import expand_lowered, gc_paused
-from planner.build.lower import lower
-from planner.ir.graph import Graph, verify_graph
 from planner.build.link import link, reserve
-from planner.decide.plan import Plan
+from planner.build.lower import lower
 from planner.build.program import Program
 from planner.build.schedule import Schedule, schedule
 from planner.build.state import BuildState
+from planner.decide.plan import Plan
+from planner.ir.graph import Graph, verify_graph
 from simulator.device import Device
 from simulator.package import Package
 from simulator.verify import verify
