@@ -18,8 +18,12 @@ output C [2M, N].  One Repeat of `trips` iterations runs, per iteration:
 
 The timing-only run uses enough iterations for MIN_INVOCATIONS vertex
 invocations; it is run twice, with the weight-address patches (every vertex
-patched: its cycles are recomputed each iteration) and without (unpatched
-vertices' and exchanges' cycles are computed once and reused).  Verification
+patched: its cycles are recomputed and its regions re-checked each iteration)
+and without (unpatched vertices' and exchanges' cycles and checks are done
+once and reused).  The run-time invariant checks are on in every figure; what
+they cost is the patched package's engine time with them against without
+(`simulator.engines.numba.execute(pkg, checks=False)`, which only this
+benchmark uses).  Verification
 time of the patched package is reported too (every iteration's patched
 addresses are checked).  The numerics run uses
 TRIPS_NUMERICS iterations; the numpy twin computes the same matmuls as one
@@ -241,6 +245,8 @@ def measure(device: str, min_invocations: int, trips_numerics: int,
     t_verify, _ = best_of(lambda: verify(pkg), 1)
     t_timing, timing = best_of(lambda: run(pkg, numerics=False), repeats)
     assert timing.ok and timing.vertex_invocations == 2 * dev.tiles * trips
+    t_checked, _ = best_of(lambda: execute(pkg), repeats)
+    t_unchecked, _ = best_of(lambda: execute(pkg, checks=False), repeats)
     fixed = build_package(dev, trips, patched=False, shape=shape)
     t_fixed, timing_fixed = best_of(lambda: run(fixed, numerics=False), repeats)
     small = build_package(dev, trips_numerics, shape=shape)
@@ -260,6 +266,7 @@ def measure(device: str, min_invocations: int, trips_numerics: int,
         "inv_per_s": timing.vertex_invocations / t_timing,
         "cycles_per_s": timing.cycles / t_timing,
         "inv_per_s_fixed": timing_fixed.vertex_invocations / t_fixed,
+        "checked_s": t_checked, "unchecked_s": t_unchecked,
         "num_trips": trips_numerics, "num_invocations": res.vertex_invocations,
         "numerics_s": t_num, "engine_s": t_engine, "numpy_s": t_np, "ratio": t_num / t_np,
         "engine_ratio": t_engine / t_np,
@@ -278,6 +285,9 @@ def format_table(r: dict[str, float], shape: tuple[int, int, int]) -> str:
         ("timing-only invocations/s, all patched", f"{r['inv_per_s']:.3g}  (target >= 1e7)"),
         ("timing-only simulated cycles/s", f"{r['cycles_per_s']:.3g}"),
         ("timing-only invocations/s, no patches", f"{r['inv_per_s_fixed']:.3g}"),
+        ("timing-only engine seconds, checks on / off",
+         f"{r['checked_s']:.3f} / {r['unchecked_s']:.3f}  (checks cost "
+         f"{r['checked_s'] / max(r['unchecked_s'], 1e-9):.2f}x)"),
         ("numerics: Repeat trips", f"{int(r['num_trips'])}"),
         ("numerics: vertex invocations", f"{int(r['num_invocations']):,}"),
         ("numerics: simulator seconds (run)", f"{r['numerics_s']:.3f}"),

@@ -32,13 +32,23 @@ CA = ARGS.CAST
 
 
 @kjit
-def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
-    """CAST numeric body; returns a kernels.status code."""
-    m, n, dx, dy = args[CA.M], args[CA.N], args[CA.dtype_x], args[CA.dtype_y]
-    if m < 1 or n < 1:
+def cast_check(args):  # type: ignore[no-untyped-def]
+    """CAST argument check (kernels.status code)."""
+    dx, dy = args[CA.dtype_x], args[CA.dtype_y]
+    if args[CA.M] < 1 or args[CA.N] < 1:
         return BAD_SHAPE
     if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
         return BAD_DTYPE
+    return OK
+
+
+@kjit
+def cast_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """CAST numeric body; returns a kernels.status code."""
+    m, n, dx, dy = args[CA.M], args[CA.N], args[CA.dtype_x], args[CA.dtype_y]
+    st = cast_check(args)
+    if st != OK:
+        return st
     s = np.float32(math.ldexp(1.0, int(args[CA.shift])))
     x = np.empty(n, dtype=np.float32)
     for i in range(m):

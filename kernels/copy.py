@@ -39,10 +39,16 @@ TR = ARGS.TRANSPOSE
 
 
 @kjit
+def copy_check(args):  # type: ignore[no-untyped-def]
+    """COPY argument check (kernels.status code)."""
+    return BAD_SHAPE if args[CP.rows] < 1 or args[CP.row_bytes] < 1 else OK
+
+
+@kjit
 def copy_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """COPY numeric body; returns a kernels.status code."""
     rows, nb = args[CP.rows], args[CP.row_bytes]
-    if rows < 1 or nb < 1:
+    if copy_check(args) != OK:
         return BAD_SHAPE
     src = args[CP.src] - base
     dst = args[CP.dst] - base
@@ -64,10 +70,17 @@ def _transpose_words(words, m, n, mem, dst, ldd, eb):  # type: ignore[no-untyped
 
 
 @kjit
+def transpose_check(args):  # type: ignore[no-untyped-def]
+    """TRANSPOSE argument check (kernels.status code)."""
+    m, n, eb = args[TR.M], args[TR.N], args[TR.elem_bytes]
+    return BAD_SHAPE if m < 1 or n < 1 or not (eb == 1 or eb == 2 or eb == 4) else OK
+
+
+@kjit
 def transpose_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """TRANSPOSE numeric body; returns a kernels.status code."""
     m, n, eb = args[TR.M], args[TR.N], args[TR.elem_bytes]
-    if m < 1 or n < 1 or not (eb == 1 or eb == 2 or eb == 4):
+    if transpose_check(args) != OK:
         return BAD_SHAPE
     src = args[TR.src] - base
     row = n * eb

@@ -6,6 +6,8 @@ All three take the kernel id first and branch to the family module:
   work cycles, the work slowed to desc[D_CONFLICT_PERCENT] percent when two
   operand regions share a memory element (kernels.cost); -1 for an unknown
   kernel id.
+- `vertex_check(kid, args) -> int64`: the kernel's argument check (a
+  kernels.status code); the engine and the verifier call it on every vertex.
 - `vertex_execute(kid, mem, base, args) -> int64`: runs the numeric body on the
   tile image `mem` (uint8, index 0 = address `base`); returns a kernels.status
   code (0 ok).  The caller has checked that every region lies inside `mem`.
@@ -27,39 +29,51 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import abi
-from kernels.cast import cast_cost, cast_execute, cast_regions
+from kernels.cast import cast_check, cast_cost, cast_execute, cast_regions
 from kernels.copy import (
+    copy_check,
     copy_cost,
     copy_execute,
     copy_regions,
+    transpose_check,
     transpose_cost,
     transpose_execute,
     transpose_regions,
 )
 from kernels.cost import conflicted, has_conflict
 from kernels.elementwise import (
+    add_check,
     add_cost,
     add_execute,
     add_regions,
+    bias_add_check,
     bias_add_cost,
     bias_add_execute,
     bias_add_regions,
+    gelu_check,
     gelu_cost,
     gelu_execute,
     gelu_regions,
 )
 from kernels.jit import kjit, kjit_inline
-from kernels.layernorm import layernorm_cost, layernorm_execute, layernorm_regions
+from kernels.layernorm import (
+    layernorm_check,
+    layernorm_cost,
+    layernorm_execute,
+    layernorm_regions,
+)
 from kernels.matmul import (
+    batch_matmul_check,
     batch_matmul_cost,
     batch_matmul_execute,
     batch_matmul_regions,
+    matmul_check,
     matmul_cost,
     matmul_execute,
     matmul_regions,
 )
-from kernels.reduce import reduce_cost, reduce_execute, reduce_regions
-from kernels.softmax import softmax_cost, softmax_execute, softmax_regions
+from kernels.reduce import reduce_check, reduce_cost, reduce_execute, reduce_regions
+from kernels.softmax import softmax_check, softmax_cost, softmax_execute, softmax_regions
 from kernels.status import BAD_KERNEL
 
 
@@ -148,6 +162,36 @@ def vertex_cycles(kid, args, desc):  # type: ignore[no-untyped-def]
     regions = np.empty((abi.MAX_REGIONS, abi.REGION_COLS), dtype=np.int64)
     cycles, _ = vertex_cost(kid, args, desc, regions)
     return cycles
+
+
+@kjit
+def vertex_check(kid, args):  # type: ignore[no-untyped-def]
+    """The kernel's own argument check (kernels.status code; BAD_KERNEL for an
+    unknown id): what the engine and the verifier apply to every vertex,
+    patched arguments included, before its regions or cycles mean anything."""
+    if kid == abi.MATMUL:
+        return matmul_check(args)
+    if kid == abi.BATCH_MATMUL:
+        return batch_matmul_check(args)
+    if kid == abi.REDUCE:
+        return reduce_check(args)
+    if kid == abi.ADD:
+        return add_check(args)
+    if kid == abi.BIAS_ADD:
+        return bias_add_check(args)
+    if kid == abi.LAYERNORM:
+        return layernorm_check(args)
+    if kid == abi.GELU:
+        return gelu_check(args)
+    if kid == abi.SOFTMAX:
+        return softmax_check(args)
+    if kid == abi.CAST:
+        return cast_check(args)
+    if kid == abi.COPY:
+        return copy_check(args)
+    if kid == abi.TRANSPOSE:
+        return transpose_check(args)
+    return BAD_KERNEL
 
 
 @kjit

@@ -69,14 +69,23 @@ def _valid_dtype(dt):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def add_execute(mem, base, args):  # type: ignore[no-untyped-def]
-    """ADD: c = a + b in float32, rounded once to dtype_c."""
-    m, n = args[AD.M], args[AD.N]
-    if m < 1 or n < 1:
+def add_check(args):  # type: ignore[no-untyped-def]
+    """ADD argument check (kernels.status code)."""
+    if args[AD.M] < 1 or args[AD.N] < 1:
         return BAD_SHAPE
     if not (_valid_dtype(args[AD.dtype_a]) and _valid_dtype(args[AD.dtype_b])
             and _valid_dtype(args[AD.dtype_c])):
         return BAD_DTYPE
+    return OK
+
+
+@kjit
+def add_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """ADD: c = a + b in float32, rounded once to dtype_c."""
+    m, n = args[AD.M], args[AD.N]
+    st = add_check(args)
+    if st != OK:
+        return st
     a = np.empty(n, dtype=np.float32)
     b = np.empty(n, dtype=np.float32)
     for i in range(m):
@@ -89,13 +98,22 @@ def add_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def bias_add_execute(mem, base, args):  # type: ignore[no-untyped-def]
-    """BIAS_ADD: y = x + bias (fp16[N]) in float32, rounded once to dtype_y."""
-    m, n = args[BA.M], args[BA.N]
-    if m < 1 or n < 1:
+def bias_add_check(args):  # type: ignore[no-untyped-def]
+    """BIAS_ADD argument check (kernels.status code)."""
+    if args[BA.M] < 1 or args[BA.N] < 1:
         return BAD_SHAPE
     if not (_valid_dtype(args[BA.dtype_x]) and _valid_dtype(args[BA.dtype_y])):
         return BAD_DTYPE
+    return OK
+
+
+@kjit
+def bias_add_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """BIAS_ADD: y = x + bias (fp16[N]) in float32, rounded once to dtype_y."""
+    m, n = args[BA.M], args[BA.N]
+    st = bias_add_check(args)
+    if st != OK:
+        return st
     bias = np.empty(n, dtype=np.float32)
     read_row(mem, args[BA.bias] - base, n, DT_FP16, bias)
     x = np.empty(n, dtype=np.float32)
@@ -108,10 +126,16 @@ def bias_add_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit
+def gelu_check(args):  # type: ignore[no-untyped-def]
+    """GELU argument check (kernels.status code)."""
+    return BAD_SHAPE if args[GE.M] < 1 or args[GE.N] < 1 else OK
+
+
+@kjit
 def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """GELU (tanh form, kernels.formulas.gelu) on fp16 rows, fp16 out."""
     m, n = args[GE.M], args[GE.N]
-    if m < 1 or n < 1:
+    if gelu_check(args) != OK:
         return BAD_SHAPE
     x = np.empty(n, dtype=np.float32)
     half = np.float32(0.5)

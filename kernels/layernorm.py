@@ -63,10 +63,16 @@ def _sum64(x, n, square):  # type: ignore[no-untyped-def]
 
 
 @kjit
+def layernorm_check(args):  # type: ignore[no-untyped-def]
+    """LAYERNORM argument check (kernels.status code)."""
+    return BAD_SHAPE if args[LN.M] < 1 or args[LN.N] < 1 else OK
+
+
+@kjit
 def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """LAYERNORM numeric body; returns a kernels.status code."""
     m, n = args[LN.M], args[LN.N]
-    if m < 1 or n < 1:
+    if layernorm_check(args) != OK:
         return BAD_SHAPE
     eps = u32_as_f32(args[LN.eps])
     gamma = np.empty(n, dtype=np.float32)

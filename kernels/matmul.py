@@ -88,12 +88,20 @@ def _gemm(mem, a_off, lda, b_off, ldb, m, k, n, in_dt, trans_b):  # type: ignore
 
 
 @kjit
+def matmul_check(args):  # type: ignore[no-untyped-def]
+    """MATMUL argument check (kernels.status code): what execute, the engine
+    and the verifier all apply."""
+    return _check(args[MM.lda], args[MM.ldb], args[MM.ldc], args[MM.M], args[MM.K],
+                  args[MM.N], args[MM.in_dtype], args[MM.out_dtype], args[MM.flags],
+                  FLAG_TRANS_B | FLAG_ACCUMULATE)
+
+
+@kjit
 def matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """MATMUL numeric body; returns a kernels.status code."""
     m, k, n = args[MM.M], args[MM.K], args[MM.N]
     in_dt, out_dt, flags = args[MM.in_dtype], args[MM.out_dtype], args[MM.flags]
-    st = _check(args[MM.lda], args[MM.ldb], args[MM.ldc], m, k, n, in_dt, out_dt, flags,
-                FLAG_TRANS_B | FLAG_ACCUMULATE)
+    st = matmul_check(args)
     if st != OK:
         return st
     r = _gemm(mem, args[MM.a] - base, args[MM.lda], args[MM.b] - base, args[MM.ldb], m, k, n, in_dt,
@@ -121,17 +129,25 @@ def matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit
+def batch_matmul_check(args):  # type: ignore[no-untyped-def]
+    """BATCH_MATMUL argument check (kernels.status code)."""
+    st = _check(args[BMM.lda], args[BMM.ldb], args[BMM.ldc], args[BMM.M], args[BMM.K],
+                args[BMM.N], args[BMM.in_dtype], args[BMM.out_dtype], args[BMM.flags],
+                FLAG_TRANS_B)
+    if st == OK and args[BMM.batch] < 1:
+        return BAD_SHAPE
+    return st
+
+
+@kjit
 def batch_matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """BATCH_MATMUL numeric body; returns a kernels.status code."""
     m, k, n = args[BMM.M], args[BMM.K], args[BMM.N]
     in_dt, out_dt = args[BMM.in_dtype], args[BMM.out_dtype]
     flags, batch = args[BMM.flags], args[BMM.batch]
-    st = _check(args[BMM.lda], args[BMM.ldb], args[BMM.ldc], m, k, n, in_dt, out_dt, flags,
-                FLAG_TRANS_B)
+    st = batch_matmul_check(args)
     if st != OK:
         return st
-    if batch < 1:
-        return BAD_SHAPE
     for t in range(batch):
         r = _gemm(mem, args[BMM.a] - base + t * args[BMM.batch_stride_a], args[BMM.lda],
                   args[BMM.b] - base + t * args[BMM.batch_stride_b], args[BMM.ldb], m, k, n,

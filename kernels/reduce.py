@@ -33,13 +33,22 @@ RED = ARGS.REDUCE
 
 
 @kjit
+def reduce_check(args):  # type: ignore[no-untyped-def]
+    """REDUCE argument check (kernels.status code)."""
+    if args[RED.k] < 1 or args[RED.M] < 1 or args[RED.N] < 1:
+        return BAD_SHAPE
+    if args[RED.out_dtype] < 0 or args[RED.out_dtype] > DT_FP32:
+        return BAD_DTYPE
+    return OK
+
+
+@kjit
 def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
     """REDUCE numeric body; returns a kernels.status code."""
     k, m, n, out_dt = args[RED.k], args[RED.M], args[RED.N], args[RED.out_dtype]
-    if k < 1 or m < 1 or n < 1:
-        return BAD_SHAPE
-    if out_dt < 0 or out_dt > DT_FP32:
-        return BAD_DTYPE
+    st = reduce_check(args)
+    if st != OK:
+        return st
     bias = np.zeros(n, dtype=np.float32)
     if args[RED.bias] != 0:
         read_row(mem, args[RED.bias] - base, n, DT_FP16, bias)

@@ -74,16 +74,25 @@ def _sum64(x, n):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
-    """SOFTMAX numeric body; returns a kernels.status code."""
-    m, n = args[SM.M], args[SM.N]
-    if m < 1 or n < 1:
+def softmax_check(args):  # type: ignore[no-untyped-def]
+    """SOFTMAX argument check (kernels.status code)."""
+    if args[SM.M] < 1 or args[SM.N] < 1:
         return BAD_SHAPE
     dx, dy = args[SM.dtype_x], args[SM.dtype_y]
     if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
         return BAD_DTYPE
     if args[SM.path] < PATH_AUTO or args[SM.path] > PATH_SPLIT:
         return BAD_FLAGS
+    return OK
+
+
+@kjit
+def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """SOFTMAX numeric body; returns a kernels.status code."""
+    m, n = args[SM.M], args[SM.N]
+    st = softmax_check(args)
+    if st != OK:
+        return st
     scale = u32_as_f32(args[SM.scale])
     x = np.empty(n, dtype=np.float32)
     for i in range(m):

@@ -23,7 +23,7 @@ import copy
 
 import numpy as np
 
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline
 from simulator.package import Package
 
 R_ADDR = 0
@@ -144,6 +144,22 @@ def find_row(tile, lo, hi, step, t_ptr, table):  # type: ignore[no-untyped-def]
             return k
         k -= 1
     return -1
+
+
+@kjit_inline
+def live_buffer(tile, lo, hi, rows, step, t_ptr, table, hint):  # type: ignore[no-untyped-def]
+    """The access rule every engine applies at run time (and the verifier
+    statically): the row of `table` of the tensor buffer of `tile`, live at
+    `step`, that holds [lo, hi) and has at least `rows` bytes (a region with
+    more rows than its buffer has bytes is garbage), or -1.  `hint` is a row
+    to try first (the one found for the same access before), -1 for none."""
+    j = hint
+    if not (j >= 0 and table[j, B_ADDR] <= lo and hi <= table[j, B_END]
+            and table[j, B_FIRST] <= step and step <= table[j, B_LAST]):
+        j = find_row(tile, lo, hi, step, t_ptr, table)
+    if j >= 0 and rows > table[j, B_END] - table[j, B_ADDR]:
+        return -1
+    return j
 
 
 @kjit

@@ -26,12 +26,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernels import status
 from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
-from kernels.exceptions import SimulationFault
+from kernels.exceptions import PackageInvalid, SimulationFault
 from kernels.jit import kjit
 from simulator.access import bits_set
-from simulator.engines.base import ENGINES, F_OUTPUT, F_RACE, FAULT_NAMES, MemoryImage
+from simulator.engines.base import (
+    ENGINES,
+    F_ARGS,
+    F_DST_BUFFER,
+    F_NO_BUFFER,
+    F_OUTPUT,
+    F_RACE,
+    F_SRC_BUFFER,
+    FAULT_NAMES,
+    MemoryImage,
+)
 from simulator.engines.base import engine as engine_named
 from simulator.package import IoTensor, Package
 from simulator.verify import check_structure
@@ -207,14 +218,16 @@ def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarr
     faults: list[Fault] = []
     k = pkg.io_index(t.name)
     for i in np.flatnonzero(pkg.arrays["io_tensor"] == k).tolist():
-        row, geo = _block_geometry(pkg, image, i, t)
+        try:
+            row, geo = _block_geometry(pkg, image, i, t)
+        except PackageInvalid:  # outside the image: nothing there was ever written
+            nbytes = int(np.prod(pkg.arrays["io_hi"][i] - pkg.arrays["io_lo"][i])) * esize
+            faults.append(_output_fault(pkg, t, i, int(pkg.arrays["io_addr"][i]), nbytes))
+            continue
         n_bad, first = _gather(image.mem, image.written, row, *geo, raw, ok)
         if n_bad:
             addr = int(first) + int(image.tile_base[int(pkg.arrays["io_tile"][i])])
-            tile = int(pkg.arrays["io_tile"][i])
-            fault_row = np.array([F_OUTPUT, max(pkg.n_steps - 1, 0), tile, addr, -1, 0, i,
-                                  int(n_bad)], dtype=np.int64)
-            faults.append(describe_fault(pkg, fault_row, output=t.name))
+            faults.append(_output_fault(pkg, t, i, addr, int(n_bad)))
     vals = _decode(raw, t.dtype)
     if t.scale_exp:
         vals = vals * np.float32(2.0 ** t.scale_exp)
@@ -222,6 +235,13 @@ def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarr
         missing = (ok.reshape(-1, esize) == 0).any(axis=1)
         vals[missing] = np.nan  # never a stale or zero value for an unwritten element
     return vals.reshape(t.shape), faults
+
+
+def _output_fault(pkg: Package, t: IoTensor, i: int, addr: int, nbytes: int) -> Fault:
+    """F_OUTPUT: `nbytes` of io block i of output t, from `addr`, never written."""
+    row = np.array([F_OUTPUT, max(pkg.n_steps - 1, 0), int(pkg.arrays["io_tile"][i]), addr,
+                    -1, 0, i, nbytes], dtype=np.int64)
+    return describe_fault(pkg, row, output=t.name)
 
 
 def _padded(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -248,9 +268,9 @@ def _block_geometry(pkg: Package, image: MemoryImage, i: int,
     off = int(a["io_addr"][i]) - int(image.tile_base[tile])
     end = off + (ext0 - 1) * ld0 + (ext1 - 1) * ld1 + rb
     if row < 0 or off < 0 or ld0 < 0 or ld1 < 0 or end > int(image.tile_size[tile]):
-        raise ValueError(f"io block {i} of {t.name!r}: tile {tile} address "
-                         f"{int(a['io_addr'][i]):#x} is outside the tile's tensor buffers "
-                         f"(run simulator.verify)")
+        raise PackageInvalid(f"io block {i} of {t.name!r}: tile {tile} address "
+                             f"{int(a['io_addr'][i]):#x} is outside the tile's tensor buffers "
+                             f"(run simulator.verify)")
     logical = ((lo0 * s1 + lo1) * s2 + lo2) * esize
     return row, (off, ld0, ld1, ext0, ext1, rb, logical, s1 * s2 * esize, s2 * esize)
 
@@ -314,6 +334,21 @@ def _decode(raw: np.ndarray, dtype: str) -> np.ndarray:
 # ---- faults -----------------------------------------------------------------------
 
 
+def buffer_at(pkg: Package, tile: int, addr: int, step: int) -> str:
+    """What holds byte `addr` of `tile`, for a fault message: the buffer (any
+    kind, live or not) and whether it is live at `step`, or "no buffer"."""
+    a = pkg.arrays
+    hit = np.flatnonzero((a["buf_tile"] == tile) & (a["buf_addr"] <= addr)
+                         & (addr < a["buf_addr"] + a["buf_bytes"]))
+    if not hit.size:
+        return "no buffer holds that address"
+    b = int(hit[0])
+    first, last = int(a["buf_first"][b]), int(a["buf_last"][b])
+    state = "live" if first <= step <= last else "dead"
+    return (f"it starts in {pkg.buffer_label(b)}, {int(a['buf_bytes'][b])} bytes, live steps "
+            f"{first}..{last} ({state} here)")
+
+
 def describe_fault(pkg: Package, row: np.ndarray, output: str | None = None) -> Fault:
     """A readable Fault from an engine fault row (engine.FAULT_COLS values)."""
     code, step, tile, addr, loop, it, item, detail = (int(v) for v in row)
@@ -335,6 +370,10 @@ def describe_fault(pkg: Package, row: np.ndarray, output: str | None = None) -> 
         what = f"output {output!r} io block {item}: {detail} byte(s) never written"
     elif code == F_RACE:
         what = f"{who(detail)} and {who(item)} touch the same byte and one of them writes"
+    elif code == F_ARGS:
+        what = f"{who(item)}: {status.describe(detail)}"
+    elif code in (F_NO_BUFFER, F_SRC_BUFFER, F_DST_BUFFER):
+        what = f"{who(item)}, {detail} bytes; {buffer_at(pkg, tile, addr, step)}"
     else:
         what = f"{who(item)} (detail {detail})"
     return Fault(code, kind, step, tile, addr, loop, it, item, detail, f"{kind} at {where}: {what}")

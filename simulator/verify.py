@@ -36,6 +36,7 @@ import threading
 
 import numpy as np
 
+from kernels import status
 from kernels.abi import (
     BUF_CODE,
     BUF_SUPPORT,
@@ -64,6 +65,7 @@ from simulator.package import Package
 from simulator.verify_scan import (
     E_ALIGN_V,
     E_ALIGN_X,
+    E_ARGS,
     E_DST,
     E_KERNEL,
     E_RACE,
@@ -86,9 +88,9 @@ def verify(pkg: Package) -> None:
     first, last = effective_live(pkg)
     idx = _check_buffers(pkg, first, last)
     _check_patches(pkg, idx)
-    _check_footprint(pkg)
-    _check_io(pkg, idx)
+    _check_io(pkg, access_index(pkg, idx))
     _check_accesses(pkg, idx)
+    _check_footprint(pkg)  # after the accesses: an overrun is named as one, not by its table
 
 
 # ---- 1. structure ------------------------------------------------------------
@@ -503,17 +505,26 @@ def _patch_lists(pkg: Package) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return out[0], out[1], out[2], out[3]
 
 
+def access_index(pkg: Package, bidx: BufferIndex | None = None) -> BufferIndex:
+    """The buffers a vertex operand or transfer endpoint may lie in, with the
+    steps they may be touched at: tensor buffers over their effective live
+    ranges (code, exchange-table and support memory never count as live for
+    vertices and transfers).  The verifier checks every access against it
+    statically, the engines at run time (simulator.access.live_buffer)."""
+    if bidx is None:
+        bidx = BufferIndex(pkg, *effective_live(pkg))
+    tensor = np.isin(pkg.arrays["buf_kind"], TENSOR_KINDS)
+    return bidx.live(np.where(tensor, bidx.first, np.iinfo(np.int64).max),
+                     np.where(tensor, bidx.last, -1))
+
+
 def _check_accesses(pkg: Package, bidx: BufferIndex) -> None:
     a = pkg.arrays
     pv_list, pv_step, px_list, px_step = _patch_lists(pkg)
     pt = np.stack([a["p_target"], a["p_index"], a["p_arg"], a["p_loop"], a["p_mode"],
                    a["p_base"], a["p_stride"], a["p_table"][:-1]], axis=1)
     assert pt.shape[1] == PT_LEN
-    # vertices and transfers touch tensor buffers only: code, exchange-table and
-    # support memory never count as live for them (the engine's image has none)
-    tensor = np.isin(a["buf_kind"], TENSOR_KINDS)
-    bi = bidx.live(np.where(tensor, bidx.first, np.iinfo(np.int64).max),
-                   np.where(tensor, bidx.last, -1))
+    bi = access_index(pkg, bidx)
     max_x = max(int(np.diff(a["step_xfer"]).max(initial=0)), 1)
     max_r = max(8 * int(np.diff(a["step_vtx"]).max(initial=0)), 1)
     err = np.zeros(9, dtype=np.int64)
@@ -548,5 +559,6 @@ def _check_accesses(pkg: Package, bidx: BufferIndex) -> None:
         E_ALIGN_V: f"{who(item)} operand misaligned (natural alignment {nb})",
         E_ALIGN_X: f"{who(item + V)} endpoint misaligned (natural alignment {nb})",
         E_ROWS: f"{who(item)} operand region has {nb} rows, more than its buffer has bytes",
+        E_ARGS: f"{who(item)} arguments rejected by its kernel: {status.describe(nb)}",
     }
     raise PackageInvalid(f"{where}: {msgs[code]}")

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.abi import N_ARGS, PATCH_ARITH, PATCH_XFER_DST, PATCH_XFER_SRC
-from kernels.dispatch import vertex_regions
+from kernels.dispatch import vertex_check, vertex_regions
 from kernels.jit import kjit
 from simulator.access import (
     B_ADDR,
@@ -65,6 +65,7 @@ E_KERNEL = 5  # kernel without a region description
 E_ALIGN_V = 6  # vertex operand misaligned
 E_ALIGN_X = 7  # transfer endpoint misaligned
 E_ROWS = 8  # a region with more rows than bytes up to the tile's last buffer end
+E_ARGS = 9  # the kernel's argument check failed (err[8]: the kernels.status code)
 
 # columns of the patch table `scan_accesses` takes (int64 [patches, PT_LEN])
 PT_TARGET = 0
@@ -269,9 +270,13 @@ def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kerne
             p = lst[q]
             args[pt[p, PT_ARG]] = _patched_value(p, ctr[pt[p, PT_LOOP]], pt, table_values)
             q += 1
-        nr = vertex_regions(v_kernel[it], args, vr)
         tile = v_tile[it]
         err[1], err[2], err[4] = s, tile, it
+        st = vertex_check(v_kernel[it], args)
+        if st != 0:
+            err[8] = st
+            return E_ARGS
+        nr = vertex_regions(v_kernel[it], args, vr)
         if nr < 0:
             return E_KERNEL
         for r in range(nr):

@@ -20,7 +20,14 @@ from kernels.exceptions import ConfigError
 from planner.ir.graph import Graph
 from simulator import load_device, run, verify
 from simulator.device import Device
-from simulator.engines.base import F_MISALIGNED, F_RACE, F_RANGE, F_UNINIT, F_XFER_RANGE, MAX_FAULTS
+from simulator.engines.base import (
+    F_DST_BUFFER,
+    F_MISALIGNED,
+    F_NO_BUFFER,
+    F_RACE,
+    F_UNINIT,
+    MAX_FAULTS,
+)
 from simulator.package import Package
 from simulator.run import SimResult
 from simulator.testing import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
@@ -186,7 +193,7 @@ def test_out_of_range_and_misaligned_same_faults(dev: Device) -> None:
     fast, slow = _both(b.build(), inputs={"a": np.ones(64, np.float32)})
     _assert_agree(fast, slow)
     codes = [f.code for f in slow.faults]
-    assert codes == [F_RANGE, F_MISALIGNED, F_XFER_RANGE, F_MISALIGNED]
+    assert codes == [F_NO_BUFFER, F_MISALIGNED, F_DST_BUFFER, F_MISALIGNED]
     assert slow.faults[0].address == far and slow.faults[2].address == dev.memory_end + 64
 
 
@@ -198,7 +205,7 @@ def test_fault_inside_a_loop_names_the_same_iteration(dev: Device) -> None:
     stride[p] = 2 * stride[p]
     fast, slow = _both(pkg.with_arrays(p_stride=stride), *_repeat_io())
     _assert_agree(fast, slow)
-    out = [f for f in slow.faults if f.code == F_XFER_RANGE]
+    out = [f for f in slow.faults if f.code == F_DST_BUFFER]
     assert out and {f.iteration for f in out} == {2, 3} and out[0].loop == 1
 
 

@@ -9,6 +9,18 @@ jitted superstep loop, simulator/engines/numba.py) and "simpy" (the
 event-level twin for small packages, simulator/engines/simpy.py); `engine`
 looks one up, importing its module only then.
 
+Run-time invariants, checked at every execution of every vertex and
+transfer in both modes (timing only and numerics), in this order, each a
+fault: the kernel's argument check (`kernels.dispatch.vertex_check`,
+F_ARGS); per operand region, then per transfer end (source first), the
+live tensor buffer that must hold it (`simulator.access.live_buffer` over
+`simulator.verify.access_index`: F_NO_BUFFER, F_SRC_BUFFER, F_DST_BUFFER)
+and its natural alignment (F_MISALIGNED).  With numerics the engine then
+checks the image window (F_RANGE, F_XFER_RANGE), reads of unwritten bytes
+(F_UNINIT), races (F_RACE) and the kernels' status (F_KERNEL).  A vertex
+or transfer with a SKIPPING fault does not run; a vertex rejected by its
+argument check costs no cycles.
+
 Faults are rows of `faults[:, F_*]` — (code, step, tile, address, loop,
 iteration, item, detail); `loop` is the BEGIN step of the innermost open loop
 (-1 outside loops) and `iteration` its counter.  At most `MAX_FAULTS` are
@@ -40,6 +52,10 @@ F_XFER_RANGE = 5  # transfer endpoint outside the tile's memory
 F_KERNEL = 6  # the kernel body returned a non-zero status (detail = status)
 F_NO_REGIONS = 7  # the kernel has no region description
 F_OUTPUT = 8  # an output byte was never written (reported by run)
+F_ARGS = 9  # the kernel's argument check rejected the vertex (detail = status)
+F_NO_BUFFER = 10  # an operand region is not inside one live tensor buffer (detail = bytes)
+F_SRC_BUFFER = 11  # a transfer source is not inside one live tensor buffer (detail = bytes)
+F_DST_BUFFER = 12  # a transfer destination is not inside one live tensor buffer (detail)
 FAULT_NAMES = {
     F_RANGE: "out-of-range access",
     F_MISALIGNED: "misaligned access",
@@ -49,7 +65,15 @@ FAULT_NAMES = {
     F_KERNEL: "kernel error status",
     F_NO_REGIONS: "kernel without region description",
     F_OUTPUT: "output never written",
+    F_ARGS: "arguments rejected by the kernel",
+    F_NO_BUFFER: "operand region outside every live tensor buffer",
+    F_SRC_BUFFER: "transfer source outside every live tensor buffer",
+    F_DST_BUFFER: "transfer destination outside every live tensor buffer",
 }
+# the faults that skip the vertex or transfer they name (memory safety): the
+# others are reported and the item still runs
+SKIPPING = (F_RANGE, F_XFER_RANGE, F_NO_REGIONS, F_ARGS, F_NO_BUFFER, F_SRC_BUFFER,
+            F_DST_BUFFER)
 FAULT_COLS = 8
 
 # the engine counters' layout

@@ -29,8 +29,10 @@ arrays and patch index), `MemoryImage` and `Outputs`.
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from kernels.abi import (
@@ -42,15 +44,19 @@ from kernels.abi import (
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
 )
-from kernels.dispatch import vertex_cost, vertex_execute, vertex_regions
-from kernels.jit import kjit
+from kernels.dispatch import vertex_check, vertex_cost, vertex_execute, vertex_regions
+from kernels.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 from simulator.access import (
+    B_ADDR,
+    B_END,
     R_LEN,
     bits_first_unset,
     bits_set,
     find_race,
-    region_granule,
+    granule_of,
+    live_buffer,
     region_span,
+    span_of,
     tile_order,
 )
 from simulator.engines.base import (
@@ -58,11 +64,15 @@ from simulator.engines.base import (
     C_FAULTS,
     C_TRANSFERS,
     C_VERTICES,
+    F_ARGS,
+    F_DST_BUFFER,
     F_KERNEL,
     F_MISALIGNED,
+    F_NO_BUFFER,
     F_NO_REGIONS,
     F_RACE,
     F_RANGE,
+    F_SRC_BUFFER,
     F_UNINIT,
     F_XFER_RANGE,
     FAULT_COLS,
@@ -84,9 +94,18 @@ from simulator.timing import (
     device_scalars,
     loop_patch_words,
 )
-from simulator.verify import patch_index
+from simulator.verify import access_index, patch_index
 
 MAX_DEPTH = 32
+# compute steps with at least this many vertices are costed and checked on all
+# cores (`_vertex_pass_parallel`) when the engine runs in the main thread;
+# smaller ones, and all in other threads, in this thread
+PARALLEL_VERTICES = 512
+# chunks of such a step, each with its own argument rows: a constant, since
+# asking Numba for its thread count would make the pass uncacheable
+PARALLEL_CHUNKS = 64
+SERIAL = 1 << 62  # the threshold that keeps a run out of the thread pool
+OPT_PARALLEL_MIN, OPT_CHECKS = 0, 1  # run options of _superstep_loop
 
 
 class Program(NamedTuple):
@@ -119,6 +138,8 @@ class Program(NamedTuple):
     p_table: np.ndarray
     table_values: np.ndarray
     loop_patch: np.ndarray
+    b_ptr: np.ndarray  # the access index (verify.access_index): tile -> first row
+    b_table: np.ndarray  # ... its rows (simulator.access B_* columns)
 
 
 class Outputs(NamedTuple):
@@ -136,17 +157,20 @@ def program_arrays(pkg: Package) -> Program:
     """The `Program` of `pkg`."""
     a = pkg.arrays
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
+    b_ptr, b_table = access_index(pkg).args()
     return Program(
         a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"], a["step_match"],
         a["v_tile"], a["v_kernel"], a["v_args"],
         a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
         vp_ptr, vp_list, xp_ptr, xp_list,
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
-        a["p_table"], a["table_values"], loop_patch_words(pkg))
+        a["p_table"], a["table_values"], loop_patch_words(pkg), b_ptr, b_table)
 
 
-def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
-    """Run `pkg` (already structure-checked) for timing, and numerics if `image`."""
+def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True) -> EngineOutput:
+    """Run `pkg` (already structure-checked) for timing, and numerics if `image`.
+    `checks=False` drops the run-time invariant checks of the timing path (only
+    for measuring what they cost: experiments/bench_simulator.py)."""
     a, dev = pkg.arrays, pkg.device
     numerics = image is not None
     if image is None:
@@ -159,8 +183,14 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
                   np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64),
                   np.zeros(4, dtype=np.int64))
+    # Numba's thread pool is entered from the main thread only (kernels.jit:
+    # the fork-safe workqueue layer must never be entered by two threads)
+    opts = np.zeros(2, dtype=np.int64)
+    opts[OPT_PARALLEL_MIN] = PARALLEL_VERTICES \
+        if threading.current_thread() is threading.main_thread() else SERIAL
+    opts[OPT_CHECKS] = bool(checks) or numerics  # numerics needs the checks for memory safety
     _superstep_loop(program_arrays(pkg), dev.tile_desc().as_array(), device_scalars(dev),
-                    numerics, image, np.zeros(stage_bytes, dtype=np.uint8), out)
+                    numerics, image, np.zeros(stage_bytes, dtype=np.uint8), out, opts)
     counters = out.counters
     n_f = int(counters[C_FAULTS])
     return EngineOutput(
@@ -169,6 +199,164 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
         faults=out.faults[: min(n_f, MAX_FAULTS)].copy(), n_faults=n_f,
         vertex_invocations=int(counters[C_VERTICES]), transfers=int(counters[C_TRANSFERS]),
     )
+
+
+@kjit_inline
+def _check_regions(s, loop, it, v, tile, vr, nr, b_ptr, b_table, vbuf, faults, counters,
+                   emit):  # type: ignore[no-untyped-def]
+    """The run-time invariants of vertex v's regions vr[:nr] at step s
+    (simulator.engines.base): each in a live tensor buffer (else F_NO_BUFFER),
+    on its natural alignment (else F_MISALIGNED).  Returns a bit set: 1 some
+    region has no buffer (the vertex must not run), 2 some is misaligned.
+    Faults are recorded only when `emit` (the parallel pass only flags)."""
+    bad = 0
+    for r in range(nr):
+        # scalars, not a row view: a view passed to a call costs reference counting
+        addr, outer, ostride, rows, ld, nb = vr[r, 0], vr[r, 1], vr[r, 2], vr[r, 3], vr[r, 4], \
+            vr[r, 5]
+        lo, hi = span_of(addr, outer, ostride, rows, ld, nb)
+        if hi <= lo:
+            continue
+        # the bounds of the buffer this region was found in last time (a vertex
+        # always runs at the same step, so that buffer is still live): no
+        # lookup while a patched region stays inside it
+        k = 2 * (v * 8 + r)
+        if not (vbuf[k] <= lo and hi <= vbuf[k + 1] and outer * rows <= vbuf[k + 1] - vbuf[k]):
+            j = live_buffer(tile, lo, hi, outer * rows, s, b_ptr, b_table, -1)
+            if j < 0:
+                if emit:
+                    _fault(faults, counters, F_NO_BUFFER, s, tile, lo, loop, it, v, hi - lo)
+                bad |= 1
+                continue
+            vbuf[k], vbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
+        g = granule_of(outer, ostride, rows, ld, nb)
+        if addr & (g - 1) != 0:  # g is 1, 2 or 4
+            if emit:
+                _fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, v, g)
+            bad |= 2
+    return bad
+
+
+@kjit_inline
+def _fill_args(v, row, prog, ctr):  # type: ignore[no-untyped-def]
+    """Vertex v's arguments with its patches applied at the loop counters `ctr`."""
+    for j in range(N_ARGS):
+        row[j] = prog.v_args[v, j]
+    for q in range(prog.vp_ptr[v], prog.vp_ptr[v + 1]):
+        p = prog.vp_list[q]
+        row[prog.p_arg[p]] = _patch(p, ctr, prog)
+
+
+@kjit_inline
+def _vertex_one(v, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, row, vr, faults,
+                counters, checks):  # type: ignore[no-untyped-def]
+    """Cycles of vertex v at step s into vcost[v] and its run-time check
+    result into vflag[v] (the bits of `_check_regions`; 1 also for a rejected
+    argument or a kernel without regions), recording no fault.  A clean
+    unpatched vertex is computed once (vcyc)."""
+    patched = prog.vp_ptr[v] != prog.vp_ptr[v + 1]
+    if not patched and vcyc[v] >= 0:
+        vcost[v] = vcyc[v]  # cycles are a pure function of (kernel, args, tile)
+        vflag[v] = 0
+        return
+    _fill_args(v, row, prog, ctr)
+    kid = prog.v_kernel[v]
+    if not checks:  # the benchmark's measure of what the checks cost
+        c, _ = vertex_cost(kid, row, desc, vr)
+        vcost[v] = max(c, 0)
+        vflag[v] = 0
+        if not patched:
+            vcyc[v] = vcost[v]
+        return
+    if vertex_check(kid, row) != 0:
+        vcost[v] = 0  # a vertex its kernel rejects costs nothing and does not run
+        vflag[v] = 1
+        return
+    c, nr = vertex_cost(kid, row, desc, vr)  # cycles and regions in one call
+    c = max(c, 0)  # unknown kernels are rejected by check_structure
+    vcost[v] = c
+    if nr < 0:
+        vflag[v] = 1
+        return
+    bad = _check_regions(s, 0, 0, v, prog.v_tile[v], vr, nr, prog.b_ptr, prog.b_table, vbuf,
+                         faults, counters, False)
+    vflag[v] = bad
+    if not patched and bad == 0:
+        vcyc[v] = c  # a clean unpatched vertex needs no second check
+
+
+@kjit
+def _vertex_pass(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, faults,
+                 counters, checks):  # type: ignore[no-untyped-def]
+    """`_vertex_one` for vertices i0..i1, in this thread (small steps)."""
+    row = np.zeros(N_ARGS, dtype=np.int64)
+    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    for v in range(i0, i1):
+        _vertex_one(v, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, row, vr, faults,
+                    counters, checks)
+
+
+@kjit_parallel
+def _vertex_pass_parallel(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, faults,
+                          counters, checks):  # type: ignore[no-untyped-def]
+    """`_vertex_pass` over the cores: vertices are independent here (every
+    write goes to the vertex's own entries), faults are reported after it."""
+    n = i1 - i0
+    chunks = min(n, PARALLEL_CHUNKS)
+    for ch in numba.prange(chunks):
+        row = np.zeros(N_ARGS, dtype=np.int64)
+        vr = np.zeros((8, R_LEN), dtype=np.int64)
+        for v in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
+            _vertex_one(v, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, row, vr, faults,
+                        counters, checks)
+
+
+@kjit
+def _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults,
+                   counters):  # type: ignore[no-untyped-def]
+    """Record the run-time faults of vertex v (one `_vertex_one` flagged), in
+    the order the checks run: arguments, then each region's buffer and
+    alignment."""
+    row = np.zeros(N_ARGS, dtype=np.int64)
+    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    _fill_args(v, row, prog, ctr)
+    kid, tile = prog.v_kernel[v], prog.v_tile[v]
+    st = vertex_check(kid, row)
+    if st != 0:
+        _fault(faults, counters, F_ARGS, s, tile, 0, loop, it, v, st)
+        return
+    _, nr = vertex_cost(kid, row, desc, vr)
+    if nr < 0:
+        _fault(faults, counters, F_NO_REGIONS, s, tile, 0, loop, it, v, kid)
+        return
+    _check_regions(s, loop, it, v, tile, vr, nr, prog.b_ptr, prog.b_table, vbuf, faults,
+                   counters, True)
+
+
+@kjit_inline
+def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, faults,
+                    counters):  # type: ignore[no-untyped-def]
+    """The run-time invariants of transfer x at step s, source then
+    destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
+    aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`."""
+    bad = 0
+    g = granule_of(1, 0, 1, 0, nb)
+    for side in range(2):
+        tile = st if side == 0 else dt
+        addr = src if side == 0 else dst
+        k = 4 * x + 2 * side  # the bounds of the buffer found last time (_check_regions)
+        if not (xbuf[k] <= addr and addr + nb <= xbuf[k + 1]):
+            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, -1)
+            if j < 0:
+                _fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s, tile,
+                       addr, loop, it, x, nb)
+                bad |= 1
+                continue
+            xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
+        if addr & (g - 1) != 0:  # g is 1, 2 or 4
+            _fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
+            bad |= 2
+    return bad
 
 
 @kjit
@@ -214,19 +402,20 @@ def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
             bits_set(written, row, off + o * reg[2] + r * reg[4], reg[5])
 
 
-@kjit
-def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ignore[no-untyped-def]
+@kjit_host
+def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # type: ignore[no-untyped-def]
     step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
     step_trips, step_match = prog.step_trips, prog.step_match
-    v_tile, v_kernel, v_args = prog.v_tile, prog.v_kernel, prog.v_args
+    v_tile, v_kernel = prog.v_tile, prog.v_kernel
     x_src_tile, x_src_addr, x_bytes = prog.x_src_tile, prog.x_src_addr, prog.x_bytes
     x_dst_tile, x_dst_addr = prog.x_dst_tile, prog.x_dst_addr
-    vp_ptr, vp_list, xp_ptr, xp_list = prog.vp_ptr, prog.vp_list, prog.xp_ptr, prog.xp_list
-    p_target, p_arg, loop_patch = prog.p_target, prog.p_arg, prog.loop_patch
+    xp_ptr, xp_list = prog.xp_ptr, prog.xp_list
+    p_target, loop_patch = prog.p_target, prog.loop_patch
     mem, written, tile_row = image.mem, image.written, image.tile_row
     tile_base, tile_size = image.tile_base, image.tile_size
     cycles_per_step, tile_busy, faults = out.cycles_per_step, out.tile_busy, out.faults
     bytes_in, bytes_out, counters = out.bytes_in, out.bytes_out, out.counters
+    parallel_min, checks = opts[OPT_PARALLEL_MIN], opts[OPT_CHECKS] != 0
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
     acc = np.zeros(n_tiles, dtype=np.int64)
@@ -242,7 +431,6 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ign
     for s in range(n_steps):
         max_items = max(max_items, step_vtx[s + 1] - step_vtx[s], step_xfer[s + 1] - step_xfer[s])
     args = np.zeros((max_items if numerics else 1, N_ARGS), dtype=np.int64)
-    one = np.zeros(N_ARGS, dtype=np.int64)
     n_reg_max = max_items * 8 if numerics else 1
     regs = np.zeros((n_reg_max, R_LEN), dtype=np.int64)
     r_tile = np.zeros(n_reg_max, dtype=np.int64)
@@ -257,6 +445,20 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ign
     vcyc = np.full(v_tile.shape[0], -1, dtype=np.int64)  # cycles of unpatched vertices
     xcyc = np.full(max(n_steps, 1), -1, dtype=np.int64)  # cycles of unpatched exchanges
     xout = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # counts on the out side (cached)
+    # [start, end) of the buffer each region / transfer end was found in last
+    # time (int32: addresses of one tile's memory); empty until found
+    vbuf = np.zeros(v_tile.shape[0] * 16, dtype=np.int32)
+    xbuf = np.zeros(x_bytes.shape[0] * 4, dtype=np.int32)
+    if parallel_min < SERIAL:  # large (8 regions per vertex); the prange also keeps
+        for k in numba.prange(v_tile.shape[0] * 8):  # kjit_host's pipeline in use
+            vbuf[2 * k] = 1
+    else:  # not from the main thread: never enter the thread pool (execute)
+        vbuf[0::2] = 1
+    xbuf[0::2] = 1
+    xok = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # unpatched transfers checked clean
+    vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
+    vflag = np.zeros(v_tile.shape[0], dtype=np.int64)  # its run-time check bits
+    b_ptr, b_table = prog.b_ptr, prog.b_table
     total = np.int64(0)
     s = 0
     while s < n_steps:
@@ -287,26 +489,17 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ign
         if kind == STEP_COMPUTE:
             i0, i1 = step_vtx[s], step_vtx[s + 1]
             nreg = 0
+            if i1 - i0 >= parallel_min:
+                _vertex_pass_parallel(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf,
+                                      faults, counters, checks)
+            else:
+                _vertex_pass(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, faults,
+                             counters, checks)
             for v in range(i0, i1):
                 tile = v_tile[v]
-                patched = vp_ptr[v] != vp_ptr[v + 1]
-                row = args[v - i0] if numerics else one
-                if numerics or patched or vcyc[v] < 0:
-                    # a writable scratch row: one compiled signature per kernel entry
-                    for j in range(N_ARGS):
-                        row[j] = v_args[v, j]
-                    for q in range(vp_ptr[v], vp_ptr[v + 1]):
-                        p = vp_list[q]
-                        row[p_arg[p]] = _patch(p, ctr, prog)
-                nr = np.int64(-2)  # regions in vr not computed yet
-                if patched or vcyc[v] < 0:
-                    # cycles and regions in one call, into preallocated scratch
-                    c, nr = vertex_cost(v_kernel[v], row, desc, vr)
-                    c = max(c, 0)  # unknown kernels are rejected by check_structure
-                    if not patched:
-                        vcyc[v] = c
-                else:
-                    c = vcyc[v]  # cycles are a pure function of (kernel, args, tile)
+                c = vcost[v]
+                if vflag[v] != 0:
+                    _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults, counters)
                 if not mark[tile]:
                     mark[tile] = True
                     touched[n_touched] = tile
@@ -314,29 +507,24 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ign
                 acc[tile] += c
                 if not numerics:
                     continue
-                skip[v - i0] = False
-                if nr == -2:
-                    nr = vertex_regions(v_kernel[v], row, vr)
+                skip[v - i0] = (vflag[v] & 1) != 0
+                if skip[v - i0]:
+                    continue
+                row = args[v - i0]
+                _fill_args(v, row, prog, ctr)
+                nr = vertex_regions(v_kernel[v], row, vr)
                 trow = tile_row[tile]
                 tb = tile_base[tile]
-                if nr < 0:
-                    _fault(faults, counters, F_NO_REGIONS, s, tile, 0, loop, it, v, v_kernel[v])
-                    skip[v - i0] = True
-                    continue
                 for r in range(nr):
                     lo, hi = region_span(vr[r])
                     if hi <= lo:
                         continue
-                    # a descriptor with more rows than the tile has bytes is garbage,
-                    # not a workload: refuse it rather than loop over it
-                    if (trow < 0 or lo < tb or hi > tb + tile_size[tile]
-                            or vr[r, 1] * vr[r, 3] > tile_size[tile]):
+                    # inside a live tensor buffer, so inside the image window unless
+                    # the image is not the package's: memory safety all the same
+                    if trow < 0 or lo < tb or hi > tb + tile_size[tile]:
                         _fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
                         skip[v - i0] = True
                         continue
-                    g = region_granule(vr[r])
-                    if vr[r, 0] % g != 0:
-                        _fault(faults, counters, F_MISALIGNED, s, tile, vr[r, 0], loop, it, v, g)
                     if vr[r, 6] == 0:
                         bad = _first_unwritten(written, trow, vr[r, 0] - tb, vr[r])
                         if bad >= 0:
@@ -386,6 +574,13 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out):  # type: ign
                 x_src[x - i0] = src
                 x_dst[x - i0] = dst
                 nb = x_bytes[x]
+                skip[x - i0] = False
+                if checks and not xok[x]:
+                    xbad = _check_transfer(s, loop, it, x, x_src_tile[x], src, x_dst_tile[x], dst,
+                                           nb, b_ptr, b_table, xbuf, faults, counters)
+                    skip[x - i0] = (xbad & 1) != 0
+                    if xbad == 0 and xp_ptr[x] == xp_ptr[x + 1]:
+                        xok[x] = True
                 d = x_dst_tile[x]
                 if not mark[d]:
                     mark[d] = True
@@ -485,7 +680,8 @@ def _exchange_numerics(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, sta
         sa, da = x_src[j], x_dst[j]
         srow, drow = tile_row[st], tile_row[dt]
         sb, db = tile_base[st], tile_base[dt]
-        skip[j] = False
+        if skip[j]:  # an endpoint outside every live buffer (_check_transfer)
+            continue
         if srow < 0 or sa < sb or sa + nb > sb + tile_size[st]:
             _fault(faults, counters, F_XFER_RANGE, s, st, sa, loop, it, x, nb)
             skip[j] = True
@@ -504,10 +700,6 @@ def _exchange_numerics(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, sta
             regs[nreg, 6] = side
             r_tile[nreg] = st if side == 0 else dt
             r_owner[nreg] = x  # vertices never share a step with transfers
-            g = region_granule(regs[nreg])
-            if regs[nreg, 0] % g != 0:
-                _fault(faults, counters, F_MISALIGNED, s, r_tile[nreg], regs[nreg, 0], loop, it,
-                       x, g)
             nreg += 1
         bad = bits_first_unset(written, srow, sa - sb, nb)
         if bad >= 0:

@@ -41,15 +41,23 @@ The model (one `simpy.Environment`, time in device cycles):
 Event order is SimPy's: (time, priority, insertion sequence); processes are
 created in tile order, so a run is deterministic.
 
+Run-time invariants (both modes, simulator.engines.base): before a vertex
+costs anything its kernel's argument check runs (F_ARGS: the vertex is
+skipped and costs 0 cycles), then each of its regions must lie in one tensor
+buffer live at the step (F_NO_BUFFER, skipped) on its natural alignment
+(F_MISALIGNED); a transfer's source, then destination, likewise
+(F_SRC_BUFFER / F_DST_BUFFER, skipped; F_MISALIGNED).  The live buffers come
+from `simulator.verify.access_index`, the table verify and the Numba engine
+use, but the lookup is written here again (`_in_live_buffer`).
+
 Numerics (when `image` is given): each tile has its own numpy image over the
 span of its tensor buffers (computed here from the memory map; it must agree
 with the loader's `MemoryImage` window, which the run's inputs were written
 into) and a byte-per-byte boolean written mask.  When a tile starts a step,
 every region of each of its vertices is checked against the pre-step state:
-inside the tile's image (else F_RANGE and the vertex is skipped), on its
-natural alignment (F_MISALIGNED), reads only of written bytes (F_UNINIT).
-Transfer endpoints outside the image are F_XFER_RANGE (the transfer is
-skipped); misaligned endpoints F_MISALIGNED; unwritten source bytes F_UNINIT.
+inside the tile's image (else F_RANGE and the vertex is skipped), reads only
+of written bytes (F_UNINIT).  Transfer endpoints outside the image are
+F_XFER_RANGE (the transfer is skipped); unwritten source bytes F_UNINIT.
 **Races**: after a compute step's barrier, and before an exchange's ports
 start, the bytes of every in-range region (transfers: source read,
 destination written) are checked per tile with a byte -> writer map: a
@@ -82,13 +90,18 @@ from kernels.abi import (
     STEP_REPEAT_END,
     TENSOR_KINDS,
 )
-from kernels.dispatch import vertex_cycles, vertex_execute, vertex_regions
+from kernels.dispatch import vertex_check, vertex_cycles, vertex_execute, vertex_regions
+from simulator.access import B_ADDR, B_END, B_FIRST, B_LAST
 from simulator.engines.base import (
+    F_ARGS,
+    F_DST_BUFFER,
     F_KERNEL,
     F_MISALIGNED,
+    F_NO_BUFFER,
     F_NO_REGIONS,
     F_RACE,
     F_RANGE,
+    F_SRC_BUFFER,
     F_UNINIT,
     F_XFER_RANGE,
     FAULT_COLS,
@@ -97,6 +110,7 @@ from simulator.engines.base import (
     MemoryImage,
 )
 from simulator.package import Package
+from simulator.verify import access_index
 
 MAX_REGIONS = 8
 Proc = Generator[simpy.Event, Any, None]
@@ -174,6 +188,13 @@ class _Machine:
         self.c = _Counters(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
         self.cycles_per_step = np.zeros(pkg.n_steps, dtype=np.int64)
         self.patches = _patch_map(pkg)
+        # the buffers an access may lie in, per tile: (addr, end, first, last)
+        idx = access_index(pkg)
+        self.live: dict[int, list[tuple[int, int, int, int]]] = {}
+        for t in range(n):
+            rows = idx.table[int(idx.ptr[t]):int(idx.ptr[t + 1])]
+            self.live[t] = [(int(r[B_ADDR]), int(r[B_END]), int(r[B_FIRST]), int(r[B_LAST]))
+                            for r in rows]
         self.image = image
         self.tiles = _load_tiles(pkg, image) if image is not None else {}
         # writer of each byte, one tile at a time (race checks; reset after each tile)
@@ -271,7 +292,10 @@ class _Machine:
             args = np.array(a["v_args"][v], dtype=np.int64)
             for k, val in self._patched(0, v, counter).items():
                 args[k] = val
-            cyc = max(int(vertex_cycles(int(a["v_kernel"][v]), args, self.desc)), 0)
+            kid = int(a["v_kernel"][v])
+            # a vertex its kernel rejects costs nothing (and does not run)
+            cyc = max(int(vertex_cycles(kid, args, self.desc)), 0) if not int(
+                vertex_check(kid, args)) else 0
             per_tile.setdefault(int(a["v_tile"][v]), []).append((v, args, cyc))
         self.step_faults = []
         works = [_Work(t, s, loop, it, per_tile[t], self.env.event()) for t in sorted(per_tile)]
@@ -293,11 +317,16 @@ class _Machine:
         seen: set[tuple[int, int, int]] = set()
         receives: dict[int, list[tuple[int, int, np.ndarray | None]]] = {}  # dst, bytes, data
         accesses: dict[int, list[_Access]] = {}
+        items = []
         for x in range(int(a["step_xfer"][s]), int(a["step_xfer"][s + 1])):
             st, dt, nb = int(a["x_src_tile"][x]), int(a["x_dst_tile"][x]), int(a["x_bytes"][x])
             src = self._patched(1, x, counter).get(0, int(a["x_src_addr"][x]))
             dst = self._patched(2, x, counter).get(0, int(a["x_dst_addr"][x]))
-            data = self._gather(s, loop, it, x, st, src, dt, dst, nb)
+            clean = self._check_transfer(s, loop, it, x, st, src, dt, dst, nb)
+            items.append((x, st, dt, nb, src, dst, clean))
+        # every transfer's run-time checks first, then the image checks (numerics)
+        for x, st, dt, nb, src, dst, clean in items:
+            data = self._gather(s, loop, it, x, st, src, dt, dst, nb) if clean else None
             if data is not None:
                 for t, addr, w in ((st, src, False), (dt, dst, True)):
                     offs = np.arange(nb, dtype=np.int64) + (addr - self.tiles[t].base)
@@ -330,7 +359,7 @@ class _Machine:
             for (v, args, cyc), ok in zip(work.vertices, oks, strict=True):
                 yield self.env.timeout(cyc)
                 self.c.busy[t] += cyc
-                if ok:
+                if ok and self.image is not None:
                     self._execute_vertex(work, t, v, args)
             work.done.succeed()
 
@@ -364,19 +393,43 @@ class _Machine:
             self.c.faults.append(row)
         self.c.n_faults += 1
 
+    def _in_live_buffer(self, t: int, lo: int, hi: int, rows: int, step: int) -> bool:
+        """The access rule (simulator.engines.base): [lo, hi) lies in one tensor
+        buffer of tile t live at `step` with at least `rows` bytes."""
+        return any(addr <= lo and hi <= end and first <= step <= last and rows <= end - addr
+                   for addr, end, first, last in self.live.get(t, ()))
+
+    def _check_transfer(self, s: int, loop: int, it: int, x: int, st: int, src: int, dt: int,
+                        dst: int, nb: int) -> bool:
+        """Run-time invariants of transfer x, source then destination; False if
+        it must be skipped (an end outside every live buffer)."""
+        ok = True
+        g = _granule(nb, [])
+        for code, tile_id, addr in ((F_SRC_BUFFER, st, src), (F_DST_BUFFER, dt, dst)):
+            if not self._in_live_buffer(tile_id, addr, addr + nb, 1, s):
+                self._record((code, s, tile_id, addr, loop, it, x, nb))
+                ok = False
+                continue
+            if addr % g:
+                self._record((F_MISALIGNED, s, tile_id, addr, loop, it, x, g))
+        return ok
+
     def _check_vertex(self, w: _Work, t: int, v: int, args: np.ndarray) -> bool:
-        """Region checks of vertex v on tile t; False if it must be skipped."""
-        if self.image is None:
-            return False
+        """Run-time checks of vertex v on tile t (both modes), then, with
+        numerics, its image checks; False if it must be skipped."""
         kid = int(self.a["v_kernel"][v])
+        where = (w.step, t)
+        st = int(vertex_check(kid, args))
+        if st:
+            self.step_faults.append((0, v, (F_ARGS, *where, 0, w.loop, w.iteration, v, st)))
+            return False
         regs = np.zeros((MAX_REGIONS, 7), dtype=np.int64)
         n = int(vertex_regions(kid, args, regs))
-        where = (w.step, t)
         if n < 0:
             self.step_faults.append((0, v, (F_NO_REGIONS, *where, 0, w.loop, w.iteration, v,
                                             kid)))
             return False
-        tile = self.tiles.get(t)
+        spans = []
         ok = True
         for r in range(n):
             addr, outer, ostride, rows, ld, nb, is_write = (int(x) for x in regs[r])
@@ -385,19 +438,27 @@ class _Machine:
             d_outer, d_rows = (outer - 1) * ostride, (rows - 1) * ld
             lo = addr + min(d_outer, 0) + min(d_rows, 0)
             hi = addr + nb + max(d_outer, 0) + max(d_rows, 0)
-            # a descriptor with more rows than the tile has bytes is refused, not walked
-            if (tile is None or lo < tile.base or hi > tile.base + tile.mem.size
-                    or outer * rows > tile.mem.size):
+            if not self._in_live_buffer(t, lo, hi, outer * rows, w.step):
+                self.step_faults.append((0, v, (F_NO_BUFFER, *where, lo, w.loop, w.iteration,
+                                                v, hi - lo)))
+                ok = False
+                continue
+            g = _granule(nb, ([ld] if rows > 1 else []) + ([ostride] if outer > 1 else []))
+            if addr % g:
+                self.step_faults.append((0, v, (F_MISALIGNED, *where, addr, w.loop,
+                                                w.iteration, v, g)))
+            spans.append((lo, hi, addr, outer, ostride, rows, ld, nb, is_write))
+        if not ok or self.image is None:
+            return ok
+        tile = self.tiles.get(t)
+        for lo, hi, addr, outer, ostride, rows, ld, nb, is_write in spans:
+            if tile is None or lo < tile.base or hi > tile.base + tile.mem.size:
                 self.step_faults.append((0, v, (F_RANGE, *where, lo, w.loop, w.iteration, v,
                                                 hi - lo)))
                 ok = False
                 continue
             offs = _region_offsets(addr - tile.base, outer, ostride, rows, ld, nb)
             w.accesses.append(_Access(v, bool(is_write), offs))
-            g = _granule(nb, ([ld] if rows > 1 else []) + ([ostride] if outer > 1 else []))
-            if addr % g:
-                self.step_faults.append((0, v, (F_MISALIGNED, *where, addr, w.loop,
-                                                w.iteration, v, g)))
             if not is_write:
                 bad = _first_unwritten(tile, offs)
                 if bad >= 0:
@@ -467,10 +528,6 @@ class _Machine:
                 skip = True
         if skip:
             return None
-        g = _granule(nb, [])
-        for tile_id, addr in ((st, src), (dt, dst)):
-            if addr % g:
-                self._record((F_MISALIGNED, s, tile_id, addr, loop, it, x, g))
         tile = self.tiles[st]
         bad = _first_unwritten(tile, np.arange(src - tile.base, src - tile.base + nb))
         if bad >= 0:
