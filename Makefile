@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 
-.PHONY: run test test-slow lint golden results clean
+.PHONY: run test test-slow fuzz lint golden results clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,13 +27,19 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
+# random small ViTs on random devices (experiments/fuzz.py); make test runs 200
+FUZZ_CASES ?= 2000
+FUZZ_SEED  ?= 1
+fuzz: $(STAMP)
+	$(BIN)/python -m experiments.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --workers 2
+
 # rewrite tests/golden_cycles.json after a change meant to move cycles or packages
 golden: $(STAMP)
 	$(BIN)/python tests/golden.py --write
 
 # re-run the experiments; each rewrites its block of docs/results.md
 RESULTS := fit_c600 bench_planning bench_optimizer baseline_policies scaling \
-           estimate_accuracy bench_simulator crosscheck_engines bench_kernels calibrate
+           estimate_accuracy bench_simulator crosscheck_engines bench_kernels calibrate mutations
 results: $(STAMP)
 	for e in $(RESULTS); do \
 	  TILEPLAN_RESULTS=docs/results.md $(BIN)/python experiments/$$e.py || exit 1; \
