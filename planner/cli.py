@@ -377,6 +377,46 @@ def cmd_extensions(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("sweep", "run a grid of plans (models x devices x policies x ...) on processes or Dask",
+         arg("sweep", help="sweep TOML: [sweep] axes as lists, optional [[case]] and [plot]"),
+         arg("--executor", choices=("local", "dask"), default="local",
+             help="local: a process pool (default); dask: dask.distributed (a LocalCluster, "
+                  "or the cluster at --scheduler)"),
+         arg("--scheduler", default=None, metavar="ADDRESS",
+             help="with --executor dask: join the running cluster at tcp://HOST:PORT"),
+         arg("--workers", type=count(1), default=2,
+             help="processes (local) or LocalCluster workers (dask); default 2"),
+         arg("--out", default=None, metavar="DIR",
+             help="results directory; default artifacts/sweeps/<sweep name>"),
+         arg("--resume", action="store_true",
+             help="finish the sweep in --out: skip the cases already finished there"),
+         arg("--json", action="store_true", help="print the rows as one JSON object"))
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import json
+
+    from planner.sweep import load_sweep, run_sweep, table_rows
+
+    sweep = load_sweep(args.sweep)
+    out = args.out or os.path.join("artifacts", "sweeps", sweep.name)
+    _note_cold_cache()
+    res = run_sweep(sweep, out, executor=args.executor, workers=args.workers,
+                    scheduler=args.scheduler, resume=args.resume, progress=not args.json)
+    if args.json:
+        print(json.dumps({"sweep": sweep.name, "out": out, "rows": res.rows}, sort_keys=True))
+        return 1 if res.failures else 0
+    header, cells = table_rows(sweep, res.rows)
+    print(_table(header, cells, left=tuple(range(len(header) - len(sweep.metrics)))))
+    counts = {s: sum(r["status"] == s for r in res.rows) for s in ("ok", "build-failure", "error")}
+    print(f"sweep {sweep.name}: {len(res.rows)} cases ({res.ran} run now, "
+          f"{len(res.rows) - res.ran} finished before) in {res.seconds:.1f} s on "
+          f"{args.executor} x{args.workers}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+          + f"; results in {out}")
+    for r in res.rows:
+        if r["status"] == "error":
+            print(f"  error in case {r['key']}: {r.get('error')}", file=sys.stderr)
+    return 1 if res.failures else 0
+
+
 @command("report", "print the summary of a saved run",
          arg("run", help="run directory written by --out (or its summary.json)"),
          arg("--json", action="store_true", help="print the summary as one JSON object"))

@@ -1,0 +1,130 @@
+"""tileplan sweep: the same rows on local processes and on a real Dask
+LocalCluster; a case that does not fit is a row with its stage; --resume
+finishes an interrupted sweep without re-running or duplicating a case; a
+malformed sweep TOML is one line naming the field, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.sweep import RESULTS_FILE, case_key, load_sweep, read_rows, run_sweep
+
+SWEEP = """
+[sweep]
+name = "micro"
+model = ["vit-micro"]
+device = ["tiny"]
+layers = [1, 2]
+optimization_steps = [0, 1]
+numerics = [false]
+metrics = ["cycles", "baseline_cycles"]
+
+[plot]
+metric = "cycles"
+axis = "layers"
+"""
+
+
+def _write(tmp: Path, text: str, name: str = "s.toml") -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+def _by_key(rows: list[dict]) -> dict[str, tuple]:
+    return {r["key"]: (r["status"], r.get("package_hash"), r.get("cycles")) for r in rows}
+
+
+@pytest.fixture(scope="module")
+def local_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    tmp = tmp_path_factory.mktemp("sweep")
+    sweep = load_sweep(_write(tmp, SWEEP))
+    res = run_sweep(sweep, tmp / "local", executor="local", workers=2, progress=False)
+    return tmp, res.rows
+
+
+def test_local_sweep_rows_and_files(local_rows: tuple[Path, list[dict]]) -> None:
+    tmp, rows = local_rows
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    assert len({r["package_hash"] for r in rows}) == 4
+    one = {(r["layers"], r["optimization_steps"]): r for r in rows}
+    assert one[(2, 0)]["cycles"] > one[(1, 0)]["cycles"]
+    assert one[(1, 1)]["cycles"] <= one[(1, 0)]["cycles"]  # the optimizer never loses
+    csv = (tmp / "local" / "results.csv").read_text().splitlines()
+    assert len(csv) == 5 and csv[0].startswith("model,device,layers")
+    assert (tmp / "local" / "cycles-vs-layers.png").stat().st_size > 1000
+
+
+def test_dask_local_cluster_gives_identical_rows(local_rows: tuple[Path, list[dict]]) -> None:
+    tmp, rows = local_rows
+    sweep = load_sweep(tmp / "s.toml")
+    res = run_sweep(sweep, tmp / "dask", executor="dask", workers=2, progress=False)
+    assert _by_key(res.rows) == _by_key(rows)
+
+
+def test_a_case_that_does_not_fit_is_a_row_with_its_stage(tmp_path: Path) -> None:
+    _write(tmp_path, 'name = "small"\nbase = "tiny"\nmemory_size = 8192\n', "small.toml")
+    sweep = load_sweep(_write(tmp_path, SWEEP.replace('device = ["tiny"]',
+                                                      'device = ["small.toml"]')
+                              .replace("layers = [1, 2]", "layers = [1]")
+                              .replace("optimization_steps = [0, 1]", "optimization_steps = [0]")))
+    res = run_sweep(sweep, tmp_path / "out", workers=1, progress=False)
+    (row,) = res.rows
+    assert row["status"] == "build-failure" and res.failures == 0
+    assert row["stage"] in ("lower", "expand", "schedule", "allocate", "link")
+    assert row["need"] > row["have"] >= 0 and row["tile"] >= -1
+
+
+def test_resume_finishes_without_rerunning_or_duplicating(tmp_path: Path) -> None:
+    sweep = load_sweep(_write(tmp_path, SWEEP))
+    out = tmp_path / "out"
+    first = run_sweep(sweep, out, workers=2, progress=False)
+    # an interrupted sweep: two rows written, the third torn mid-line
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    (out / RESULTS_FILE).write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    kept = {r["key"]: r for r in read_rows(out)}
+    assert len(kept) == 2
+    with pytest.raises(Exception, match="--resume"):
+        run_sweep(sweep, out, workers=1, progress=False)
+    again = run_sweep(sweep, out, workers=2, resume=True, progress=False)
+    assert again.ran == 2
+    keys = [r["key"] for r in read_rows(out)]
+    assert sorted(keys) == sorted(case_key(c) for c in sweep.cases)  # each once
+    for r in read_rows(out):
+        if r["key"] in kept:
+            assert r == kept[r["key"]]  # not run again
+    assert _by_key(again.rows) == _by_key(first.rows)
+    assert run_sweep(sweep, out, resume=True, progress=False).ran == 0
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[sweep]\nlayers = 2\n', "sweep.layers"),
+    ('[sweep]\nlayers = [1, "two"]\n', "sweep.layers"),
+    ('[sweep]\ndevices = ["c600"]\n', "sweep.devices"),
+    ('[sweep]\nnumerics = [1]\n', "sweep.numerics"),
+    ('[[case]]\nmodel = "vit-tiny"\nbatchsize = 2\n', "case[0].batchsize"),
+    ('[plot]\nmetric = "cycles"\naxis = "tiles"\n', "plot.axis"),
+    ('[sweep\n', "toml"),
+])
+def test_malformed_sweep_exits_2_naming_the_field(text: str, field: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", str(_write(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err
+
+
+def test_cli_json_and_table(local_rows: tuple[Path, list[dict]], tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    tmp, rows = local_rows
+    assert main(["sweep", str(tmp / "s.toml"), "--out", str(tmp_path / "o"), "--workers",
+                 "1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert _by_key(got["rows"]) == _by_key(rows)
+    assert main(["sweep", str(tmp / "s.toml"), "--out", str(tmp_path / "o"), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "sweep micro: 4 cases (0 run now, 4 finished before)" in out
+    assert out.splitlines()[0].split()[:4] == ["layers", "optimization_steps", "status", "cycles"]
