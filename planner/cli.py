@@ -407,10 +407,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     header, cells = table_rows(sweep, res.rows)
     print(_table(header, cells, left=tuple(range(len(header) - len(sweep.metrics)))))
     counts = {s: sum(r["status"] == s for r in res.rows) for s in ("ok", "build-failure", "error")}
+    where = args.scheduler or f"{args.executor} x{args.workers}"
     print(f"sweep {sweep.name}: {len(res.rows)} cases ({res.ran} run now, "
-          f"{len(res.rows) - res.ran} finished before) in {res.seconds:.1f} s on "
-          f"{args.executor} x{args.workers}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-          + f"; results in {out}")
+          f"{len(res.rows) - res.ran} finished before) in {res.seconds:.1f} s on {where}: "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"; results in {out}")
     for r in res.rows:
         if r["status"] == "error":
             print(f"  error in case {r['key']}: {r.get('error')}", file=sys.stderr)

@@ -253,8 +253,13 @@ def table_rows(sweep: Sweep, rows: Sequence[Mapping[str, Any]]
     for r in sorted(rows, key=lambda r: order.get(r["key"], len(order))):
         metric_cells = [r.get(m, r.get("stage", "")) if r["status"] == "build-failure"
                         and m == sweep.metrics[0] else r.get(m, "") for m in sweep.metrics]
-        cells.append([r.get(a) for a in axes] + [r["status"], *metric_cells])
+        cells.append([r.get(a) for a in axes] + [r["status"], *map(_cell, metric_cells)])
     return header, cells
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else value
 
 
 def write_csv(out: Path, sweep: Sweep, rows: Sequence[Mapping[str, Any]]) -> Path:
