@@ -24,11 +24,12 @@ and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+JSON_ARG = arg("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _print_json(obj: Any) -> None:
+    import json
+
+    print(json.dumps(obj, sort_keys=True, default=str))
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
            left: Sequence[int] = (0,)) -> str:
     from simulator.tables import table
@@ -238,7 +248,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 @command("models", "list the model zoo, or show one model TOML",
-         arg("path", nargs="?", help="a model TOML file (or zoo name) to show"), *MODEL_ARGS)
+         arg("path", nargs="?", help="a model TOML file (or zoo name) to show"), *MODEL_ARGS,
+         JSON_ARG)
 def cmd_models(args: argparse.Namespace) -> int:
     from planner.ir.graph import graph_flops, parameter_count
     from planner.ir.models import load_model, zoo_names
@@ -252,8 +263,15 @@ def cmd_models(args: argparse.Namespace) -> int:
         rows.append([g.name, a["hidden"], a["heads"], a["mlp"], a["patch"], a["tokens"],
                      a["layers"], batch, f"{parameter_count(g):,}",
                      f"{graph_flops(g) / batch / 1e9:.2f}"])
-    print(_table(["model", "hidden", "heads", "mlp", "patch", "tokens", "layers", "batch",
-                  "parameters", "GFLOP/image"], rows))
+    header = ["model", "hidden", "heads", "mlp", "patch", "tokens", "layers", "batch",
+              "parameters", "GFLOP/image"]
+    if args.json:
+        keys = [h.lower().replace("/", "_per_") for h in header]
+        _print_json([{**dict(zip(keys, r, strict=True)),
+                      "parameters": int(str(r[8]).replace(",", "")),
+                      "gflop_per_image": float(str(r[9]))} for r in rows])
+        return 0
+    print(_table(header, rows))
     return 0
 
 
@@ -262,7 +280,7 @@ def cmd_models(args: argparse.Namespace) -> int:
          arg("--seed", type=count(0), default=0,
              help="parameter seed (inputs use seed+1); default 0"),
          arg("--precision", choices=("fp8", "fp32"), default="fp8",
-             help="fp8: the deployable graph; fp32: every tensor fp32"))
+             help="fp8: the deployable graph; fp32: every tensor fp32"), JSON_ARG)
 def cmd_reference(args: argparse.Namespace) -> int:
     from planner.ir.models import load_model
     from planner.ir.reference import init_inputs, init_params, reference
@@ -275,6 +293,15 @@ def cmd_reference(args: argparse.Namespace) -> int:
     outputs = reference(g, params, inputs)
     t2 = time.perf_counter()
     a = dict(g.attrs)
+    if args.json:
+        stats = {name: {"shape": list(y.shape), "mean": float(np.mean(y, dtype=np.float64)),
+                        "std": float(np.std(y, dtype=np.float64)), "min": float(np.min(y)),
+                        "max": float(np.max(y)), "nan": int(np.isnan(y).sum())}
+                 for name, y in outputs.items()}
+        _print_json({"model": g.name, "layers": a["layers"], "batch": a["batch"],
+                     "precision": args.precision, "seed": args.seed, "outputs": stats,
+                     "setup_seconds": t1 - t0, "forward_seconds": t2 - t1})
+        return 0
     print(f"model {g.name}: layers {a['layers']}, batch {a['batch']}, precision "
           f"{args.precision}, seed {args.seed}")
     rows = []
@@ -307,6 +334,7 @@ PLAN_ARGS = (
     arg("--jobs", type=count(1), default=1, help="parallel speculative builds; default 1"),
     arg("--out", default=None, help="save the package and summary.json to this directory"),
     arg("--json", action="store_true", help="print the summary as one JSON object"),
+    arg("--quiet", action="store_true", help="no progress bar on stderr"),
 )
 
 
@@ -321,6 +349,29 @@ def _note_cold_cache() -> None:
               f"planner loops into {RUNTIME.cache_dir} (about a minute on 2 cores; later "
               "runs load them)", file=sys.stderr)
         RUNTIME.cold = False  # compiled by the time this process asks again
+
+
+@contextlib.contextmanager
+def _proposal_progress(args: argparse.Namespace, steps: int) -> Iterator[Callable[[Any], None]]:
+    """The optimizer's live output: each proposal's line on stdout the moment
+    it is decided (not with --json), and a bar of proposals on stderr when
+    stderr is a terminal (not with --quiet)."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=steps, desc="proposals", unit="proposal", file=sys.stderr, leave=False,
+               disable=args.quiet or steps == 0 or not sys.stderr.isatty())
+
+    def on_record(record: Any) -> None:
+        bar.update(1)
+        if not args.json:
+            if bar.disable:
+                print(record.line(), flush=True)
+            else:
+                bar.write(record.line(), file=sys.stdout)
+    try:
+        yield on_record
+    finally:
+        bar.close()
 
 
 def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
@@ -344,14 +395,13 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
                          jobs=args.jobs)
     check_names(cfg)  # an unknown name fails before any work
     _note_cold_cache()
-    outcome = run_model(graph, device, cfg, numerics=numerics)
+    with _proposal_progress(args, cfg.optimization_steps) as on_record:
+        outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record)
     if args.out:
         save_run(args.out, outcome.result.package, outcome.summary)
     if args.json:
         print(json.dumps(outcome.summary, sort_keys=True))
         return outcome.status
-    for record in outcome.result.history:
-        print(record.line())
     print(format_summary(outcome.summary))
     print(format_optimizer(outcome.summary))
     return outcome.status
@@ -369,10 +419,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return _plan_run(args, numerics=False)
 
 
-@command("extensions", "list the baseline policies, optimizers and proposal kinds by name")
+@command("extensions", "list the baseline policies, optimizers and proposal kinds by name",
+         JSON_ARG)
 def cmd_extensions(args: argparse.Namespace) -> int:
     from planner.pipeline import extension_rows
 
+    if args.json:
+        _print_json([dict(zip(("kind", "name", "from", "what"), r, strict=True))
+                     for r in extension_rows()])
+        return 0
     print(_table(["kind", "name", "from", "what"], extension_rows(), left=(0, 1, 2, 3)))
     return 0
 
@@ -445,7 +500,7 @@ def cmd_report(args: argparse.Namespace) -> int:
              help="trace time unit: device cycles (default) or microseconds"),
          arg("--no-verify", action="store_true",
              help="skip the static verification before the run (the engine still reports "
-                  "every fault it meets)"))
+                  "every fault it meets)"), JSON_ARG)
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import load_package, run, verify
     from simulator.hardware import seeded_values
@@ -469,8 +524,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
         except ValueError as e:  # too many/unknown tiles, a program too long to trace
             raise ConfigError(args.package, "trace", str(e)) from None
-        print(f"trace {save_trace(trace, args.trace)}: {len(trace['traceEvents'])} events")
+        saved = save_trace(trace, args.trace)
+        if not args.json:
+            print(f"trace {saved}: {len(trace['traceEvents'])} events")
     dev = pkg.device
+    if args.json:
+        _print_json({
+            "package": pkg.name, "package_hash": pkg.content_hash(), "device": dev.name,
+            "engine": args.engine, "steps": pkg.n_steps,
+            "vertex_invocations": res.vertex_invocations, "cycles": res.cycles,
+            "time_ms": res.cycles / dev.clock_hz * 1e3, "simulate_seconds": seconds,
+            "outputs": {n: {"shape": list(o.shape),
+                            "max_abs": float(np.nanmax(np.abs(o))) if o.size else 0.0}
+                        for n, o in sorted(res.outputs.items())},
+            "faults": res.n_faults, "fault_messages": [str(f) for f in res.faults[:10]]})
+        return 1 if res.n_faults else 0
     print(f"package {pkg.name} ({pkg.content_hash()[:12]}) on {dev.name}: "
           f"{pkg.n_steps} steps, {res.vertex_invocations} vertex invocations")
     print(f"cycles {res.cycles}  time {res.cycles / dev.clock_hz * 1e3:.4f} ms at "
@@ -485,12 +553,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 @command("verify", "statically verify a saved package (exit 1 and one line if invalid)",
-         arg("package", help="package directory (package.json + arrays.npz)"))
+         arg("package", help="package directory (package.json + arrays.npz)"), JSON_ARG)
 def cmd_verify(args: argparse.Namespace) -> int:
     from simulator import load_package, verify
 
     pkg = load_package(args.package)
     verify(pkg)
+    if args.json:
+        _print_json({"ok": True, "package": pkg.name, "package_hash": pkg.content_hash(),
+                     "steps": pkg.n_steps, "vertices": pkg.n_vertices,
+                     "transfers": pkg.n_transfers, "buffers": pkg.n_buffers,
+                     "patches": pkg.n_patches})
+        return 0
     print(f"ok: package {pkg.name} ({pkg.content_hash()[:12]}): {pkg.n_steps} steps, "
           f"{pkg.n_vertices} vertices, {pkg.n_transfers} transfers, {pkg.n_buffers} buffers, "
           f"{pkg.n_patches} patches")
@@ -515,7 +589,8 @@ def _tile_list(text: str) -> list[int]:
              help="exit 1 if an output's relative Frobenius error exceeds this"),
          arg("--max-abs-tolerance", type=finite, default=None,
              help="exit 1 if an output's max abs error exceeds this"),
-         arg("--top", type=count(1), default=8, help="steps with the largest deviations to list"))
+         arg("--top", type=count(1), default=8, help="steps with the largest deviations to list"),
+         JSON_ARG)
 def cmd_crosscheck(args: argparse.Namespace) -> int:
     from simulator import load_package, run
     from simulator.hardware import crosscheck, load_hardware_result, seeded_values
@@ -527,12 +602,19 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
     params, inputs = seeded_values(pkg, seed) if seed is not None and numerics else ({}, {})
     sim = run(pkg, params=params, inputs=inputs, numerics=numerics)
     report = crosscheck(pkg, sim, hw, top=args.top)
-    print(report.text())
-    if hw.outputs and not numerics:
-        print("outputs not compared: the result records no value_seed")
     bad = report.violations(args.cycle_tolerance, args.rel_fro_tolerance, args.max_abs_tolerance)
     if sim.n_faults:
         bad.append(f"simulation recorded {sim.n_faults} fault(s): {sim.faults[0]}")
+    if args.json:
+        import dataclasses
+
+        _print_json({**dataclasses.asdict(report), "cycle_ratio": report.cycle_ratio,
+                     "outputs_compared": numerics, "faults": sim.n_faults,
+                     "outside_tolerance": bad})
+        return 1 if bad else 0
+    print(report.text())
+    if hw.outputs and not numerics:
+        print("outputs not compared: the result records no value_seed")
     for b in bad:
         print(f"outside tolerance: {b}")
     return 1 if bad else 0
@@ -655,3 +737,7 @@ def _arg_value(key: str, text: str) -> object:
     except ValueError:
         raise ConfigError("tileplan cost", key, "must be an integer or a dtype name",
                           text) from None
+
+
+if __name__ == "__main__":  # python -m planner.cli: the same as the tileplan script
+    sys.exit(main())

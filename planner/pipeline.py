@@ -23,6 +23,7 @@ returns the baseline with an empty history and `stats["optimizer"] ==
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,13 +62,19 @@ def plan(
     cfg: PipelineConfig | None = None,
     optimizer: Optimizer | None = None,
     ctx: PlanningContext | None = None,
+    on_record: Callable[[Any], None] | None = None,
 ) -> PlanResult:
     """Plan `graph` on `device` (module docstring).  Raises BuildFailure if the
-    baseline does not build, ConfigError/Unsupported on bad input."""
+    baseline does not build, ConfigError/Unsupported on bad input.
+    `on_record` is handed to an optimizer that takes one (`on_record`
+    attribute, as `LocalOptimizer` has): it sees each proposal's record the
+    moment it is decided."""
     cfg = cfg or PipelineConfig()
     ctx = ctx if ctx is not None else PlanningContext()
     if optimizer is None and cfg.optimization_steps > 0:
         optimizer = OPTIMIZERS.get(cfg.optimizer)(cfg)  # an unknown name fails first
+    if on_record is not None and optimizer is not None and hasattr(optimizer, "on_record"):
+        optimizer.on_record = on_record
     t0 = time.perf_counter()
     policy = cfg.baseline
     base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy, ctx)
@@ -142,16 +149,34 @@ class RunOutcome:
     status: int
 
 
+def breakdown(graph: Graph, device: Device, res: PlanResult, sim: Any = None,
+              ctx: PlanningContext | None = None) -> dict[str, Any]:
+    """The summary's `ops` (cycles per graph op, planner.breakdown),
+    `cycle_totals` and `tile_busy`, from a simulation of the final package
+    (`sim`, or a timing-only run made here)."""
+    from planner.breakdown import op_breakdown, step_kind_totals, tile_balance
+    from planner.build.lower import lower
+
+    if sim is None:
+        sim = run(res.package, numerics=False)
+    lowered = lower(graph, device, res.plan, ctx)
+    assert res.built is not None, "plan() keeps the final build"
+    return {"ops": op_breakdown(lowered, res.built.schedule, res.package, sim.cycles_per_step),
+            "cycle_totals": step_kind_totals(res.package, sim.cycles_per_step),
+            "tile_busy": tile_balance(sim.tile_busy)}
+
+
 def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool = True,
               optimizer: Optimizer | None = None, seed: int = 0,
-              ctx: PlanningContext | None = None) -> RunOutcome:
+              ctx: PlanningContext | None = None,
+              on_record: Callable[[Any], None] | None = None) -> RunOutcome:
     """Plan, build, verify and simulate `graph`; with `numerics`, simulate with
     values (parameters from `seed`, inputs from `seed + 1`) and compare with
     `planner.reference`.  Raises BuildFailure when the baseline does not fit."""
     from planner.ir.reference import cast_fractions, init_inputs, init_params, reference
     from planner.report import compare, first_nonfinite, summarize
 
-    res = plan(graph, device, cfg, optimizer, ctx)
+    res = plan(graph, device, cfg, optimizer, ctx, on_record)
     plan_seconds = float(res.stats["plan_seconds"])
     faults = int(res.stats.get("timing_faults", 0))
     errors = None
@@ -173,6 +198,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
                         res.history, res.stats, plan_seconds, sim_seconds, errors, faults,
                         nonfinite, cast_fractions(casts))
+    summary.update(breakdown(graph, device, res, sim if numerics else None, ctx))
     summary.update(optimizer_summary(res))
     bad = faults > 0 or (numerics and not faults and not summary["numerics_ok"])
     return RunOutcome(res, summary, 1 if bad else 0)

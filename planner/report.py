@@ -48,13 +48,14 @@ SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "faults": (int,), "peak_tile": (dict,), "steps": (int,), "vertices": (int,),
     "transfers": (int,), "arithmetic_patches": (int,), "table_patches": (int,),
     "optimizer": (str,), "baseline_policy": (str,), "stage_seconds": (dict,),
-    "nonfinite": (str, type(None)), "casts": (dict,),
+    "nonfinite": (str, type(None)), "casts": (dict,), "ops": (list,), "cycle_totals": (dict,),
+    "tile_busy": (dict,),
 }
 SUMMARY_DEFAULTS: dict[str, Any] = {
     "baseline_cycles": None, "numerics_ok": None, "faults": 0, "peak_tile": {}, "steps": "?",
     "vertices": "?", "transfers": "?", "arithmetic_patches": "?", "table_patches": "?",
     "optimizer": "?", "baseline_policy": "?", "stage_seconds": {}, "nonfinite": None,
-    "casts": {},
+    "casts": {}, "ops": [], "cycle_totals": {}, "tile_busy": {},
 }
 REL_FRO_TOLERANCE = 1e-2
 SUMMARY_FILE = "summary.json"
@@ -160,6 +161,25 @@ def _peak_detail(p: Mapping[str, int]) -> str:
             f"support {p['support']:,}, tensors {p['tensor']:,})")
 
 
+def _breakdown_lines(s: Mapping[str, Any]) -> list[str]:
+    """Cycles by step kind, the costliest ops, per-tile balance (when known)."""
+    lines = []
+    tot, total = dict(s.get("cycle_totals") or {}), max(int(s["cycles"]), 1)
+    if tot:
+        lines.append("cycles by kind   " + ", ".join(
+            f"{k} {100 * int(v) / total:.1f}%" for k, v in tot.items()))
+    ops = list(s.get("ops") or [])
+    if ops:
+        top = ", ".join(f"{o['op']} {100 * o['cycles'] / total:.1f}%" for o in ops[:4])
+        lines.append(f"costliest ops    {top} (of {len(ops)})")
+    tb = dict(s.get("tile_busy") or {})
+    if tb.get("tiles"):
+        lines.append(f"tile busy        min {tb['min']:,.0f} / mean {tb['mean']:,.0f} / max "
+                     f"{tb['max']:,.0f} cycles over {tb['tiles']} tiles (imbalance "
+                     f"{tb['imbalance']:.2f}x)")
+    return lines
+
+
 def format_summary(summary: Mapping[str, Any]) -> str:
     """Human-readable summary, one fact per line (optional keys that are
     missing show their SUMMARY_DEFAULTS)."""
@@ -191,6 +211,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"peak tile bytes  {s['peak_tile_bytes']:,}{_peak_detail(s['peak_tile'])}",
         f"program          {s['steps']} steps, {s['vertices']} vertices, {s['transfers']} "
         f"transfers, patches {s['arithmetic_patches']} arithmetic / {s['table_patches']} table",
+        *_breakdown_lines(s),
         f"proposals        {s['proposals_evaluated']} evaluated, {s['proposals_accepted']} "
         f"accepted (baseline: {s['baseline_policy']}, optimizer: {s['optimizer']})",
         f"planning         {s['plan_seconds']:.2f} s ({stages})",

@@ -128,3 +128,35 @@ def test_cli_json_and_table(local_rows: tuple[Path, list[dict]], tmp_path: Path,
     out = capsys.readouterr().out
     assert "sweep micro: 4 cases (0 run now, 4 finished before)" in out
     assert out.splitlines()[0].split()[:4] == ["layers", "optimization_steps", "status", "cycles"]
+
+
+def test_ctrl_c_then_resume(tmp_path: Path) -> None:
+    """A real interrupt: SIGINT to `tileplan sweep` once a row is written; the
+    run exits 130 and --resume finishes the rest, each case once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    text = SWEEP.replace("layers = [1, 2]", "layers = [1, 2, 3]")
+    path = _write(tmp_path, text)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "planner.cli", "sweep", str(path), "--out", str(out),
+           "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not read_rows(out) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    before = {r["key"]: r for r in read_rows(out)}
+    assert 1 <= len(before) < 6
+    assert main(["sweep", str(path), "--out", str(out), "--resume", "--json"]) == 0
+    rows = read_rows(out)
+    assert sorted(r["key"] for r in rows) == sorted(case_key(c) for c in load_sweep(path).cases)
+    for r in rows:
+        if r["key"] in before:
+            assert r == before[r["key"]]

@@ -116,17 +116,21 @@ class LocalOptimizer:
     `jobs − 1` workers (this process is the jobs-th) created and shut down per
     call.  `kinds`: the proposal kinds to generate (None: every registered
     kind).  `max_in_flight`: speculative builds ahead of the proposal being
-    decided (default `jobs − 1`, at least 1).  `accept` is the acceptance
-    rule: a subclass may override it (experiments/custom_policy.py)."""
+    decided (default `jobs − 1`, at least 1).  `on_record`: called with each
+    `Record` the moment its proposal is decided (live progress; the CLI
+    prints its line).  `accept` is the acceptance rule: a subclass may
+    override it (experiments/custom_policy.py)."""
 
     __name__ = "local"
 
     def __init__(self, executor: Executor | None = None,
                  kinds: tuple[str, ...] | None = None,
-                 max_in_flight: int | None = None) -> None:
+                 max_in_flight: int | None = None,
+                 on_record: Callable[[Record], None] | None = None) -> None:
         self.executor = executor
         self.kinds = kinds
         self.max_in_flight = max_in_flight
+        self.on_record = on_record
         self.last_stats: dict[str, Any] = {}
 
     def accept(self, incumbent: Incumbent, trial: Trial) -> bool:
@@ -145,7 +149,8 @@ class LocalOptimizer:
                                            initializer=init_worker, initargs=(ctx,))
             owned = True
         run_ = _Run(graph, device, cfg, executor, self.kinds,
-                    self.max_in_flight or max(1, cfg.jobs - 1), ctx, self.accept)
+                    self.max_in_flight or max(1, cfg.jobs - 1), ctx, self.accept,
+                    self.on_record)
         try:
             with gc_paused():  # trials allocate ~10⁶ acyclic objects each (expand.gc_paused)
                 final = run_.optimize(baseline)
@@ -173,9 +178,11 @@ class _Run:
 
     def __init__(self, graph: Graph, device: Device, cfg: PipelineConfig,
                  executor: Executor | None, kinds: tuple[str, ...] | None, in_flight: int,
-                 ctx: PlanningContext, accept: Callable[[Incumbent, Trial], bool]) -> None:
+                 ctx: PlanningContext, accept: Callable[[Incumbent, Trial], bool],
+                 on_record: Callable[[Record], None] | None = None) -> None:
         self.ctx = ctx
         self.accept = accept
+        self.on_record = on_record
         self.graph = graph
         self.device = device
         self.cfg = cfg
@@ -228,6 +235,8 @@ class _Run:
             self.history.append(Record(
                 prop.kind, prop.description, prop.gain, trial.cycles is not None,
                 trial.failure, trial.cycles, accepted, trial.seconds, speculative))
+            if self.on_record is not None:
+                self.on_record(self.history[-1])
             if accepted:
                 if trial.incumbent is None:
                     trial = self.rebuild(prop, trial)
