@@ -38,7 +38,7 @@ golden: $(STAMP)
 	$(BIN)/python tests/golden.py --write
 
 # re-run the experiments; each rewrites its block of docs/results.md
-RESULTS := fit_c600 bench_planning bench_optimizer run_sweeps \
+RESULTS := fit_c600 bench_planning bench_optimizer run_sweeps bench_sweep \
            estimate_accuracy bench_simulator crosscheck_engines bench_kernels calibrate mutations
 results: $(STAMP)
 	for e in $(RESULTS); do \
