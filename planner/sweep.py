@@ -203,6 +203,9 @@ def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
         out = run_model(graph, load_device(case["device"]), cfg, numerics=case["numerics"],
                         seed=case["seed"])
         row.update(out.summary)
+        # the case's own axis values win over the summary's (a device path stays the
+        # path; layers and batch left to the model show the model's values)
+        row.update({a: case[a] for a in AXES if case[a] is not None})
         row["status"] = "ok" if out.status == 0 else "error"
         if out.status:
             row["error"] = f"faults {out.summary.get('faults')}, numerics_ok " \
@@ -253,8 +256,16 @@ def table_rows(sweep: Sweep, rows: Sequence[Mapping[str, Any]]
     for r in sorted(rows, key=lambda r: order.get(r["key"], len(order))):
         metric_cells = [r.get(m, r.get("stage", "")) if r["status"] == "build-failure"
                         and m == sweep.metrics[0] else r.get(m, "") for m in sweep.metrics]
-        cells.append([r.get(a) for a in axes] + [r["status"], *map(_cell, metric_cells)])
+        cells.append([_axis_cell(a, r.get(a)) for a in axes]
+                     + [r["status"], *map(_cell, metric_cells)])
     return header, cells
+
+
+def _axis_cell(axis: str, value: Any) -> Any:
+    """An axis value as the table shows it: a model or device path by its stem."""
+    if axis in ("model", "device") and isinstance(value, str) and is_path(value):
+        return Path(value).stem
+    return value
 
 
 def _cell(value: Any) -> Any:
