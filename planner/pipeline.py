@@ -149,19 +149,15 @@ class RunOutcome:
     status: int
 
 
-def breakdown(graph: Graph, device: Device, res: PlanResult, sim: Any = None,
-              ctx: PlanningContext | None = None) -> dict[str, Any]:
+def breakdown(res: PlanResult, sim: Any = None) -> dict[str, Any]:
     """The summary's `ops` (cycles per graph op, planner.breakdown),
     `cycle_totals` and `tile_busy`, from a simulation of the final package
     (`sim`, or a timing-only run made here)."""
     from planner.breakdown import op_breakdown, step_kind_totals, tile_balance
-    from planner.build.lower import lower
 
     if sim is None:
         sim = run(res.package, numerics=False)
-    lowered = lower(graph, device, res.plan, ctx)
-    assert res.built is not None, "plan() keeps the final build"
-    return {"ops": op_breakdown(lowered, res.built.schedule, res.package, sim.cycles_per_step),
+    return {"ops": op_breakdown(res.package, sim.cycles_per_step),
             "cycle_totals": step_kind_totals(res.package, sim.cycles_per_step),
             "tile_busy": tile_balance(sim.tile_busy)}
 
@@ -198,7 +194,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
                         res.history, res.stats, plan_seconds, sim_seconds, errors, faults,
                         nonfinite, cast_fractions(casts))
-    summary.update(breakdown(graph, device, res, sim if numerics else None, ctx))
+    summary.update(breakdown(res, sim if numerics else None))
     summary.update(optimizer_summary(res))
     bad = faults > 0 or (numerics and not faults and not summary["numerics_ok"])
     return RunOutcome(res, summary, 1 if bad else 0)

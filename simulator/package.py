@@ -172,6 +172,9 @@ class Package:
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
     version: int = VERSION
+    # per step, the (graph op, op family, role) of each phase it serves (the
+    # planner's provenance; () for a hand-built package)
+    provenance: tuple[tuple[tuple[str, str, str], ...], ...] = ()
     _hash: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -196,6 +199,7 @@ class Package:
         object.__setattr__(self, "buffer_names", _names(self.buffer_names))
         object.__setattr__(self, "arrays", _checked_arrays(self.arrays, dev.tiles))
         object.__setattr__(self, "_hash", [])
+        object.__setattr__(self, "provenance", _provenance(self.provenance, self.n_steps))
         if len(self.buffer_names) != self.n_buffers:
             raise PackageInvalid(
                 f"buffer_names: {len(self.buffer_names)} names for {self.n_buffers} buffers"
@@ -277,6 +281,7 @@ class Package:
             "io": [t.to_dict() for t in self.io],
             "buffer_names": list(self.buffer_names),
             "meta": self.meta,
+            "provenance": [[list(e) for e in step] for step in self.provenance],
         }
 
     def with_arrays(self, **changes: np.ndarray) -> Package:
@@ -305,6 +310,22 @@ class Package:
 
     def __hash__(self) -> int:
         return int(self.content_hash()[:16], 16)
+
+
+def _provenance(prov: Any, n_steps: int) -> tuple[tuple[tuple[str, str, str], ...], ...]:
+    """`prov` checked: () or, per step, a list of (op, family, role) strings."""
+    if not isinstance(prov, (list, tuple)):
+        raise PackageInvalid(f"provenance: must be a list, got {type(prov).__name__}")
+    if prov and len(prov) != n_steps:
+        raise PackageInvalid(f"provenance: {len(prov)} entries for {n_steps} steps")
+    out = []
+    for s, step in enumerate(prov):
+        if not isinstance(step, (list, tuple)) or not all(
+                isinstance(e, (list, tuple)) and len(e) == 3
+                and all(isinstance(x, str) for x in e) for e in step):
+            raise PackageInvalid(f"provenance[{s}]: must be a list of [op, family, role]")
+        out.append(tuple((str(e[0]), str(e[1]), str(e[2])) for e in step))
+    return tuple(out)
 
 
 def _names(names: Any) -> tuple[str, ...]:
@@ -407,7 +428,8 @@ def load_package(path: str | os.PathLike[str]) -> Package:
         raise PackageInvalid(
             f"{mpath}: field 'version': expected {VERSION}, got {manifest.get('version')!r}"
         )
-    keys = {"version", "name", "device", "io", "buffer_names", "meta", "content_hash"}
+    keys = {"version", "name", "device", "io", "buffer_names", "meta", "content_hash",
+            "provenance"}
     if set(manifest) != keys:
         raise PackageInvalid(f"{mpath}: fields must be {sorted(keys)}, got {sorted(manifest)}")
     arrays = read_npz(apath, lambda why: PackageInvalid(
@@ -421,6 +443,7 @@ def load_package(path: str | os.PathLike[str]) -> Package:
             arrays=arrays,
             meta=manifest["meta"],
             version=manifest["version"],
+            provenance=manifest["provenance"],
         )
     except PackageInvalid as e:
         raise PackageInvalid(f"{root}: {e}") from None

@@ -123,6 +123,22 @@ class _Twin:
         return m, sel_out
 
 
+def _served(package: Package, s: int) -> str:
+    """A step's span name: the graph ops it serves and their roles, from the
+    package's provenance ("encoder/mm_q compute", "encoder/mm_q input +
+    encoder/mm_k input"), or "step s" without provenance."""
+    if not package.provenance:
+        return f"step {s}"
+    parts = list(dict.fromkeys(f"{op} {role}" for op, _, role in package.provenance[s]))
+    return " + ".join(parts[:3]) + (f" (+{len(parts) - 3})" if len(parts) > 3 else "")
+
+
+def _ops_arg(package: Package, s: int) -> dict[str, Any]:
+    if not package.provenance:
+        return {}
+    return {"ops": [list(e) for e in package.provenance[s]]}
+
+
 def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
                  unit: str = "cycles") -> dict[str, Any]:
     """The Chrome-trace JSON object of simulation `sim` of `package` (module
@@ -145,6 +161,7 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
                          f"{MAX_STEP_EXECUTIONS}")
     scale = 1.0 if unit == "cycles" else 1e6 / dev.clock_hz
     labels = [step_label(package, s) for s in range(package.n_steps)]
+    names = [_served(package, s) for s in range(package.n_steps)]
     twin = _Twin(package, sel)
     events: list[dict[str, Any]] = []
     got = np.zeros(package.n_steps, dtype=np.int64)  # cycles laid out per step
@@ -190,14 +207,16 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
             continue
         if kind == STEP_COMPUTE:
             dur, busy = twin.cycles(s, ctr)
-            span(f"step {s}", "compute", 0, 0, t, dur, {"step": s, "label": labels[s], **it})
+            span(names[s], "compute", 0, 0, t, dur, {"step": s, "label": labels[s],
+                                                     **_ops_arg(package, s), **it})
             for j, tile in enumerate(sel.tolist()):
                 if busy[j] > 0:
-                    span(f"step {s}", "tile", 1, tile, t, int(busy[j]), {"step": s, **it})
+                    span(names[s], "tile", 1, tile, t, int(busy[j]), {"step": s, **it})
         else:
             total, n = int(sim.cycles_per_step[s]), int(execs[s])
             dur = total // n + (1 if int(seen[s]) < total % n else 0)
-            span(f"step {s}", "exchange", 0, 0, t, dur, {"step": s, "label": labels[s], **it})
+            span(names[s], "exchange", 0, 0, t, dur, {"step": s, "label": labels[s],
+                                                      **_ops_arg(package, s), **it})
             span("sync", "sync", 0, 0, t, min(dev.exchange_fixed_cycles, dur), {"step": s})
         seen[s] += 1
         got[s] += dur

@@ -54,3 +54,40 @@ def test_executions_count_repeat_iterations() -> None:
     runs = executions(pkg)
     assert runs.max() == 5 and runs[0] == 1
     assert int((np.diff(pkg["step_vtx"]) * runs).sum()) == pkg.vertex_invocations()
+
+
+def test_the_package_records_provenance_and_hashes_it(outcome, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from simulator import load_package, save_package
+
+    g, dev, out = outcome
+    pkg = out.result.package
+    assert len(pkg.provenance) == pkg.n_steps and all(pkg.provenance)
+    computed = {st.label for st in lower(g, dev, out.result.plan).steps if st.kind == "compute"}
+    served = {op for step in pkg.provenance for op, _, _ in step}
+    assert computed <= served
+    roles = {role for step in pkg.provenance for _, _, role in step}
+    assert {"compute", "input", "canonical", "parameter", "loop"} <= roles
+    save_package(pkg, tmp_path / "p")
+    assert load_package(tmp_path / "p").provenance == pkg.provenance
+    m = json.loads((tmp_path / "p" / "package.json").read_text())
+    m["provenance"][0][0][0] = "someone else"
+    (tmp_path / "p" / "package.json").write_text(json.dumps(m))
+    with pytest.raises(Exception, match="content hash mismatch"):
+        load_package(tmp_path / "p")
+
+
+def test_trace_spans_carry_graph_op_names(outcome) -> None:  # type: ignore[no-untyped-def]
+    from simulator.trace import trace_events
+
+    g, dev, out = outcome
+    pkg = out.result.package
+    sim = run(pkg, numerics=False)
+    events = trace_events(pkg, sim)["traceEvents"]
+    compute = [e for e in events if e.get("cat") == "compute"]
+    assert compute and all(not e["name"].startswith("step ") for e in compute)
+    named = " ".join(e["name"] for e in compute)
+    for op in ("encoder/mm_q", "encoder/softmax", "encoder/mm_fc2"):
+        assert f"{op} compute" in named
+    assert all(e["args"]["ops"] for e in compute)

@@ -39,6 +39,7 @@ difference.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -66,6 +67,7 @@ from kernels.registry import KERNELS
 from planner.build.allocate import Allocation, Overheads
 from planner.build.columns import BufColumns, BufMemo, buf_columns
 from planner.build.program import Program, Ref
+from planner.build.provenance import step_provenance
 from planner.build.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
 from simulator.device import Device
 from simulator.footprint import code_bytes, follows_previous, xtable_bytes
@@ -254,9 +256,12 @@ def link(
     device: Device,
     name: str,
     meta: dict[str, Any],
+    owners: Mapping[str, tuple[str, str, str]] | None = None,
 ) -> tuple[Package, LinkStats]:
     """Lower to a Package; raises BuildFailure("link", ...) on a seq whose length
-    differs from its loop's trips or an iterated ref outside a loop."""
+    differs from its loop's trips or an iterated ref outside a loop.  `owners`
+    (planner.build.provenance.label_owners of the lowering) gives the
+    package's provenance."""
     addr = alloc.addr
     cols = res.bufs
     tile_of = cols.tile
@@ -342,7 +347,7 @@ def link(
     io = tuple(IoTensor(d["name"], d["role"], tuple(d["shape"]), d["dtype"],
                         int(d.get("scale_exp", 0))) for d in program.io_tensors)
     pkg = Package(name=name, device=device, io=io, buffer_names=names, arrays=a,
-                  meta=meta)
+                  meta=meta, provenance=step_provenance(sched, owners))
     stats = LinkStats(patches.arith, patches.table, len(patches.values), len(names))
     return pkg, stats
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from planner.build.expand import expand_lowered, gc_paused
 from planner.build.link import link, reserve
 from planner.build.lower import lower
 from planner.build.program import Program
+from planner.build.provenance import label_owners
 from planner.build.schedule import Schedule, schedule
 from planner.build.state import BuildState
 from planner.decide.plan import Plan
@@ -100,6 +102,7 @@ def build_program(
     timings: list[tuple[str, float]] | None = None,
     sched: Schedule | None = None,
     state: BuildState | None = None,
+    owners: Mapping[str, tuple[str, str, str]] | None = None,
 ) -> Built:
     """schedule → allocate → link → verify of an already expanded Program.
     `sched`: a schedule of this very program with this `reduction_overlap`
@@ -121,7 +124,7 @@ def build_program(
     res = reserve(program, sched, device, state.bufs if state else None)
     alloc = allocate(program, sched, device, res.overheads, cols=res.bufs)
     lap("allocate")
-    pkg, lstats = link(program, sched, alloc, res, device, name, meta)
+    pkg, lstats = link(program, sched, alloc, res, device, name, meta, owners)
     lap("link")
     try:
         verify(pkg)
@@ -162,6 +165,13 @@ def expand_stage(graph: Graph, device: Device, plan: Plan, state: BuildState | N
     return program
 
 
+def plan_owners(graph: Graph, device: Device, plan: Plan, state: BuildState | None
+                ) -> dict[str, tuple[str, str, str]]:
+    """What each step label of `plan`'s build serves (planner.build.provenance);
+    the lowering comes from `state`'s cache when it has one."""
+    return label_owners(lower(graph, device, plan, state))
+
+
 def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = None) -> Built:
     """The whole build of `graph` on `device` under `plan`: the named stages
     of STAGES in order (module docstring); every choice comes from `plan`.
@@ -172,4 +182,4 @@ def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = N
         program = expand_stage(graph, device, plan, state, clock)
         return build_program(program, device, graph.name, graph_meta(graph, plan),
                              reduction_overlap=plan.reduction_overlap, timings=clock,
-                             state=state)
+                             state=state, owners=plan_owners(graph, device, plan, state))

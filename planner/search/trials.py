@@ -15,7 +15,7 @@ from typing import Any
 
 from kernels.exceptions import BuildFailure
 from planner.build.expand import gc_paused
-from planner.build.stages import Built, build_program, expand_stage, graph_meta
+from planner.build.stages import Built, build_program, expand_stage, graph_meta, plan_owners
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.search.context import Counters, PlanningContext
@@ -56,7 +56,8 @@ def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Bui
         sched = ctx.schedules.get(skey)
         built = build_program(program, device, graph.name, graph_meta(graph, plan),
                               reduction_overlap=plan.reduction_overlap, timings=clock,
-                              sched=sched, state=ctx)
+                              sched=sched, state=ctx,
+                              owners=plan_owners(graph, device, plan, ctx))
         if sched is None:
             ctx.schedules.put(skey, built.schedule)
         return built
