@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -335,6 +336,8 @@ PLAN_ARGS = (
     arg("--out", default=None, help="save the package and summary.json to this directory"),
     arg("--json", action="store_true", help="print the summary as one JSON object"),
     arg("--quiet", action="store_true", help="no progress bar on stderr"),
+    arg("--report", default=None, metavar="OUT.html",
+        help="also write the run's HTML profile (tileplan report --html)"),
 )
 
 
@@ -386,6 +389,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
 
     if args.out:
         check_run_dir(args.out)  # a bad path fails before the planning, not after
+    if args.report:
+        writable_file(args.report, "--report")
     device = load_device(args.device)
     graph = load_model(args.model, layers=args.layers, batch=args.batch)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
@@ -399,6 +404,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
         outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record)
     if args.out:
         save_run(args.out, outcome.result.package, outcome.summary)
+    if args.report:
+        _write_html(args.report, outcome.result.package, outcome.summary, None)
     if args.json:
         print(json.dumps(outcome.summary, sort_keys=True))
         return outcome.status
@@ -472,17 +479,42 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if res.failures else 0
 
 
-@command("report", "print the summary of a saved run",
+@command("report", "print the summary of a saved run, or write its HTML profile",
          arg("run", help="run directory written by --out (or its summary.json)"),
-         arg("--json", action="store_true", help="print the summary as one JSON object"))
+         arg("--json", action="store_true", help="print the summary as one JSON object"),
+         arg("--html", default=None, metavar="OUT.html",
+             help="write a self-contained HTML profile (per-op table, timeline, per-tile "
+                  "heat maps, memory map, optimizer history)"),
+         arg("--tile", type=count(0), default=None,
+             help="with --html: the tile of the memory map (default: the fullest)"))
 def cmd_report(args: argparse.Namespace) -> int:
     import json
 
-    from planner.report import format_summary, load_summary
+    from planner.report import PACKAGE_DIR, format_summary, load_summary
 
+    if args.html:
+        writable_file(args.html, "--html")
     summary = load_summary(args.run)
+    if args.html:
+        from simulator import load_package
+
+        root = Path(args.run)
+        root = root.parent if root.is_file() else root
+        pkg = load_package(root / PACKAGE_DIR)
+        _write_html(args.html, pkg, summary, args.tile)
+        if not args.json:
+            print(f"report {args.html}")
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
+
+
+def _write_html(path: str, pkg: Any, summary: Any, tile: int | None) -> None:
+    from planner.html_report import write_report
+
+    try:
+        write_report(path, pkg, summary, tile)
+    except ValueError as e:  # a tile outside the device
+        raise ConfigError(path, "--tile", str(e)) from None
 
 
 @command("simulate", "run a saved package in the simulator (random params/inputs from --seed)",
