@@ -400,8 +400,17 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
                          jobs=args.jobs)
     check_names(cfg)  # an unknown name fails before any work
     _note_cold_cache()
-    with _proposal_progress(args, cfg.optimization_steps) as on_record:
-        outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record)
+    try:
+        with _proposal_progress(args, cfg.optimization_steps) as on_record:
+            outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record)
+    except BuildFailure as e:
+        if args.report:  # the report of the failing stage, then the usual one line
+            from planner.html_report import render_failure
+            from simulator.files import write_text_atomic
+
+            write_text_atomic(args.report, render_failure(
+                e, f"tileplan: {graph.name} on {device.name}", device.memory_size))
+        raise
     if args.out:
         save_run(args.out, outcome.result.package, outcome.summary)
     if args.report:

@@ -10,6 +10,8 @@ memory); the memory map of one tile over the steps (buffers as bars over
 their live range, coloured by kind; the fullest tile unless `tile` is
 given); the optimizer's history.  Everything comes from the package (its
 provenance and memory map), a timing-only simulation of it and the summary.
+A baseline that does not build gets `render_failure`: the failing stage,
+tile and bytes, and that tile's memory by kind against its capacity.
 """
 
 from __future__ import annotations
@@ -236,6 +238,33 @@ def render(pkg: Package, summary: Mapping[str, Any], tile: int | None = None) ->
         f"<script>{_SORT_JS}</script></body></html>",
     ]
     return "\n".join(parts)
+
+
+def render_failure(failure: Any, title: str, capacity: int) -> str:
+    """The report of a baseline that did not build: the failing stage, tile
+    and bytes, and that tile's memory at the point of failure (by kind)."""
+    plt = _plt()
+    prof = dict(getattr(failure, "profile", {}) or {})
+    img = ""
+    if prof:
+        fig, ax = plt.subplots(figsize=(8, 0.6 + 0.35 * len(prof)))
+        names = sorted(prof, key=lambda k: -prof[k])
+        ax.barh(names, [prof[k] for k in names], color="tab:red")
+        ax.axvline(capacity, color="black", linestyle="--", label=f"tile memory {capacity:,}")
+        ax.set_xlabel("bytes")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        img = f"<img id='memmap' alt='memory at failure' src='{_png(fig)}'>"
+    where = f"tile {failure.tile}" if failure.tile >= 0 else "the device"
+    return "\n".join([
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}: the baseline did not build</h1>",
+        f"<pre>{html.escape(str(failure))}</pre>",
+        f"<p>stage <b>{html.escape(failure.stage)}</b>, {where}: needs "
+        f"{failure.need:,} bytes, has {failure.have:,}.</p>",
+        f"<h2>Memory of {where} at the failure</h2>", img or "<p>(no memory profile)</p>",
+        "</body></html>"])
 
 
 def write_report(path: str | os.PathLike[str], pkg: Package, summary: Mapping[str, Any],

@@ -6,7 +6,9 @@ and lays every step execution on one timeline (open the file in
 chrome://tracing or https://ui.perfetto.dev):
 
 - process 0 "device", thread 0 "steps": one complete ("X") event per step
-  execution — category `compute`, `exchange` or `loop` (the REPEAT_END
+  execution, named by the graph ops and roles it serves (the package's
+  provenance; "step s" without it, with the ops also in `args.ops`) —
+  category `compute`, `exchange` or `loop` (the REPEAT_END
   overhead of one iteration).  An exchange span holds a nested `sync` span
   (its first `sync_cycles`).  The `compute`/`exchange`/`loop` spans tile the
   timeline without gaps: their durations sum to `sim.cycles`.
@@ -15,6 +17,8 @@ chrome://tracing or https://ui.perfetto.dev):
   step execution in which the tile is busy (its summed vertex cycles, from the
   step's start).  The whole chip (1472 tiles × every step) would be far too
   big for a trace viewer, so at most `MAX_TRACE_TILES` tiles may be selected.
+  Each selected tile also has a counter track "tile t live tensor bytes":
+  the bytes of its tensor buffers live at each step.
 
 Durations: a COMPUTE execution's cycles are recomputed exactly for its
 iteration (patched vertex arguments applied; a jitted twin of the engine's
@@ -24,8 +28,9 @@ source addresses change its multicast grouping between iterations, which
 planner packages do not do); REPEAT_END costs `loop_overhead_cycles` (plus
 `patch_word_cycles` per patched word before a jump back, simulator.timing).
 
-`unit="cycles"` puts device cycles in the `ts`/`dur` fields (the viewer labels
-them µs: read 1 µs as 1 cycle); `unit="us"` converts at the device clock.
+`unit="us"` puts microseconds at the device clock in the `ts`/`dur` fields,
+which Perfetto shows as they are; `unit="cycles"` puts device cycles there (the
+viewer labels them µs: read 1 µs as 1 cycle; `otherData.unit` says which).
 Programs with more than `MAX_STEP_EXECUTIONS` step executions are refused
 (ValueError).  `save_trace` writes the JSON atomically (temp file + os.replace).
 """
@@ -40,7 +45,14 @@ from typing import Any
 
 import numpy as np
 
-from kernels.abi import N_ARGS, PATCH_ARITH, STEP_COMPUTE, STEP_REPEAT_BEGIN, STEP_REPEAT_END
+from kernels.abi import (
+    N_ARGS,
+    PATCH_ARITH,
+    STEP_COMPUTE,
+    STEP_REPEAT_BEGIN,
+    STEP_REPEAT_END,
+    TENSOR_KINDS,
+)
 from kernels.dispatch import vertex_cost
 from kernels.jit import kjit
 from simulator.files import write_file_atomic
@@ -163,6 +175,8 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
     labels = [step_label(package, s) for s in range(package.n_steps)]
     names = [_served(package, s) for s in range(package.n_steps)]
     twin = _Twin(package, sel)
+    live = live_tensor_bytes(package, sel)
+    last_live = np.full(sel.size, -1, dtype=np.int64)
     events: list[dict[str, Any]] = []
     got = np.zeros(package.n_steps, dtype=np.int64)  # cycles laid out per step
     seen = np.zeros(package.n_steps, dtype=np.int64)  # executions laid out per step
@@ -218,6 +232,12 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
             span(names[s], "exchange", 0, 0, t, dur, {"step": s, "label": labels[s],
                                                       **_ops_arg(package, s), **it})
             span("sync", "sync", 0, 0, t, min(dev.exchange_fixed_cycles, dur), {"step": s})
+        for j, tile in enumerate(sel.tolist()):  # a memory counter track per traced tile
+            if live[j, s] != last_live[j]:
+                last_live[j] = live[j, s]
+                events.append({"name": f"tile {tile} live tensor bytes", "ph": "C", "pid": 1,
+                               "tid": tile, "ts": t * scale, "dur": 0,
+                               "args": {"bytes": int(live[j, s])}})
         seen[s] += 1
         got[s] += dur
         t += dur
@@ -246,6 +266,21 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
                       "device": dev.name, "clock_hz": dev.clock_hz, "unit": unit,
                       "cycles": int(sim.cycles), "tiles": sel.tolist()},
     }
+
+
+def live_tensor_bytes(package: Package, tiles: np.ndarray) -> np.ndarray:
+    """int64 [len(tiles), S]: bytes of the tensor buffers of each tile live at
+    each step (the memory counter tracks)."""
+    a = package.arrays
+    out = np.zeros((tiles.size, package.n_steps + 1), dtype=np.int64)
+    tensor = np.isin(a["buf_kind"], TENSOR_KINDS)
+    for j, tile in enumerate(tiles.tolist()):
+        on = np.flatnonzero(tensor & (a["buf_tile"] == tile))
+        lo = np.clip(a["buf_first"][on], 0, package.n_steps)
+        hi = np.clip(a["buf_last"][on] + 1, 0, package.n_steps)
+        np.add.at(out[j], lo, a["buf_bytes"][on])
+        np.add.at(out[j], hi, -a["buf_bytes"][on])
+    return np.cumsum(out, axis=1)[:, : package.n_steps]
 
 
 def _depths(package: Package) -> np.ndarray:

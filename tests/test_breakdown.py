@@ -91,3 +91,15 @@ def test_trace_spans_carry_graph_op_names(outcome) -> None:  # type: ignore[no-u
     for op in ("encoder/mm_q", "encoder/softmax", "encoder/mm_fc2"):
         assert f"{op} compute" in named
     assert all(e["args"]["ops"] for e in compute)
+
+
+def test_trace_has_a_memory_counter_per_traced_tile(outcome) -> None:  # type: ignore[no-untyped-def]
+    from simulator.trace import live_tensor_bytes, trace_events
+
+    _, _, out = outcome
+    pkg = out.result.package
+    events = trace_events(pkg, run(pkg, numerics=False), tiles=[0, 7])["traceEvents"]
+    counters = [e for e in events if e.get("ph") == "C"]
+    assert {e["tid"] for e in counters} == {0, 7}
+    live = live_tensor_bytes(pkg, np.array([0, 7]))
+    assert max(e["args"]["bytes"] for e in counters if e["tid"] == 7) == live[1].max() > 0

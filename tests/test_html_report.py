@@ -75,3 +75,16 @@ def test_fullest_tile_is_the_peak(report: tuple[Path, dict]) -> None:
                     PipelineConfig(optimization_steps=0), numerics=False)
     pkg = out.result.package
     assert peak_memory(pkg)[fullest_tile(pkg)] == peak_memory(pkg).max()
+
+
+def test_a_baseline_that_does_not_fit_writes_the_failure_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dev = tmp_path / "small.toml"
+    dev.write_text('name = "small"\nbase = "tiny"\nmemory_size = 16384\n')
+    html = tmp_path / "fail.html"
+    assert main(["plan", "vit-micro", "--device", str(dev), "--report", str(html)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "need" in err
+    text = html.read_text()
+    assert "the baseline did not build" in text and "needs" in text
+    assert "id='memmap'" in text and "data:image/png;base64," in text
