@@ -56,11 +56,15 @@ def test_cli_report_html_and_tile(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.slow
-def test_renders_in_headless_chromium(report: tuple[Path, dict]) -> None:
+def test_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The report of a vit-tiny run (2 layers on c600, 2 optimizer steps)."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    path, summary = report
+    out = run_model(load_model("vit-tiny", layers=2), load_device("c600"),
+                    PipelineConfig(optimization_steps=2), numerics=False)
+    path, summary = tmp_path / "vit-tiny.html", out.summary
+    write_report(path, out.result.package, summary)
     dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
                           "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
