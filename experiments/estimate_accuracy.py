@@ -3,9 +3,9 @@ cycles of the same op in a built package?
 
 For each case (model, layers) on DEVICE this builds the default baseline
 (`baseline_plan` → `build` → timing simulation), maps the simulated cycles
-of every step back to ops (`proposals.step_profile` through the schedule's
-step labels, then `proposals.op_costs`: an op's own steps, the conversions
-lowered for it and the move of its result to canonical) and sets them
+of every step back to ops (`proposals.step_profile`: through the package's
+provenance, an op's own steps, the conversions lowered for it and the move
+of its result to canonical) and sets them
 beside the catalogue estimate of the recipe the op runs (`Recipe.cycles` ×
 Repeat trips: kernel cycle models + sync + bytes / bandwidth per exchange
 phase).  Printed per op: recipe, estimate, measured, measured/estimate; then
@@ -33,7 +33,7 @@ from planner.build.lower import lower
 from planner.ir.models import load_model
 from planner.search.incumbent import evaluate
 from planner.search.policies import baseline_plan
-from planner.search.proposals import op_costs, op_sites, step_profile
+from planner.search.proposals import op_sites, step_profile
 from simulator.device import Device, load_device
 from simulator.run import run
 from simulator.tables import table
@@ -53,7 +53,7 @@ class OpRow:
     recipe: str
     estimate: int  # trips × Recipe.cycles
     compute_estimate: int  # trips × Recipe.compute_cycles
-    measured: int  # op_costs: own steps + conversions + move to canonical
+    measured: int  # Profile.ops: own steps + conversions + move to canonical
     own: int  # the op's own steps only
 
     @property
@@ -67,9 +67,9 @@ def case_rows(model: str, layers: int, device: Device) -> tuple[list[OpRow], int
     plan = baseline_plan(g, device)
     inc = evaluate(g, device, plan)
     sim = run(inc.built.package, numerics=False)
-    prof = step_profile(inc.built.schedule, sim.cycles_per_step)
+    prof = step_profile(inc.built, sim.cycles_per_step)
     lowered = lower(g, device, plan)
-    costs = op_costs(lowered, prof)
+    costs = prof.ops
     trips = {s.name: s.trips for s in op_sites(g)}
     rows = []
     for st in lowered.steps:
@@ -78,7 +78,7 @@ def case_rows(model: str, layers: int, device: Device) -> tuple[list[OpRow], int
         n = trips.get(st.label, 1)
         rows.append(OpRow(model, st.label, st.op.kind, st.recipe.key, n * st.recipe.cycles,
                           n * st.recipe.compute_cycles, costs.get(st.label, 0),
-                          prof.get(st.label, 0)))
+                          prof.moves.get(st.label, 0)))
     return rows, inc.cycles, sum(r.measured for r in rows)
 
 

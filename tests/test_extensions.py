@@ -20,7 +20,7 @@ from planner.pipeline import extension_rows
 from planner.search import registry
 from planner.search.incumbent import PipelineConfig
 from planner.search.policies import default_plan
-from planner.search.proposals import KINDS, proposals
+from planner.search.proposals import KINDS, Profile, proposals
 from planner.search.registry import BASELINES, PROPOSALS, Registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,9 +53,9 @@ def test_custom_policy_and_kind_plan(micro_graph: Graph) -> None:
 
 def test_a_registered_kind_joins_only_when_named(micro_graph: Graph) -> None:
     inc = planner.plan(micro_graph, TINY, PipelineConfig(optimization_steps=0))
-    default = proposals(micro_graph, TINY, inc.plan, {})
+    default = proposals(micro_graph, TINY, inc.plan, Profile.empty())
     assert {p.kind for p in default} <= set(KINDS)
-    named = proposals(micro_graph, TINY, inc.plan, {}, kinds=("row-moves",))
+    named = proposals(micro_graph, TINY, inc.plan, Profile.empty(), kinds=("row-moves",))
     assert named and {p.kind for p in named} == {"row-moves"}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import simulator
@@ -11,7 +13,7 @@ from planner.ir.graph import Graph
 from planner.search.incumbent import Incumbent, evaluate
 from planner.search.optimize import profile
 from planner.search.policies import baseline_plan
-from planner.search.proposals import KINDS, MERGED, Proposal, base_label, op_sites, proposals
+from planner.search.proposals import KINDS, Profile, Proposal, op_sites, proposals
 
 TINY = simulator.load_device("tiny")
 
@@ -25,7 +27,9 @@ def test_ordered_by_gain_then_kind_and_description(micro_graph: Graph,
                                                     incumbent: Incumbent) -> None:
     prof = profile(incumbent)
     props = proposals(micro_graph, TINY, incumbent.plan, prof)
-    again = proposals(micro_graph, TINY, incumbent.plan, dict(reversed(list(prof.items()))))
+    again = proposals(micro_graph, TINY, incumbent.plan, dataclasses.replace(
+        prof, moves=dict(reversed(list(prof.moves.items()))),
+        ops=dict(reversed(list(prof.ops.items())))))
     assert props == again  # profile dict order does not matter
     keys = [(-p.gain, p.kind, p.description) for p in props]
     assert keys == sorted(keys)
@@ -62,12 +66,14 @@ def test_unaffected_parameter_homes_stay(micro_graph: Graph, incumbent: Incumben
     assert moved_homes > 0  # some proposals do move their own op's weights
 
 
-def test_base_label_and_profile(incumbent: Incumbent) -> None:
-    assert base_label("encoder/mm_q partial sums") == "encoder/mm_q"
-    assert base_label("to encoder/ln1@18 pack") == "to encoder/ln1@18"
-    assert base_label("canon embed unpack") == "canon embed"
+def test_profile_accounts_for_the_cycles(incumbent: Incumbent) -> None:
     prof = profile(incumbent)
-    total = sum(v for k, v in prof.items() if not k.startswith(("reduce:", MERGED)))
+    sched = incumbent.built.schedule
+    # a K-split's phases and a move's pack/unpack name the lowered step they expand
+    for st in sched.steps:
+        for lab, (src, part) in zip(st.labels, st.phases, strict=True):
+            assert lab == (f"{src} {part}" if part else src)
+    total = sum(prof.moves.values())
     steps = len(incumbent.built.schedule.steps)
     # each step's cycles are split among its labels (integer shares) and loop
     # overhead belongs to no label: the profile accounts for nearly everything
@@ -77,7 +83,7 @@ def test_base_label_and_profile(incumbent: Incumbent) -> None:
 
 def test_unknown_kind(micro_graph: Graph, incumbent: Incumbent) -> None:
     with pytest.raises(ConfigError, match="proposal kind.*unknown.*bogus"):
-        proposals(micro_graph, TINY, incumbent.plan, {}, kinds=("bogus",))
+        proposals(micro_graph, TINY, incumbent.plan, Profile.empty(), kinds=("bogus",))
 
 
 def test_restricting_kinds(micro_graph: Graph, incumbent: Incumbent) -> None:
@@ -143,23 +149,21 @@ def test_next_round_proposes_the_replayed_change(micro_graph: Graph,
     assert guess in {p.plan for p in again}
 
 
-def test_op_costs_charge_every_labelled_step_once(micro_graph: Graph,
-                                                   incumbent: Incumbent) -> None:
-    """An op's measured cost is its own steps + the conversions lowered for it
-    + the move of its result to canonical; together they are the profile."""
-    from planner.search.proposals import op_costs
-
+def test_op_costs_charge_every_lowered_step_once(micro_graph: Graph,
+                                                  incumbent: Incumbent) -> None:
+    """An op's measured cost (from the package's provenance) is its own steps
+    + the conversions lowered for it + the move of its result to canonical;
+    together they are the profile."""
     prof = profile(incumbent)
     lowered = lower(micro_graph, TINY, incumbent.plan)
-    costs = op_costs(lowered, prof)
+    costs = prof.ops
     computes = [s.label for s in lowered.steps if s.kind == "compute"]
     assert sorted(costs) == sorted(set(computes))
     for name in costs:
-        assert costs[name] >= prof.get(name, 0)
+        assert costs[name] >= prof.moves.get(name, 0)
     # only the Repeat's own steps (labelled with its name: carries) belong to no op
     loops = {s.label for s in lowered.steps if s.kind == "loop_begin"}
-    total = sum(v for k, v in prof.items()
-                if not k.startswith(("reduce:", MERGED)) and k not in loops)
+    total = sum(v for k, v in prof.moves.items() if k not in loops)
     assert sum(costs.values()) == total
 
 
@@ -174,8 +178,10 @@ def test_packing_gain_scales_canonical_moves() -> None:
     g = planner.load_model("vit-tiny", layers=1)
     plan = baseline_plan(g, c600)
     fixed = c600.exchange_fixed_cycles  # one sync and setup per move, not scaled
-    prof = {"canon encoder/q": fixed + 4000, "to encoder/ln1@3": fixed + 1000,
-            "encoder/mm_q": 99}
+    to_ln1 = next(st.label for st in lower(g, c600, plan).steps
+                  if st.label.startswith("to encoder/ln1@"))
+    prof = Profile({"canon encoder/q": fixed + 4000, to_ln1: fixed + 1000,
+                    "encoder/mm_q": 99}, {}, 0, ())
     props = {p.description: p.gain
              for p in proposals(g, c600, plan, prof, kinds=("packing",))}
     rpo = canonical_rows_per_owner(197, 192, 2, c600.element_bytes, c600.tiles)
@@ -195,7 +201,7 @@ def test_packing_moves_canonical_row_ops_along() -> None:
     c600 = simulator.load_device("c600")
     g = planner.load_model("vit-tiny", layers=1)
     plan = baseline_plan(g, c600)
-    prop = next(p for p in proposals(g, c600, plan, {"canon encoder/q": 5000},
+    prop = next(p for p in proposals(g, c600, plan, Profile({"canon encoder/q": 5000}, {}, 0, ()),
                                      kinds=("packing",))
                 if p.description.endswith("-> rows"))
     assert prop.plan.packing == "rows"

@@ -17,7 +17,7 @@ from planner.report import REL_FRO_TOLERANCE, compare
 from planner.search.incumbent import PipelineConfig, evaluate
 from planner.search.optimize import LocalOptimizer, profile
 from planner.search.policies import baseline_plan
-from planner.search.proposals import MERGED, apply_change, proposals
+from planner.search.proposals import apply_change, proposals
 from planner.search.tileload import phase_load, shifted, step_cycles
 from simulator.device import Device
 
@@ -147,11 +147,12 @@ def test_profile_keeps_merged_steps(micro_graph: Graph) -> None:
     inc = evaluate(micro_graph, TINY, baseline_plan(micro_graph, TINY))
     prof = profile(inc)
     sched = inc.built.schedule
-    merged = {k: v for k, v in prof.items() if k.startswith(MERGED)}
     multi = [st for st in sched.steps if len(st.labels) > 1]
-    assert merged and len(merged) == len(multi)
-    for st in multi:
-        assert f"{MERGED}{st.kind}: {' | '.join(st.labels)}" in merged
+    assert prof.merged and len(prof.merged) == len(multi)
+    for m, st in zip(prof.merged, multi, strict=True):
+        assert m.kind == st.kind
+        assert [lab for lab, _, _ in m.phases] == list(st.labels)
+        assert [(src, part) for _, src, part in m.phases] == list(st.phases)
 
 
 def test_tile_load_model_matches_the_measured_merged_step() -> None:
@@ -160,14 +161,15 @@ def test_tile_load_model_matches_the_measured_merged_step() -> None:
     g2's side by 2 tiles takes 16 KiB off the busiest tiles."""
     g = two_gelus()
     inc = evaluate(g, SMALL, _colliding(g))
-    merged = [(k, v) for k, v in profile(inc).items() if k.startswith(MERGED)]
+    merged = profile(inc).merged
     assert len(merged) == 1
-    key, cycles = merged[0]
-    assert key.startswith(f"{MERGED}exchange: canon y1 | to x2@")
+    m = merged[0]
+    assert m.kind == "exchange"
+    assert m.phases[0][:2] == ("canon y1", "canon y1") and m.phases[1][1].startswith("to x2@")
+    cycles = m.cycles
     lw = lower(g, SMALL, inc.plan)
-    labels = key.partition(": ")[2].split(" | ")
-    loads = [phase_load(lw, next(s for s in lw.steps if s.label == lab), lab, True, SMALL)
-             for lab in labels]
+    loads = [phase_load(lw, next(s for s in lw.steps if s.label == src), part, True, SMALL)
+             for _, src, part in m.phases]
     assert step_cycles(loads, True, SMALL) == cycles == SMALL.exchange_fixed_cycles + 3 * 16384 // 4
     moved = [loads[0], shifted(loads[1], ("bytes_in",), 2)]
     assert step_cycles(moved, True, SMALL) == cycles - 16384 // 4

@@ -277,9 +277,11 @@ class Expander:
         self.materialise(dv, kind=kind, skip=skip)
         mv = moves(self.prog, label, sv.layout, self.placed[src], dv.layout, self.placed[dst],
                    sv.elem, segments, set(skip), row_moves)
-        self.emit(Phase("compute", f"{label} pack", vertices=mv.pack))
+        self.emit(Phase("compute", f"{label} pack", vertices=mv.pack, source=label,
+                        part="pack"))
         self.emit(Phase("exchange", label, transfers=mv.transfers))
-        self.emit(Phase("compute", f"{label} unpack", vertices=mv.unpack))
+        self.emit(Phase("compute", f"{label} unpack", vertices=mv.unpack, source=label,
+                        part="unpack"))
 
     # ------------------------------------------------------------ I/O
 

@@ -179,7 +179,7 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
     depths = [kc[l + 1] - kc[l] for l in range(gk)]
     new_buf = ctx.prog.new_buf
     parts: list[int] = []
-    mm = Phase("compute", f"{label} partials")
+    mm = Phase("compute", f"{label} partials", source=label, part="partials")
     for i in range(gm):
         m = rc[i + 1] - rc[i]
         for j, n in enumerate(widths):
@@ -194,7 +194,7 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
                     ((MM.c, (buf, 0, 0, ())),)))
     ctx.emit(mm)
     sums: list[tuple[int, int, int, int]] = []
-    red = Phase("compute", f"{label} reduce")
+    red = Phase("compute", f"{label} reduce", source=label, part="reduce")
     for i in range(gm):
         m0, m1 = rc[i], rc[i + 1]
         for ri in o.row_span(m0, m1):
@@ -210,7 +210,8 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
                 args = reduce_args(w * 4, block, gk, w * eo, r1 - r0, w, dt_out)
                 red.vertices.append(make_vertex(tile, abi.REDUCE, args, landed,
                                                 ((RED.out, po[ri * gn + j][0]),)))
-    ctx.emit(Phase("exchange", f"{label} partial sums", transfers=partial_sums(parts, sums, gk)))
+    ctx.emit(Phase("exchange", f"{label} partial sums", transfers=partial_sums(parts, sums, gk),
+                   source=label, part="partial sums"))
     ctx.emit(red)
 
 

@@ -237,21 +237,36 @@ class Xfers:
         return bool(self.seq) or bool(self.src_stride.any()) or bool(self.dst_stride.any())
 
 
+# parts of a lowered step that expand emits as phases of their own (Phase.part)
+PARTS = ("partials", "partial sums", "reduce", "pack", "unpack")
+
+
 @dataclass(slots=True)
 class Phase:
     """A group of vertices (kind "compute") or transfers (kind "exchange") that
     may run in one superstep: no byte is written by one member and touched by
-    another.  `label` says which op or conversion produced it (for reports).
-    `transfers` may be given as Transfer objects; it is stored as `Xfers`."""
+    another.  `label` says which op or conversion produced it (for reports);
+    `source` is the lowered step it expands (its label; "" = `label`) and
+    `part` which part of that step it is ("" = the step itself, or one of
+    PARTS: a K-split's partials, partial sums and reduce, a move's pack and
+    unpack), so nothing downstream has to parse labels.  `transfers` may be
+    given as Transfer objects; it is stored as `Xfers`."""
 
     kind: str
     label: str
     vertices: list[Vertex] = field(default_factory=list)
     transfers: Xfers = field(default_factory=Xfers.empty)
+    source: str = ""
+    part: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.transfers, Xfers):
             self.transfers = Xfers.of(self.transfers)
+
+    @property
+    def base(self) -> str:
+        """The lowered step this phase expands (its label)."""
+        return self.source or self.label
 
     def reads(self) -> set[int]:
         if self.kind == "compute":

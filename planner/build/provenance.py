@@ -1,23 +1,24 @@
 """Provenance: which graph op, and in which role, each step of a build serves.
 
-`label_owners` reads the lowering in program order and maps every step label
-(expansion suffixes removed) to `(op, family, role)`:
+`label_owners` reads the lowering in program order and maps every lowered
+step (by its label; an absorbed cast by `cast <label>`, the label its phase
+carries) to `(op, family, role)`:
 
-- an op's compute step serves the op (role compute; a K-split's `… partials`
-  too), the exchange of its partial sums (`… partial sums`) and their
-  reduction (`… reduce`) serve it in those roles; a move's `… pack` /
-  `… unpack` phases serve the move's op (pack);
+- an op's compute step serves the op (role compute);
 - the moves lowered for an op's inputs (`to …`), its parameters (`param …`)
   and absorbed casts, emitted just before its compute step, serve that op
   (input, parameter, cast);
 - the move of an op's result to its canonical layout (`canon …`, just after
   it) serves it (canonical);
-- a Repeat's own steps, and anything unlabelled, are `(control)`.
+- a Repeat's own steps, and anything unknown, are `(control)`.
 
 `step_provenance` turns a schedule into the package's `provenance`: per step,
-the `(op, family, role)` of each phase merged into it, in program order.
-This is the one place labels are read; everything downstream (the summary's
-per-op breakdown, the trace) reads the package.
+the `(op, family, role)` of each phase merged into it, in program order.  A
+phase names the lowered step it expands and its part (Phase.source /
+Phase.part, kept in Step.phases); a part has a role of its own (a K-split's
+partials are compute, its partial sums and reduce are `partial sums` and
+`reduction`, a move's pack and unpack are `pack`).  Nothing here or
+downstream parses a label: the labels are keys, written once by the lowering.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.build.lowered import Lowered
+from planner.build.lowered import Step as LoweredStep
 from planner.build.schedule import Schedule
 
 CONTROL = "(control)"
-_ROLE_SUFFIXES = ((" partial sums", "partial sums"), (" partials", "compute"),
-                  (" reduce", "reduction"), (" unpack", "pack"), (" pack", "pack"))
+# the role of each part of a lowered step (planner.build.program.PARTS)
+PART_ROLES = {"partials": "compute", "partial sums": "partial sums", "reduce": "reduction",
+              "pack": "pack", "unpack": "pack"}
 
 
 def label_owners(lowered: Lowered) -> dict[str, tuple[str, str, str]]:
-    """Step label (without expansion suffixes) -> (op, family, role)."""
+    """Lowered step label (`cast <label>` for a cast) -> (op, family, role)."""
     out: dict[str, tuple[str, str, str]] = {}
     pending: list[tuple[str, str]] = []  # (label, role) waiting for the next compute op
     last: tuple[str, str] | None = None
@@ -45,12 +48,14 @@ def label_owners(lowered: Lowered) -> dict[str, tuple[str, str, str]]:
                 out.setdefault(lab, (st.label, family, role))
             pending, last = [], (st.label, family)
         elif st.kind == "cast":
-            pending.append((st.label, "cast"))
-        elif st.kind == "redistribute" and st.label.startswith("canon ") and last is not None:
-            out.setdefault(st.label, (last[0], last[1], "canonical"))
+            pending.append((f"cast {st.label}", "cast"))
+        elif st.kind == "redistribute" and move_role(lowered, st) == "canonical":
+            if last is not None:
+                out.setdefault(st.label, (last[0], last[1], "canonical"))
+            else:  # a graph input stored canonically before any op
+                pending.append((st.label, "input"))
         elif st.kind == "redistribute":
-            pending.append((st.label, "parameter" if st.label.startswith("param ")
-                            else "input"))
+            pending.append((st.label, move_role(lowered, st)))
         else:  # loop_begin / loop_end: the Repeat itself
             out.setdefault(st.label, (CONTROL, "control", "loop"))
     for lab, role in pending:  # moves after the last compute op (the outputs)
@@ -58,16 +63,20 @@ def label_owners(lowered: Lowered) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def owner(label: str, owners: Mapping[str, tuple[str, str, str]]) -> tuple[str, str, str]:
-    for suffix, role in _ROLE_SUFFIXES:
-        if label.endswith(suffix) and label[: -len(suffix)] in owners:
-            op, family, _ = owners[label[: -len(suffix)]]
-            return op, family, role
-    for key in (label, label.removeprefix("cast ")):
-        if key in owners:
-            return owners[key]
-    return CONTROL, "control", "other"
+def move_role(lowered: Lowered, st: LoweredStep) -> str:
+    """What a lowered move is, from the roles of the values it moves:
+    `canonical` (a result to its canonical or graph-output layout),
+    `parameter` (from a parameter home) or `input` (into an op's layout)."""
+    if lowered.values[st.outputs[0]].role in ("canonical", "output"):
+        return "canonical"
+    return "parameter" if lowered.values[st.inputs[0]].role == "parameter" else "input"
 
+
+def owner(source: str, part: str, owners: Mapping[str, tuple[str, str, str]]
+          ) -> tuple[str, str, str]:
+    """(op, family, role) of the phase `part` of lowered step `source`."""
+    op, family, role = owners.get(source, (CONTROL, "control", "other"))
+    return op, family, PART_ROLES.get(part, role)
 
 
 def step_provenance(schedule: Schedule, owners: Mapping[str, tuple[str, str, str]] | None
@@ -76,10 +85,9 @@ def step_provenance(schedule: Schedule, owners: Mapping[str, tuple[str, str, str
     `owners` (a hand-built program) each label stands for itself."""
     out = []
     for st in schedule.steps:
-        labels = st.labels or (CONTROL,)
         if owners is None:
-            out.append(tuple((lab, "op", "other") for lab in labels))
+            out.append(tuple((lab, "op", "other") for lab in st.labels or (CONTROL,)))
         else:
-            out.append(tuple(owner(lab, owners) if lab != CONTROL else
-                             (CONTROL, "control", "other") for lab in labels))
+            out.append(tuple(owner(src, part, owners) for src, part in st.phases)
+                       or ((CONTROL, "control", "other"),))
     return tuple(out)

@@ -79,8 +79,10 @@ _NO_TRANSFERS = Xfers.empty()  # immutable: every step without transfers shares 
 class Step:
     """One superstep.  `match` is the index of the partner loop mark (at
     REPEAT_BEGIN / REPEAT_END), -1 otherwise; `trips` is set at REPEAT_BEGIN.
-    `labels` name the phases merged into the step, in program order;
-    `transfers` holds the rows of the merged exchange phases in that order."""
+    `labels` name the phases merged into the step, in program order, and
+    `phases` says what each is: (the lowered step it expands, its part;
+    Phase.source / Phase.part).  `transfers` holds the rows of the merged
+    exchange phases in that order."""
 
     kind: str
     labels: tuple[str, ...]
@@ -88,6 +90,7 @@ class Step:
     transfers: Xfers = _NO_TRANSFERS
     trips: int = 0
     match: int = -1
+    phases: tuple[tuple[str, str], ...] = ()
 
 
 def transfer_arrays(steps: tuple[Step, ...]) -> XferArrays:
@@ -201,6 +204,7 @@ class _Group:
     def __init__(self, phase: Phase, facts: _PhaseFacts) -> None:
         self.kind = phase.kind
         self.labels = [phase.label]
+        self.phases = [(phase.base, phase.part)]
         self.vertices = list(phase.vertices)
         self.transfers = [phase.transfers]
         self.facts = [facts]
@@ -215,6 +219,7 @@ class _Group:
 
     def add(self, phase: Phase, facts: _PhaseFacts) -> None:
         self.labels.append(phase.label)
+        self.phases.append((phase.base, phase.part))
         self.vertices.extend(phase.vertices)
         self.transfers.append(phase.transfers)
         self.facts.append(facts)
@@ -224,7 +229,8 @@ class _Group:
 
     def step(self) -> Step:
         """The step without its transfers (`schedule` attaches them)."""
-        return Step(self.kind, tuple(self.labels), tuple(self.vertices))
+        return Step(self.kind, tuple(self.labels), tuple(self.vertices),
+                    phases=tuple(self.phases))
 
 
 def _is_reduction(phase: Phase) -> bool:
@@ -357,7 +363,8 @@ def schedule(program: Program, reduction_overlap: bool = False,
             if item.trips < 1:
                 raise BuildFailure("schedule", -1, 0, 0, f"loop {item.label}: trips {item.trips}")
             open_loops.append(len(steps))
-            steps.append(Step(REPEAT_BEGIN, (item.label,), trips=item.trips))
+            steps.append(Step(REPEAT_BEGIN, (item.label,), trips=item.trips,
+                              phases=((item.label, ""),)))
             parts.append([])
             loop_of.append(enclosing)
             continue
@@ -366,8 +373,9 @@ def schedule(program: Program, reduction_overlap: bool = False,
         begin = open_loops.pop()
         end = len(steps)
         b = steps[begin]
-        steps[begin] = Step(REPEAT_BEGIN, b.labels, trips=b.trips, match=end)
-        steps.append(Step(REPEAT_END, (item.label,), trips=0, match=begin))
+        steps[begin] = replace(b, match=end)
+        steps.append(Step(REPEAT_END, (item.label,), trips=0, match=begin,
+                          phases=((item.label, ""),)))
         parts.append([])
         loop_of.append(open_loops[-1] if open_loops else -1)
     flush()

@@ -62,7 +62,14 @@ from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.search.context import Counters, PlanningContext
 from planner.search.incumbent import Incumbent, PipelineConfig
-from planner.search.proposals import Proposal, apply_change, pinned, proposals, step_profile
+from planner.search.proposals import (
+    Profile,
+    Proposal,
+    apply_change,
+    pinned,
+    proposals,
+    step_profile,
+)
 from planner.search.registry import OPTIMIZERS
 from planner.search.trials import Trial, evaluate, evaluate_in_worker, init_worker
 from simulator.device import Device
@@ -102,10 +109,10 @@ class Record:
                 "speculative": self.speculative}
 
 
-def profile(inc: Incumbent) -> dict[str, int]:
-    """Measured cycles per op/move label of an incumbent (timing-only run)."""
+def profile(inc: Incumbent) -> Profile:
+    """Measured cycles per lowered step and per op of an incumbent (timing-only run)."""
     sim = run(inc.built.package, numerics=False)
-    return step_profile(inc.built.schedule, sim.cycles_per_step)
+    return step_profile(inc.built, sim.cycles_per_step)
 
 
 class LocalOptimizer:
@@ -223,7 +230,7 @@ class _Run:
         return inc
 
     def round(self, inc: Incumbent, base: Plan, window: list[Proposal]
-              ) -> tuple[Incumbent, dict[str, int]] | None:
+              ) -> tuple[Incumbent, Profile] | None:
         """Evaluate `window` in order; the first strictly cheaper one (with its
         step profile), or None.  `base`: the pinned incumbent plan that every
         proposal of `window` changes."""

@@ -12,7 +12,7 @@ Kinds (`KINDS`):
 
 - `operator`: another shortlisted recipe of one op.  Gain = trips ×
   (current − alternative catalogue estimate) × calibration, where the
-  calibration is the op's measured cycles (`op_costs`: its own steps plus
+  calibration is the op's measured cycles (`Profile.ops`: its own steps plus
   the conversions lowered for it and the move of its result to canonical)
   over its own estimate, clipped to [¼, 4].
 - `joint`: a producer/store + consumer change: the consumer of an activation
@@ -39,7 +39,7 @@ Kinds (`KINDS`):
   Gain = half the measured reduction cycles.
 - `tiles`: shift one op's placement (`Plan.tile_shift`) off the tiles of
   the phases it shares a merged step with.  For every measured merged step
-  (`merged <kind>: …` profile entries) the phases' per-tile loads are
+  (`Profile.merged`) the phases' per-tile loads are
   modelled from the lowered layouts (planner.tileload); an op owns its
   compute phases, the destination side of the moves into it (inputs,
   parameters, absorbed casts) and the source side of the moves out of its
@@ -66,9 +66,11 @@ whose recipe changes, and a tile shift only those of the shifted matmul;
 packing changes the layout of every value by design.
 
 Measured cycles (`profile`) come from `step_profile`, which maps the
-incumbent's simulated per-step cycles back to op and move names through the
-schedule's step labels, and keeps every merged step's own cycles under
-`merged <kind>: <label> | <label> …`.
+incumbent's simulated per-step cycles back to the lowered steps the
+schedule's phases expand (Step.phases) and to graph ops through the
+package's provenance, and keeps every merged step's own cycles
+(`Profile.merged`).  No label is parsed: a move is told apart by the roles
+of the values it moves (planner.build.provenance.move_role).
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ import numpy as np
 
 from planner.build.lower import Lowered, lower
 from planner.build.lowered import Step
-from planner.build.schedule import EXCHANGE, Schedule
+from planner.build.provenance import CONTROL, move_role
+from planner.build.schedule import EXCHANGE
 from planner.decide import catalogue as cat
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import PACKINGS, Plan
@@ -91,20 +94,16 @@ from planner.search.tileload import MergedStep, Placement, phase_load, shift_gai
 from simulator.device import Device
 
 if TYPE_CHECKING:
+    from planner.build.stages import Built
     from planner.build.state import BuildState
 
 KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
-# label suffixes that expand appends to an op's or a move's name
-_SUFFIXES = (" partial sums", " partials", " reduce", " unpack", " pack")
 # consumer alternatives tried per boundary by `joint` (best estimates first)
 JOINT_ALTERNATIVES = 2
 # `tiles` proposals per round, and shifts lowered per round to find them (best
 # merged-step estimates first; a lowering shows which moves appear or vanish)
 TILE_PROPOSALS = 3
 TILE_LOWERINGS = 6
-# profile entries of merged steps: f"{MERGED}{kind}: " + MERGED_SEP.join(labels)
-MERGED = "merged "
-MERGED_SEP = " | "
 
 
 @dataclass(frozen=True)
@@ -147,73 +146,75 @@ def op_sites(g: Graph, scope: str = "", trips: int = 1) -> list[OpSite]:
     return out
 
 
-def base_label(label: str) -> str:
-    """The op or move a step label belongs to (expand's suffixes removed)."""
-    for s in _SUFFIXES:
-        if label.endswith(s):
-            return label[: -len(s)]
-    return label
+@dataclass(frozen=True)
+class Merged:
+    """A measured step of several phases: its kind, its phases in program
+    order as (label, lowered step, part) (planner.build.schedule.Step) and
+    its cycles summed over Repeat iterations."""
+
+    kind: str
+    phases: tuple[tuple[str, str, str], ...]
+    cycles: int
 
 
-def step_profile(sched: Schedule, cycles_per_step: np.ndarray) -> dict[str, int]:
-    """Measured cycles per base label: each step's cycles (summed over Repeat
-    iterations) split evenly among the phases merged into it.  K-split
-    reduction phases are also counted under `reduce:<op>`, and a step of
-    several phases under `merged <kind>: <label> | <label> …` (its full
-    labels, in program order)."""
-    prof: dict[str, int] = {}
-    for st, c in zip(sched.steps, cycles_per_step.tolist(), strict=True):
-        if not st.labels:
+@dataclass(frozen=True)
+class Profile:
+    """The incumbent's simulated cycles mapped back to what it is made of:
+    `moves` per lowered step (an op's compute, a move, `cast <op>`; each
+    step's cycles summed over Repeat iterations and split evenly among the
+    phases merged into it), `ops` per graph op through the package's
+    provenance (its compute, the conversions lowered for it and the move of
+    its result to canonical: planner.build.provenance), `reduction` the
+    K-split reduction phases' share and `merged` every step of several
+    phases."""
+
+    moves: dict[str, int]
+    ops: dict[str, int]
+    reduction: int
+    merged: tuple[Merged, ...]
+
+    @classmethod
+    def empty(cls) -> Profile:
+        """Nothing measured (proposals from catalogue estimates alone)."""
+        return cls({}, {}, 0, ())
+
+
+def step_profile(built: Built, cycles_per_step: np.ndarray) -> Profile:
+    """The Profile of `built` from its simulated per-step cycles."""
+    moves: dict[str, int] = {}
+    ops: dict[str, int] = {}
+    reduction = 0
+    merged = []
+    prov = built.package.provenance
+    for s, (st, c) in enumerate(zip(built.schedule.steps, cycles_per_step.tolist(),
+                                    strict=True)):
+        if not st.phases:
             continue
-        if len(st.labels) > 1:
-            key = f"{MERGED}{st.kind}: {MERGED_SEP.join(st.labels)}"
-            prof[key] = prof.get(key, 0) + int(c)
-        share = int(c) // len(st.labels)
-        for lab in st.labels:
-            key = base_label(lab)
-            prof[key] = prof.get(key, 0) + share
-            if lab.endswith(" reduce"):
-                prof[f"reduce:{key}"] = prof.get(f"reduce:{key}", 0) + share
-    return prof
-
-
-def op_costs(lowered: Lowered, prof: dict[str, int]) -> dict[str, int]:
-    """Measured cycles per op (qualified name): its own steps, the
-    conversions lowered for it (input moves `to …`, parameter moves
-    `param …` and absorbed casts, which `lower` emits just before the op's
-    compute step) and the move of its result to canonical (`canon …`, just
-    after it).  A move shared by several consumers is charged to the first;
-    the Repeat's own steps (labelled with its name) belong to no op."""
-    out: dict[str, int] = {}
-    pending = 0
-    last: str | None = None
-    seen: set[str] = set()  # a label's steps are one profile entry: charge it once
-    for st in lowered.steps:
-        key = f"cast {st.label}" if st.kind == "cast" else st.label
-        if st.kind != "compute" and key in seen:
-            continue
-        seen.add(key)
-        if st.kind == "compute":
-            out[st.label] = out.get(st.label, 0) + pending + prof.get(st.label, 0)
-            pending, last = 0, st.label
-        elif st.kind == "cast":
-            pending += prof.get(f"cast {st.label}", 0)
-        elif st.kind == "redistribute" and st.label.startswith("canon ") and last is not None:
-            out[last] += prof.get(st.label, 0)
-        elif st.kind == "redistribute":
-            pending += prof.get(st.label, 0)
-    return out
+        c = int(c)
+        if len(st.phases) > 1:
+            merged.append(Merged(st.kind, tuple((lab, src, part) for lab, (src, part)
+                                                in zip(st.labels, st.phases, strict=True)),
+                                 c))
+        share = c // len(st.phases)
+        served = prov[s] if prov else ()
+        for i, (src, part) in enumerate(st.phases):
+            moves[src] = moves.get(src, 0) + share
+            if part == "reduce":
+                reduction += share
+            if i < len(served) and served[i][0] != CONTROL:
+                ops[served[i][0]] = ops.get(served[i][0], 0) + share
+    return Profile(moves, ops, reduction, tuple(merged))
 
 
 class Around:
     """What proposals are made from: the graph and device, the incumbent plan
     with its parameter-home rotation pinned (`plan`), its lowering, its
-    measured cycles per label (`prof`, `step_profile`) and per op (`costs`),
+    measured cycles (`prof`, a Profile: per lowered step and per op),
     the catalogue shortlist length and the planning context.  A proposal
     kind (planner.search.registry.ProposalKind) is a function of it; the
     built-in kinds are its methods."""
 
-    def __init__(self, g: Graph, device: Device, plan: Plan, prof: dict[str, int],
+    def __init__(self, g: Graph, device: Device, plan: Plan, prof: Profile,
                  limit: int, ctx: BuildState | None = None) -> None:
         self.g = g
         self.device = device
@@ -224,17 +225,21 @@ class Around:
         # every proposal starts from the incumbent with its rotation pinned
         self.plan = plan.with_rotation(lowered.rotation)
         self.prof = prof
-        self.costs = op_costs(lowered, prof)
+        self.costs = prof.ops
         self.limit = limit
         self.sites = op_sites(g)
 
     def measured(self, label: str) -> int:
-        """Measured cycles of one base label."""
-        return self.prof.get(label, 0)
+        """Measured cycles of one lowered step (by its label)."""
+        return self.prof.moves.get(label, 0)
 
-    def measured_prefix(self, prefix: str) -> int:
-        """Measured cycles of every base label starting with `prefix`."""
-        return sum(v for k, v in sorted(self.prof.items()) if k.startswith(prefix))
+    def measured_moves(self, role: str, tensor: str) -> int:
+        """Measured cycles of the incumbent's moves of `tensor` (qualified)
+        in `role` (planner.build.provenance.move_role)."""
+        lw = self.lowered
+        return sum(self.measured(st.label) for st in lw.steps
+                   if st.kind == "redistribute" and lw.values[st.outputs[0]].tensor == tensor
+                   and move_role(lw, st) == role)
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
         packing = self.plan.packing
@@ -297,7 +302,7 @@ class Around:
         """Remove one canonical boundary: the producer's output moves straight to its consumer."""
         out = []
         for _prod, cons, q in self.boundaries():
-            gain = min(self.measured(f"canon {q}"), self.measured_prefix(f"to {q}@"))
+            gain = min(self.measured_moves("canonical", q), self.measured_moves("input", q))
             out.append(Proposal("open", f"open boundary {q} (into {cons.name})", gain,
                                 self.plan.with_open(q)))
         return out
@@ -309,7 +314,7 @@ class Around:
             short, cur = self.current(cons)
             alts = [r for r in short if r.key != cur.key][:JOINT_ALTERNATIVES]
             for alt in alts:
-                gain = self.op_gain(cons, cur, alt) + self.measured(f"canon {q}")
+                gain = self.op_gain(cons, cur, alt) + self.measured_moves("canonical", q)
                 out.append(Proposal(
                     "joint", f"store {q} in {cons.name} layout {alt.key} (was {cur.key})",
                     gain, self.plan.with_open(q).with_recipe(cons.name, alt.key)))
@@ -336,7 +341,7 @@ class Around:
             key = f"rows:{rpo}"
             early = site.trips * cat.recipe_from_key(site.graph, site.op, self.device, key,
                                                      self.plan.packing, self.cache).cycles
-            moved = self.measured_prefix(f"to {site.scope}{site.op.x}@")
+            moved = self.measured_moves("input", f"{site.scope}{site.op.x}")
             sync = self.device.exchange_fixed_cycles
             payload = max(0, moved - sync * site.trips)
             narrow = 1 - DTYPE_BYTES[y.dtype] / DTYPE_BYTES[x.dtype]
@@ -356,15 +361,15 @@ class Around:
                 rows, cols = view2d(t.shape)
                 tensors[f"{site.scope}{name}"] = (rows, cols, DTYPE_BYTES[t.dtype], site.trips)
         out = []
-        for label, cyc in sorted(self.prof.items()):
-            if label.startswith("canon "):
-                q = label[len("canon "):]
-            elif label.startswith("to "):
-                q = label[len("to "):].rpartition("@")[0]
-            else:
+        lw = self.lowered
+        seen: set[str] = set()
+        for st in lw.steps:
+            q = lw.values[st.outputs[0]].tensor if st.kind == "redistribute" else ""
+            if (q not in tensors or st.label in seen or st.label not in self.prof.moves
+                    or move_role(lw, st) == "parameter"):
                 continue
-            if q not in tensors:
-                continue
+            seen.add(st.label)
+            cyc = self.prof.moves[st.label]
             rows, cols, elem, trips = tensors[q]
             out.append((max(0, cyc - self.device.exchange_fixed_cycles * trips), rows, cols,
                         elem))
@@ -411,7 +416,7 @@ class Around:
 
     def overlap(self) -> list[Proposal]:
         """Let the scheduler overlap K-split reductions with neighbouring phases (or stop)."""
-        reduce = self.measured_prefix("reduce:")
+        reduce = self.prof.reduction
         if self.plan.reduction_overlap:
             return [Proposal("overlap", "stop overlapping reductions", -reduce // 2,
                              self.plan.with_reduction_overlap(False))]
@@ -467,21 +472,18 @@ class Around:
             by_label.setdefault(key, []).append(st)
         place = Placement(self.lowered)
         out = []
-        for key, cycles in sorted(self.prof.items()):
-            if not key.startswith(MERGED):
-                continue
-            kind, _, labels = key[len(MERGED):].partition(": ")
-            exchange = kind == EXCHANGE
+        for m in self.prof.merged:
+            exchange = m.kind == EXCHANGE
             phases = []
-            for lab in labels.split(MERGED_SEP):
-                found = by_label.get(lab if lab.startswith("cast ") else base_label(lab), [])
+            for _label, src, part in m.phases:
+                found = by_label.get(src, [])
                 if len(found) != 1:
-                    break  # unknown or ambiguous label: the step is not modelled
+                    break  # unknown or ambiguous step: the merged step is not modelled
                 st = found[0]
-                phases.append((phase_load(self.lowered, st, lab, exchange, self.device),
-                               place.owners(st, lab, exchange)))
+                phases.append((phase_load(self.lowered, st, part, exchange, self.device),
+                               place.owners(st, part, exchange)))
             else:
-                out.append((cycles, exchange, phases))
+                out.append((m.cycles, exchange, phases))
         return out
 
 
@@ -539,7 +541,7 @@ def _moves(lw: Lowered) -> dict[tuple[str, str, str], list[Step]]:
     out: dict[tuple[str, str, str], list[Step]] = {}
     for st in lw.steps:
         if st.kind == "redistribute":
-            key = (st.label.split(" ")[0], lw.values[st.inputs[0]].tensor,
+            key = (move_role(lw, st), lw.values[st.inputs[0]].tensor,
                    lw.values[st.outputs[0]].tensor)
             out.setdefault(key, []).append(st)
     return out
@@ -553,7 +555,7 @@ for _kind in KINDS:  # the built-in kinds, in this order
     PROPOSALS.register(_kind)(getattr(Around, _kind))
 
 
-def proposals(graph: Graph, device: Device, plan: Plan, profile: dict[str, int],
+def proposals(graph: Graph, device: Device, plan: Plan, profile: Profile,
               limit: int = cat.DEFAULT_LIMIT, kinds: tuple[str, ...] | None = None,
               ctx: BuildState | None = None) -> list[Proposal]:
     """All proposals of `kinds` (None: the built-in KINDS; a registered kind

@@ -60,11 +60,11 @@ def _tiles_of(lowered: Lowered, value: str, tiles: int, primary: bool = False) -
     return v.layout.tile_load(v.elem, tiles, primary)
 
 
-def phase_load(lowered: Lowered, step: Step, label: str, exchange: bool,
+def phase_load(lowered: Lowered, step: Step, part: str, exchange: bool,
                device: Device) -> PhaseLoad:
-    """The modelled load of the phase `label` (a schedule label: the step's
-    label with expand's suffix, or `cast <op>`) of lowered `step`, in an
-    exchange (`exchange`) or compute step."""
+    """The modelled load of the phase `part` ("" or one of
+    planner.build.program.PARTS) of lowered `step`, in an exchange
+    (`exchange`) or compute step."""
     n = device.tiles
     zero = np.zeros(n, dtype=np.int64)
     c = device.costs
@@ -75,8 +75,8 @@ def phase_load(lowered: Lowered, step: Step, label: str, exchange: bool,
     if exchange:
         src, dst = step.inputs[0], step.outputs[0]
         return PhaseLoad(zero, _tiles_of(lowered, dst, n), _tiles_of(lowered, src, n, True))
-    if label.endswith(" pack") or label.endswith(" unpack"):
-        pack = label.endswith(" pack")
+    if part in ("pack", "unpack"):
+        pack = part == "pack"
         side = _tiles_of(lowered, step.inputs[0] if pack else step.outputs[0], n, pack)
         return PhaseLoad(np.where(side > 0, c.copy_call + side // c.copy_bytes_per_cycle, 0),
                          zero, zero)
@@ -130,8 +130,8 @@ class Placement:
     def __init__(self, lowered: Lowered) -> None:
         self.lowered = lowered
 
-    def owners(self, st: Step, label: str, exchange: bool) -> dict[str, tuple[str, ...]]:
-        """The parts (of PARTS) of the phase `label` of lowered step `st` that
+    def owners(self, st: Step, part: str, exchange: bool) -> dict[str, tuple[str, ...]]:
+        """The parts (of PARTS) of the phase `part` of lowered step `st` that
         move with each op."""
         if st.kind == "compute" and not is_heads(st):  # its own phases move with it
             return {st.label: ("bytes_in", "bytes_out") if exchange else ("compute",)}
@@ -144,7 +144,7 @@ class Placement:
             if src is not None:
                 parts[src] = parts.get(src, ()) + ("bytes_out",)
             return parts
-        if label.endswith(" pack"):
+        if part == "pack":
             return {src: ("compute",)} if src is not None else {}
         return {dst: ("compute",)} if dst is not None else {}
 

@@ -20,7 +20,7 @@ from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.search.context import Counters, PlanningContext
 from planner.search.incumbent import Incumbent
-from planner.search.proposals import step_profile
+from planner.search.proposals import Profile, step_profile
 from simulator.device import Device
 from simulator.run import run
 
@@ -38,8 +38,8 @@ class Trial:
     failure: str = ""
     seconds: float = 0.0
     cycles: int | None = None
-    # measured cycles per step label (proposals.step_profile), when built
-    profile: dict[str, int] | None = None
+    # measured cycles per lowered step and per op (proposals.step_profile), when built
+    profile: Profile | None = None
 
 
 def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Built:
@@ -86,7 +86,7 @@ def _evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) ->
     sim = run(built.package, numerics=False)
     inc = Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t1, int(sim.n_faults))
     failure = f"simulation faults: {sim.n_faults}" if sim.n_faults else ""
-    prof = None if failure else step_profile(built.schedule, sim.cycles_per_step)
+    prof = None if failure else step_profile(built, sim.cycles_per_step)
     return Trial(None if failure else inc, failure, time.perf_counter() - t0,
                  None if failure else inc.cycles, prof)
 
