@@ -377,11 +377,34 @@ def _proposal_progress(args: argparse.Namespace, steps: int) -> Iterator[Callabl
         bar.close()
 
 
+@contextlib.contextmanager
+def _stage_progress(args: argparse.Namespace, stages: Sequence[str]
+                    ) -> Iterator[Callable[[str], None]]:
+    """A bar of a long command's stages on stderr (the current one named,
+    with its elapsed time) when stderr is a terminal and not --quiet."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(stages), unit="stage", file=sys.stderr, leave=False,
+               disable=getattr(args, "quiet", False) or not sys.stderr.isatty(),
+               bar_format="{desc} [{n_fmt}/{total_fmt} stages, {elapsed}]")
+    started: list[str] = []
+
+    def on_stage(name: str) -> None:
+        if started:
+            bar.update(1)
+        started.append(name)
+        bar.set_description_str(name)
+    try:
+        yield on_stage
+    finally:
+        bar.close()
+
+
 def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
     from planner.ir.models import load_model
-    from planner.pipeline import check_names, run_model
+    from planner.pipeline import RUN_STAGES, check_names, run_model
     from planner.report import check_run_dir, format_summary, save_run
     from planner.search.incumbent import PipelineConfig
     from planner.search.optimize import format_optimizer
@@ -401,8 +424,11 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     check_names(cfg)  # an unknown name fails before any work
     _note_cold_cache()
     try:
-        with _proposal_progress(args, cfg.optimization_steps) as on_record:
-            outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record)
+        stages = RUN_STAGES if numerics else RUN_STAGES[:1]
+        with (_stage_progress(args, stages) as on_stage,
+              _proposal_progress(args, cfg.optimization_steps) as on_record):
+            outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record,
+                                on_stage=on_stage)
     except BuildFailure as e:
         if args.report:  # the report of the failing stage, then the usual one line
             from planner.html_report import render_failure
@@ -541,7 +567,8 @@ def _write_html(path: str, pkg: Any, summary: Any, tile: int | None) -> None:
              help="trace time unit: device cycles (default) or microseconds"),
          arg("--no-verify", action="store_true",
              help="skip the static verification before the run (the engine still reports "
-                  "every fault it meets)"), JSON_ARG)
+                  "every fault it meets)"), JSON_ARG,
+         arg("--quiet", action="store_true", help="no progress bar on stderr"))
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import load_package, run, verify
     from simulator.hardware import seeded_values
@@ -549,25 +576,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.trace:
         writable_file(args.trace, "--trace")
     pkg = load_package(args.package)
-    if not args.no_verify:
-        verify(pkg)
-    params, inputs = seeded_values(pkg, args.seed) if not args.no_numerics else ({}, {})
-    tiles = _tile_list(args.trace_tiles)
-    _note_cold_cache()
-    t0 = time.perf_counter()
-    res = run(pkg, params=params, inputs=inputs, numerics=not args.no_numerics,
-              engine=args.engine)
-    seconds = time.perf_counter() - t0
-    if args.trace:
-        from simulator.trace import save_trace, trace_events
+    stages = ("verify",) * (not args.no_verify) + ("simulate",) + ("trace",) * bool(args.trace)
+    with _stage_progress(args, stages) as stage:
+        if not args.no_verify:
+            stage("verify")
+            verify(pkg)
+        params, inputs = seeded_values(pkg, args.seed) if not args.no_numerics else ({}, {})
+        tiles = _tile_list(args.trace_tiles)
+        _note_cold_cache()
+        stage("simulate")
+        t0 = time.perf_counter()
+        res = run(pkg, params=params, inputs=inputs, numerics=not args.no_numerics,
+                  engine=args.engine)
+        seconds = time.perf_counter() - t0
+        if args.trace:
+            from simulator.trace import save_trace, trace_events
 
-        try:
-            trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
-        except ValueError as e:  # too many/unknown tiles, a program too long to trace
-            raise ConfigError(args.package, "trace", str(e)) from None
-        saved = save_trace(trace, args.trace)
-        if not args.json:
-            print(f"trace {saved}: {len(trace['traceEvents'])} events")
+            stage("trace")
+            try:
+                trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
+            except ValueError as e:  # too many/unknown tiles, a program too long to trace
+                raise ConfigError(args.package, "trace", str(e)) from None
+            saved = save_trace(trace, args.trace)
+    if args.trace and not args.json:
+        print(f"trace {saved}: {len(trace['traceEvents'])} events")
     dev = pkg.device
     if args.json:
         _print_json({

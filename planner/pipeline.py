@@ -162,16 +162,26 @@ def breakdown(res: PlanResult, sim: Any = None) -> dict[str, Any]:
             "tile_busy": tile_balance(sim.tile_busy)}
 
 
+# the stages run_model reports to `on_stage`, in order
+RUN_STAGES = ("plan", "simulate with values", "reference")
+
+
 def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool = True,
               optimizer: Optimizer | None = None, seed: int = 0,
               ctx: PlanningContext | None = None,
-              on_record: Callable[[Any], None] | None = None) -> RunOutcome:
+              on_record: Callable[[Any], None] | None = None,
+              on_stage: Callable[[str], None] | None = None) -> RunOutcome:
     """Plan, build, verify and simulate `graph`; with `numerics`, simulate with
     values (parameters from `seed`, inputs from `seed + 1`) and compare with
-    `planner.reference`.  Raises BuildFailure when the baseline does not fit."""
+    `planner.reference`.  Raises BuildFailure when the baseline does not fit.
+    `on_record` sees each optimizer record as it is decided; `on_stage` the
+    name of each stage as it starts (RUN_STAGES, numerics ones only with
+    `numerics`)."""
     from planner.ir.reference import cast_fractions, init_inputs, init_params, reference
     from planner.report import compare, first_nonfinite, summarize
 
+    stage = on_stage or (lambda name: None)
+    stage("plan")
     res = plan(graph, device, cfg, optimizer, ctx, on_record)
     plan_seconds = float(res.stats["plan_seconds"])
     faults = int(res.stats.get("timing_faults", 0))
@@ -180,6 +190,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     casts: dict[str, list[int]] = {}
     sim_seconds = float(res.stats["simulate_timing_seconds"])
     if numerics:
+        stage("simulate with values")
         params = init_params(graph, seed=seed)
         inputs = init_inputs(graph, seed=seed + 1)
         t0 = time.perf_counter()
@@ -187,6 +198,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
         sim_seconds = time.perf_counter() - t0
         faults = int(sim.n_faults)
         if not faults:
+            stage("reference")
             ref = reference(graph, params, inputs, casts=casts)
             errors = compare(sim.outputs, ref)
             nonfinite = first_nonfinite(sim.outputs, "simulated") or first_nonfinite(

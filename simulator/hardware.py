@@ -326,13 +326,24 @@ def step_label(package: Package, s: int) -> str:
     return f"{name} (loop overhead)"
 
 
+def step_ops(package: Package, s: int) -> str:
+    """The graph ops step s serves and their roles, from the package's
+    provenance ("encoder/mm_q compute", "encoder/mm_q input + encoder/mm_k
+    input"), or "step s" without provenance (a hand-built package)."""
+    if not package.provenance:
+        return f"step {s}"
+    parts = list(dict.fromkeys(f"{op} {role}" for op, _, role in package.provenance[s]))
+    return " + ".join(parts[:3]) + (f" (+{len(parts) - 3})" if len(parts) > 3 else "")
+
+
 @dataclass(frozen=True)
 class StepRow:
     step: int
-    label: str
+    label: str  # step_label: what the step holds
     loop: int  # REPEAT_BEGIN step of the innermost enclosing loop, -1 outside
     sim_cycles: int
     hw_cycles: int
+    ops: str = ""  # step_ops: the graph ops it serves
 
     @property
     def diff(self) -> int:
@@ -401,11 +412,11 @@ class CrosscheckReport:
             lines.append(f"steps   {self.steps_compared} compared, hw step sum "
                          f"{self.hw_step_sum}, max |hw-sim|/sim {self.step_max_rel:.3g}; "
                          f"largest deviations:")
-            lines.append(f"  {'step':>5} {'sim':>10} {'hw':>10} {'hw-sim':>9}  label")
+            lines.append(f"  {'step':>5} {'sim':>10} {'hw':>10} {'hw-sim':>9}  ops: contents")
             for r in self.steps:
                 loop = f" [loop@{r.loop}]" if r.loop >= 0 else ""
                 lines.append(f"  {r.step:>5} {r.sim_cycles:>10} {r.hw_cycles:>10} "
-                             f"{r.diff:>+9}  {r.label}{loop}")
+                             f"{r.diff:>+9}  {r.ops}: {r.label}{loop}")
         else:
             lines.append("steps   no per-step hardware cycles")
         if self.tile_max_rel is not None:
@@ -451,7 +462,8 @@ def crosscheck(package: Package, sim: SimResult, hw: HardwareResult,
         d = np.abs(hw.step_cycles - sc)
         order = np.lexsort((np.arange(d.size), -d))[:top]  # largest first, then by step
         rows = tuple(StepRow(int(s), step_label(package, int(s)), int(loops[s]), int(sc[s]),
-                             int(hw.step_cycles[s])) for s in order.tolist())
+                             int(hw.step_cycles[s]), step_ops(package, int(s)))
+                     for s in order.tolist())
         compared, hw_sum = int(d.size), int(hw.step_cycles.sum())
         step_rel = _max_rel(sc, hw.step_cycles)
     tile_rel = None if hw.tile_cycles is None else _max_rel(sim.tile_busy, hw.tile_cycles)

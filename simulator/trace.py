@@ -56,7 +56,7 @@ from kernels.abi import (
 from kernels.dispatch import vertex_cost
 from kernels.jit import kjit
 from simulator.files import write_file_atomic
-from simulator.hardware import step_label
+from simulator.hardware import step_label, step_ops
 from simulator.package import Package
 from simulator.run import SimResult
 from simulator.timing import loop_patch_words
@@ -135,16 +135,6 @@ class _Twin:
         return m, sel_out
 
 
-def _served(package: Package, s: int) -> str:
-    """A step's span name: the graph ops it serves and their roles, from the
-    package's provenance ("encoder/mm_q compute", "encoder/mm_q input +
-    encoder/mm_k input"), or "step s" without provenance."""
-    if not package.provenance:
-        return f"step {s}"
-    parts = list(dict.fromkeys(f"{op} {role}" for op, _, role in package.provenance[s]))
-    return " + ".join(parts[:3]) + (f" (+{len(parts) - 3})" if len(parts) > 3 else "")
-
-
 def _ops_arg(package: Package, s: int) -> dict[str, Any]:
     if not package.provenance:
         return {}
@@ -173,7 +163,7 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
                          f"{MAX_STEP_EXECUTIONS}")
     scale = 1.0 if unit == "cycles" else 1e6 / dev.clock_hz
     labels = [step_label(package, s) for s in range(package.n_steps)]
-    names = [_served(package, s) for s in range(package.n_steps)]
+    names = [step_ops(package, s) for s in range(package.n_steps)]
     twin = _Twin(package, sel)
     live = live_tensor_bytes(package, sel)
     last_live = np.full(sel.size, -1, dtype=np.int64)

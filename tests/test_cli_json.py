@@ -71,3 +71,38 @@ def test_cli_prints_each_proposal_line_before_the_summary(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("[") and lines[1].startswith("[")
     assert lines[2].startswith("model vit-micro")
+
+
+def test_run_reports_its_stages_in_order() -> None:
+    from planner.pipeline import RUN_STAGES, run_model
+
+    stages: list[str] = []
+    out = run_model(load_model("vit-micro"), load_device("tiny"),
+                    PipelineConfig(optimization_steps=0), on_stage=stages.append)
+    assert out.status == 0 and stages == list(RUN_STAGES)
+    stages.clear()
+    run_model(load_model("vit-micro"), load_device("tiny"),
+              PipelineConfig(optimization_steps=0), numerics=False, on_stage=stages.append)
+    assert stages == ["plan"]
+
+
+def test_stage_bar_names_the_running_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the stage bar shows the stage that runs and counts the
+    finished ones; --quiet silences it."""
+    import argparse
+    import io
+
+    from planner.cli import _stage_progress
+
+    err = io.StringIO()
+    err.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr("sys.stderr", err)
+    with _stage_progress(argparse.Namespace(quiet=False), ("plan", "reference")) as stage:
+        stage("plan")
+        stage("reference")
+    text = err.getvalue()
+    assert "plan [0/2 stages" in text and "reference [1/2 stages" in text
+    err.truncate(0)
+    with _stage_progress(argparse.Namespace(quiet=True), ("plan",)) as stage:
+        stage("plan")
+    assert err.getvalue().strip("\x00") == ""

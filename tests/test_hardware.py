@@ -204,3 +204,25 @@ def test_cli_crosscheck(ksplit: tuple[Package, dict, dict], tmp_path: Path,
     assert main(["crosscheck", str(pdir), str(hdir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "hwresult.json: field 'version'" in err[0]
+
+
+def test_crosscheck_rows_name_the_graph_ops() -> None:
+    """On a planner package each listed step names the ops it serves (from
+    the package's provenance) beside what it holds."""
+    import planner
+    from simulator.hardware import seeded_values
+
+    g = planner.load_model("vit-micro")
+    pkg = planner.plan(g, load_device("tiny"),
+                       planner.PipelineConfig(optimization_steps=0)).package
+    params, inputs = seeded_values(pkg, 0)
+    hw = synthetic_result(pkg, params, inputs)
+    rep = crosscheck(pkg, run(pkg, params=params, inputs=inputs), hw, top=4)
+    ops = {op.name for op in g.ops} | {f"{r.name}/{o.name}" for r in g.ops
+                                       if hasattr(r, "body") for o in r.body.ops}
+    assert len(rep.steps) == 4
+    for r in rep.steps:
+        served = pkg.provenance[r.step]
+        assert {op for op, _, _ in served} <= ops | {"(control)"}, r.ops
+        assert r.ops.startswith(f"{served[0][0]} {served[0][2]}")
+        assert f"{r.ops}: {r.label}" in rep.text()
