@@ -24,12 +24,11 @@ and keeps its traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -354,57 +353,12 @@ def _note_cold_cache() -> None:
         RUNTIME.cold = False  # compiled by the time this process asks again
 
 
-@contextlib.contextmanager
-def _proposal_progress(args: argparse.Namespace, steps: int) -> Iterator[Callable[[Any], None]]:
-    """The optimizer's live output: each proposal's line on stdout the moment
-    it is decided (not with --json), and a bar of proposals on stderr when
-    stderr is a terminal (not with --quiet)."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=steps, desc="proposals", unit="proposal", file=sys.stderr, leave=False,
-               disable=args.quiet or steps == 0 or not sys.stderr.isatty())
-
-    def on_record(record: Any) -> None:
-        bar.update(1)
-        if not args.json:
-            if bar.disable:
-                print(record.line(), flush=True)
-            else:
-                bar.write(record.line(), file=sys.stdout)
-    try:
-        yield on_record
-    finally:
-        bar.close()
-
-
-@contextlib.contextmanager
-def _stage_progress(args: argparse.Namespace, stages: Sequence[str]
-                    ) -> Iterator[Callable[[str], None]]:
-    """A bar of a long command's stages on stderr (the current one named,
-    with its elapsed time) when stderr is a terminal and not --quiet."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(stages), unit="stage", file=sys.stderr, leave=False,
-               disable=getattr(args, "quiet", False) or not sys.stderr.isatty(),
-               bar_format="{desc} [{n_fmt}/{total_fmt} stages, {elapsed}]")
-    started: list[str] = []
-
-    def on_stage(name: str) -> None:
-        if started:
-            bar.update(1)
-        started.append(name)
-        bar.set_description_str(name)
-    try:
-        yield on_stage
-    finally:
-        bar.close()
-
-
 def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
     from planner.ir.models import load_model
     from planner.pipeline import RUN_STAGES, check_names, run_model
+    from planner.progress import proposal_progress, stage_progress
     from planner.report import check_run_dir, format_summary, save_run
     from planner.search.incumbent import PipelineConfig
     from planner.search.optimize import format_optimizer
@@ -425,8 +379,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     _note_cold_cache()
     try:
         stages = RUN_STAGES if numerics else RUN_STAGES[:1]
-        with (_stage_progress(args, stages) as on_stage,
-              _proposal_progress(args, cfg.optimization_steps) as on_record):
+        with (stage_progress(args, stages) as on_stage,
+              proposal_progress(args, cfg.optimization_steps) as on_record):
             outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record,
                                 on_stage=on_stage)
     except BuildFailure as e:
@@ -570,6 +524,7 @@ def _write_html(path: str, pkg: Any, summary: Any, tile: int | None) -> None:
                   "every fault it meets)"), JSON_ARG,
          arg("--quiet", action="store_true", help="no progress bar on stderr"))
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from planner.progress import stage_progress
     from simulator import load_package, run, verify
     from simulator.hardware import seeded_values
 
@@ -577,7 +532,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         writable_file(args.trace, "--trace")
     pkg = load_package(args.package)
     stages = ("verify",) * (not args.no_verify) + ("simulate",) + ("trace",) * bool(args.trace)
-    with _stage_progress(args, stages) as stage:
+    with stage_progress(args, stages) as stage:
         if not args.no_verify:
             stage("verify")
             verify(pkg)

@@ -92,17 +92,17 @@ def test_stage_bar_names_the_running_stage(monkeypatch: pytest.MonkeyPatch) -> N
     import argparse
     import io
 
-    from planner.cli import _stage_progress
+    from planner.progress import stage_progress
 
     err = io.StringIO()
     err.isatty = lambda: True  # type: ignore[method-assign]
     monkeypatch.setattr("sys.stderr", err)
-    with _stage_progress(argparse.Namespace(quiet=False), ("plan", "reference")) as stage:
+    with stage_progress(argparse.Namespace(quiet=False), ("plan", "reference")) as stage:
         stage("plan")
         stage("reference")
     text = err.getvalue()
     assert "plan [0/2 stages" in text and "reference [1/2 stages" in text
     err.truncate(0)
-    with _stage_progress(argparse.Namespace(quiet=True), ("plan",)) as stage:
+    with stage_progress(argparse.Namespace(quiet=True), ("plan",)) as stage:
         stage("plan")
     assert err.getvalue().strip("\x00") == ""

@@ -226,6 +226,14 @@ class Around:
         self.plan = plan.with_rotation(lowered.rotation)
         self.prof = prof
         self.costs = prof.ops
+        # the labels of the incumbent's moves by (move_role, moved tensor), in program order
+        self.moves: dict[tuple[str, str], list[str]] = {}
+        for st in lowered.steps:
+            if st.kind == "redistribute":
+                key = (move_role(lowered, st), lowered.values[st.outputs[0]].tensor)
+                labels = self.moves.setdefault(key, [])
+                if st.label not in labels:
+                    labels.append(st.label)
         self.limit = limit
         self.sites = op_sites(g)
 
@@ -236,10 +244,7 @@ class Around:
     def measured_moves(self, role: str, tensor: str) -> int:
         """Measured cycles of the incumbent's moves of `tensor` (qualified)
         in `role` (planner.build.provenance.move_role)."""
-        lw = self.lowered
-        return sum(self.measured(st.label) for st in lw.steps
-                   if st.kind == "redistribute" and lw.values[st.outputs[0]].tensor == tensor
-                   and move_role(lw, st) == role)
+        return sum(self.measured(label) for label in self.moves.get((role, tensor), ()))
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
         packing = self.plan.packing
@@ -361,18 +366,12 @@ class Around:
                 rows, cols = view2d(t.shape)
                 tensors[f"{site.scope}{name}"] = (rows, cols, DTYPE_BYTES[t.dtype], site.trips)
         out = []
-        lw = self.lowered
-        seen: set[str] = set()
-        for st in lw.steps:
-            q = lw.values[st.outputs[0]].tensor if st.kind == "redistribute" else ""
-            if (q not in tensors or st.label in seen or st.label not in self.prof.moves
-                    or move_role(lw, st) == "parameter"):
+        for (role, q), labels in self.moves.items():
+            if role == "parameter" or q not in tensors:
                 continue
-            seen.add(st.label)
-            cyc = self.prof.moves[st.label]
             rows, cols, elem, trips = tensors[q]
-            out.append((max(0, cyc - self.device.exchange_fixed_cycles * trips), rows, cols,
-                        elem))
+            out += [(max(0, self.prof.moves[lab] - self.device.exchange_fixed_cycles * trips),
+                     rows, cols, elem) for lab in labels if lab in self.prof.moves]
         return out
 
     def packing(self) -> list[Proposal]:
