@@ -47,6 +47,17 @@ REGION_COLS = 7  # (addr, outer, outer_stride, rows, ld, row_bytes, is_write)
 # matmul flags (MATMUL / BATCH_MATMUL arg `flags`)
 FLAG_TRANS_B = 1
 FLAG_ACCUMULATE = 2
+# BATCH_MATMUL only (its 16 slots are full): bits 8-15 hold the int8 exponent
+# the fp32 products are scaled by (2**e; fp8 operands' combined scale)
+FLAG_SCALE_SHIFT = 8
+FLAG_SCALE_MASK = 0xFF << FLAG_SCALE_SHIFT
+
+
+def bmm_scale_flags(scale_exp: int) -> int:
+    """The BATCH_MATMUL flag bits of product exponent `scale_exp` (-128..127)."""
+    if not -128 <= scale_exp <= 127:
+        raise ValueError(f"BATCH_MATMUL scale exponent {scale_exp} outside int8")
+    return (scale_exp & 0xFF) << FLAG_SCALE_SHIFT
 
 _MM = ("a", "lda", "b", "ldb", "c", "ldc", "M", "K", "N", "in_dtype", "out_dtype", "flags")
 # kernel name -> argument names, index = slot (contracts §2)

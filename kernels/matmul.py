@@ -3,7 +3,7 @@
 Numerics (the reference's rounding points): operands fp8 e4m3fn or fp16 are
 decoded exactly to float32, multiplied with a float32 BLAS gemm (fp32
 accumulation; the order of the K sum is BLAS's), the fp32 result is scaled by
-2**scale_exp (exact), the fp16 bias is added in fp32, in accumulate mode the
+2**scale_exp (exact; BATCH_MATMUL carries it in flag bits 8-15), the fp16 bias is added in fp32, in accumulate mode the
 old fp32 C is added (C_old + result), and the sum is rounded once to out_dtype.
 
 Cycle model (the AMP's structure, fitted to IPU21 GEMM measurements): B is
@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from kernels.abi import ARGS, FLAG_ACCUMULATE, FLAG_TRANS_B
+from kernels.abi import ARGS, FLAG_ACCUMULATE, FLAG_SCALE_MASK, FLAG_SCALE_SHIFT, FLAG_TRANS_B
 from kernels.blocks import read_block, read_row, write_block
 from kernels.cost import ceil_div, put_region, vector_pass
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, dtype_bytes
@@ -133,7 +133,7 @@ def batch_matmul_check(args):  # type: ignore[no-untyped-def]
     """BATCH_MATMUL argument check (kernels.status code)."""
     st = _check(args[BMM.lda], args[BMM.ldb], args[BMM.ldc], args[BMM.M], args[BMM.K],
                 args[BMM.N], args[BMM.in_dtype], args[BMM.out_dtype], args[BMM.flags],
-                FLAG_TRANS_B)
+                FLAG_TRANS_B | FLAG_SCALE_MASK)
     if st == OK and args[BMM.batch] < 1:
         return BAD_SHAPE
     return st
@@ -148,10 +148,16 @@ def batch_matmul_execute(mem, base, args):  # type: ignore[no-untyped-def]
     st = batch_matmul_check(args)
     if st != OK:
         return st
+    e = (flags & FLAG_SCALE_MASK) >> FLAG_SCALE_SHIFT
+    s = np.float32(math.ldexp(1.0, int(e - 256 if e >= 128 else e)))
     for t in range(batch):
         r = _gemm(mem, args[BMM.a] - base + t * args[BMM.batch_stride_a], args[BMM.lda],
                   args[BMM.b] - base + t * args[BMM.batch_stride_b], args[BMM.ldb], m, k, n,
                   in_dt, (flags & FLAG_TRANS_B) != 0)
+        if e != 0:
+            for i in range(m):
+                for j in range(n):
+                    r[i, j] = r[i, j] * s
         write_block(mem, args[BMM.c] - base + t * args[BMM.batch_stride_c], m, n,
                     args[BMM.ldc], out_dt, r)
     return OK

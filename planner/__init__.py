@@ -16,9 +16,9 @@ from typing import Any
 # public name -> the module that defines it
 _EXPORTS = {
     **{name: "planner.ir.graph" for name in (
-        "Add", "BatchMatMul", "Cast", "Gelu", "Graph", "LayerNorm", "MatMul", "MergeHeads",
-        "Op", "Repeat", "Softmax", "SplitHeads", "Tensor", "graph_flops", "graph_macs",
-        "make_graph", "parameter_count", "verify_graph")},
+        "Add", "BatchMatMul", "Broadcast", "Cast", "Gelu", "Graph", "LayerNorm", "MatMul",
+        "MergeHeads", "Op", "Repeat", "Softmax", "SplitHeads", "Tensor", "graph_flops",
+        "graph_macs", "make_graph", "parameter_count", "verify_graph")},
     **{name: "planner.ir.models" for name in (
         "ModelConfig", "load_config", "load_model", "zoo_names")},
     **{name: "planner.ir.reference" for name in ("init_inputs", "init_params", "reference")},

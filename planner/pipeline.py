@@ -163,7 +163,7 @@ def breakdown(res: PlanResult, sim: Any = None) -> dict[str, Any]:
 
 
 # the stages run_model reports to `on_stage`, in order
-RUN_STAGES = ("plan", "simulate with values", "reference")
+RUN_STAGES = ("plan", "simulate with values", "reference", "fp32 reference")
 
 
 def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool = True,
@@ -177,8 +177,14 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     `on_record` sees each optimizer record as it is decided; `on_stage` the
     name of each stage as it starts (RUN_STAGES, numerics ones only with
     `numerics`)."""
-    from planner.ir.reference import cast_fractions, init_inputs, init_params, reference
-    from planner.report import compare, first_nonfinite, summarize
+    from planner.ir.reference import (
+        cast_fractions,
+        fp32_graph,
+        init_inputs,
+        init_params,
+        reference,
+    )
+    from planner.report import compare, cosine_rows, first_nonfinite, summarize
 
     stage = on_stage or (lambda name: None)
     stage("plan")
@@ -186,6 +192,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     plan_seconds = float(res.stats["plan_seconds"])
     faults = int(res.stats.get("timing_faults", 0))
     errors = None
+    cosine = None
     nonfinite = None
     casts: dict[str, list[int]] = {}
     sim_seconds = float(res.stats["simulate_timing_seconds"])
@@ -201,11 +208,13 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
             stage("reference")
             ref = reference(graph, params, inputs, casts=casts)
             errors = compare(sim.outputs, ref)
+            stage("fp32 reference")
+            cosine = cosine_rows(sim.outputs, reference(fp32_graph(graph), params, inputs))
             nonfinite = first_nonfinite(sim.outputs, "simulated") or first_nonfinite(
                 ref, "reference")
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
                         res.history, res.stats, plan_seconds, sim_seconds, errors, faults,
-                        nonfinite, cast_fractions(casts))
+                        nonfinite, cast_fractions(casts), cosine)
     summary.update(breakdown(res, sim if numerics else None))
     summary.update(optimizer_summary(res))
     bad = faults > 0 or (numerics and not faults and not summary["numerics_ok"])

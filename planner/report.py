@@ -5,6 +5,9 @@ A summary is one flat JSON-able dict with at least the keys listed below
 `roofline_fraction` = graph FLOPs / (tiles × 2 × fp8 MACs/cycle × cycles);
 errors against `planner.reference` over all outputs together: relative
 Frobenius ‖sim − ref‖ / ‖ref‖ and max |sim − ref| (None without numerics);
+accuracy as hardware runs report it: `cosine_fp32_min` / `_mean`, the cosine
+of each simulated output row to the same row of the fp32 forward
+(`reference.fp32_graph`, same parameters), min and mean;
 bytes; wall seconds.
 
 `save_run(dir, package, summary)` writes `package/` and `summary.json` into a
@@ -49,13 +52,14 @@ SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "transfers": (int,), "arithmetic_patches": (int,), "table_patches": (int,),
     "optimizer": (str,), "baseline_policy": (str,), "stage_seconds": (dict,),
     "nonfinite": (str, type(None)), "casts": (dict,), "ops": (list,), "cycle_totals": (dict,),
-    "tile_busy": (dict,),
+    "tile_busy": (dict,), "cosine_fp32_min": _OPT_NUM, "cosine_fp32_mean": _OPT_NUM,
 }
 SUMMARY_DEFAULTS: dict[str, Any] = {
     "baseline_cycles": None, "numerics_ok": None, "faults": 0, "peak_tile": {}, "steps": "?",
     "vertices": "?", "transfers": "?", "arithmetic_patches": "?", "table_patches": "?",
     "optimizer": "?", "baseline_policy": "?", "stage_seconds": {}, "nonfinite": None,
-    "casts": {}, "ops": [], "cycle_totals": {}, "tile_busy": {},
+    "casts": {}, "ops": [], "cycle_totals": {}, "tile_busy": {}, "cosine_fp32_min": None,
+    "cosine_fp32_mean": None,
 }
 REL_FRO_TOLERANCE = 1e-2
 SUMMARY_FILE = "summary.json"
@@ -91,6 +95,27 @@ def compare(outputs: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
     return rel, float(np.max(worst))
 
 
+def cosine_rows(outputs: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
+                ) -> tuple[float, float]:
+    """(min, mean) cosine similarity of each output row (last axis: a token,
+    or a pooled image) of `outputs` to the same row of `ref`, over all
+    outputs; a zero row on either side counts 1 when both are zero, else 0;
+    a non-finite value makes both NaN."""
+    cos: list[np.ndarray] = []
+    for name in sorted(ref):
+        r = np.asarray(ref[name], dtype=np.float64).reshape(-1, ref[name].shape[-1])
+        s = np.asarray(outputs[name], dtype=np.float64).reshape(r.shape)
+        nr, ns = np.linalg.norm(r, axis=1), np.linalg.norm(s, axis=1)
+        dot = np.sum(r * s, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            c = np.where((nr > 0) & (ns > 0), dot / (nr * ns), (nr == ns).astype(np.float64))
+        cos.append(c)
+    allc = np.concatenate(cos) if cos else np.ones(1)
+    if not np.all(np.isfinite(allc)):
+        return float("nan"), float("nan")
+    return float(np.min(allc)), float(np.mean(allc))
+
+
 def first_nonfinite(arrays: Mapping[str, np.ndarray], side: str) -> str | None:
     """Where the first NaN or infinity of `arrays` (by name, then C order) is,
     as "`side` out[3, 17] = nan", or None when every value is finite."""
@@ -116,9 +141,11 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
               baseline_cycles: int, history: tuple[Any, ...], stats: Mapping[str, Any],
               plan_seconds: float, simulate_seconds: float,
               errors: tuple[float, float] | None, faults: int, nonfinite: str | None = None,
-              casts: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+              casts: Mapping[str, Mapping[str, float]] | None = None,
+              cosine: tuple[float, float] | None = None) -> dict[str, Any]:
     """The summary dict (module docstring)."""
     rel, worst = errors if errors is not None else (None, None)
+    cmin, cmean = cosine if cosine is not None else (None, None)
     checked = errors is not None or nonfinite is not None
     return {
         "model": graph.name,
@@ -133,6 +160,8 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "rel_fro_error": rel,
         "numerics_ok": numerics_ok(rel, worst, nonfinite) if checked else None,
         "nonfinite": nonfinite,
+        "cosine_fp32_min": cmin,
+        "cosine_fp32_mean": cmean,
         "casts": {k: dict(v) for k, v in (casts or {}).items()},
         "faults": int(faults),
         "peak_tile_bytes": int(stats.get("peak_tile_bytes", 0)),
@@ -190,6 +219,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         verdict = "ok" if s["numerics_ok"] else f"OUTSIDE tolerance {REL_FRO_TOLERANCE:g}"
         errs = (f"rel. Frobenius {s['rel_fro_error']:.3e}, max abs {s['max_abs_error']:.4g} "
                 f"({verdict})")
+    if s.get("cosine_fp32_min") is not None:
+        errs += (f"; cosine to fp32 min {s['cosine_fp32_min']:.5f} / mean "
+                 f"{s['cosine_fp32_mean']:.5f}")
     if s.get("nonfinite"):
         errs = f"FAILED: non-finite value, first at {s['nonfinite']}"
     casts = dict(s.get("casts") or {})

@@ -43,7 +43,8 @@ def test_zoo_counts_match_formula(name: str, dims: tuple[int, ...]) -> None:
 
 
 def test_zoo_names_and_attrs() -> None:
-    assert planner.zoo_names() == ["pe-core-l14", "siglip-so400m", "vit-micro", "vit-tiny"]
+    assert planner.zoo_names() == ["pe-core-l14", "siglip-so400m", "siglip-so400m-map",
+                                   "vit-micro", "vit-tiny"]
     g = planner.load_model("siglip-so400m")
     assert dict(g.attrs)["eps"] == 1e-6 and g.attr_int("heads") == 16
     assert dict(planner.load_model("pe-core-l14").attrs)["eps"] == 1e-5

@@ -53,7 +53,7 @@ from planner.build.lower import Lowered, Step, Value, lower
 from planner.build.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
 from planner.decide.layout import Layout, view2d
 from planner.decide.plan import Plan
-from planner.ir.graph import BatchMatMul, Graph, MatMul, MergeHeads, SplitHeads
+from planner.ir.graph import MOVE_OPS, BatchMatMul, Broadcast, Graph, MatMul, MergeHeads, SplitHeads
 from simulator.device import Device
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ class Expander:
             expand_ops.expand_matmul(self, s)
         elif isinstance(s.op, BatchMatMul):
             expand_ops.expand_bmm(self, s)
-        elif isinstance(s.op, (SplitHeads, MergeHeads)):
+        elif isinstance(s.op, MOVE_OPS):
             self.redistribute(s.inputs[0], s.outputs[0], heads_segments(self.lw, s), s.label,
                               s.row_moves)
         else:
@@ -353,8 +353,13 @@ def cell_bytes(lay: Layout, elem: int) -> list[int]:
 
 
 def heads_segments(lw: Lowered, s: Step) -> tuple[tuple[int, int, int, int, int, int], ...]:
-    """Segments of SplitHeads (x [B·T, H] → [B·heads·T, dh]) or MergeHeads."""
+    """Segments of SplitHeads (x [B·T, H] → [B·heads·T, dh]), MergeHeads, or
+    Broadcast (x [R, N] → [B·R, N], one whole copy per batch)."""
     op = s.op
+    if isinstance(op, Broadcast):
+        xr, cols = lw.values[s.inputs[0]].shape
+        total = lw.values[s.outputs[0]].shape[0]
+        return tuple((r, r + xr, 0, 0, 0, cols) for r in range(0, total, xr))
     assert isinstance(op, (SplitHeads, MergeHeads))
     split = lw.values[s.outputs[0] if isinstance(op, SplitHeads) else s.inputs[0]]
     bt, t, dh = split.shape

@@ -103,9 +103,11 @@ def reduce_args(ld_parts: int, part_stride: int, k: int, ldo: int, m: int, n: in
 
 @lru_cache(maxsize=4096)
 def bmm_args(lda: int, ldb: int, ldc: int, m: int, k: int, n: int, dt_in: int, dt_out: int,
-             trans_b: bool, batch: int, sa: int, sb: int, sc: int) -> tuple[int, ...]:
+             trans_b: bool, batch: int, sa: int, sb: int, sc: int,
+             scale_exp: int = 0) -> tuple[int, ...]:
+    flags = (abi.FLAG_TRANS_B if trans_b else 0) | abi.bmm_scale_flags(scale_exp)
     return scalars("BATCH_MATMUL", lda=lda, ldb=ldb, ldc=ldc, M=m, K=k, N=n, in_dtype=dt_in,
-                   out_dtype=dt_out, flags=abi.FLAG_TRANS_B if trans_b else 0, batch=batch,
+                   out_dtype=dt_out, flags=flags, batch=batch,
                    batch_stride_a=sa, batch_stride_b=sb, batch_stride_c=sc)
 
 
@@ -250,7 +252,8 @@ def expand_bmm(ctx: ExpandContext, step: Step) -> None:
         batch = (b1 - b0) // kb
         rows = (r1 - r0) // batch
         args = bmm_args(k * e, bc * e, n * eo, rows, k, n, DT[av.dtype], DT[ov.dtype],
-                        op.transpose_b, batch, rows * k * e, kb * bc * e, rows * n * eo)
+                        op.transpose_b, batch, rows * k * e, kb * bc * e, rows * n * eo,
+                        av.scale_exp + bv.scale_exp)
         phase.vertices.append(make_vertex(a.owners[c][0], abi.BATCH_MATMUL, args,
                                           ((BMM.a, pa[c][0]), (BMM.b, pb[gi][s])),
                                           ((BMM.c, po[c][0]),)))
@@ -275,7 +278,7 @@ def expand_bmm_split(ctx: ExpandContext, step: Step, av: Value, bv: Value, ov: V
         bi, s = divmod(ri, gr)
         args = bmm_args(k * e, (k if op.transpose_b else w) * e, w * eo, r1 - r0, k, w,
                         DT[av.dtype], DT[ov.dtype], op.transpose_b, 1, (r1 - r0) * k * e,
-                        k * w * e, (r1 - r0) * w * eo)
+                        k * w * e, (r1 - r0) * w * eo, av.scale_exp + bv.scale_exp)
         phase.vertices.append(make_vertex(o.owners[ri * gc + ci][0], abi.BATCH_MATMUL, args,
                                           ((BMM.a, pa[ri][ci]), (BMM.b, pb[bi * gc + ci][s])),
                                           ((BMM.c, po[ri * gc + ci][0]),)))

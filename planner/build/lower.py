@@ -71,16 +71,15 @@ from planner.decide.layout import (
 from planner.decide.plan import Plan
 from planner.ir.graph import (
     DTYPE_BYTES,
+    MOVE_OPS,
     Add,
     BatchMatMul,
     Cast,
     Graph,
     LayerNorm,
     MatMul,
-    MergeHeads,
     Op,
     Repeat,
-    SplitHeads,
     Tensor,
 )
 from simulator.device import Device
@@ -194,7 +193,7 @@ class _Lowerer:
             return False
         users = g.consumers(op.out)
         return bool(users) and all(
-            not isinstance(u, (Repeat, Cast, SplitHeads, MergeHeads)) for u in users
+            not isinstance(u, (Repeat, Cast, *MOVE_OPS)) for u in users
         )
 
     # ------------------------------------------------------------ ops
@@ -341,7 +340,7 @@ class _Lowerer:
             return self.matmul_layouts(g, op, r)
         if isinstance(op, BatchMatMul):
             return self.bmm_layouts(g, op, r)
-        if isinstance(op, (SplitHeads, MergeHeads)):
+        if isinstance(op, MOVE_OPS):
             return self.heads_layouts(g, op)
         return self.row_layouts(g, op, r)
 
@@ -468,16 +467,19 @@ class _Lowerer:
         return self.plan.physical_tiles(
             ((q * tiles // count + self.op_shift) % tiles for q in range(count)), tiles)
 
-    def heads_layouts(self, g: Graph, op: SplitHeads | MergeHeads):
+    def heads_layouts(self, g: Graph, op: Op):
         # the redistribution itself is the op: it reads its input where the
         # source value is (canonical, or the producer's layout when that
-        # boundary is open) and writes the canonical layout of its output
+        # boundary is open; a parameter from its canonical home) and writes
+        # the canonical layout of its output
         if self.op_shift:
             raise BuildFailure("lower", -1, 0, 0, f"tile shift of {self.qual(op.name)}: a "
                                                   f"heads op has no placement of its own")
-        src = self.source.get(self.qual(op.x))
-        lay = self.out.values[src].layout if src else self.canonical(self.qual(op.x))
-        return (lay,), self.canonical(self.qual(op.out)), {}
+        x = self.qual(op.inputs[0])
+        src = self.source.get(x)
+        lay = self.out.values[src].layout if src else self.canonical(x)
+        homes = {op.inputs[0]: lay} if x in self.params else {}
+        return (lay,), self.canonical(self.qual(op.outputs[0])), homes
 
     def row_layouts(self, g: Graph, op: Op, r: cat.Recipe):
         x_name = op.inputs[0]

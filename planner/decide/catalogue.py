@@ -16,7 +16,8 @@ plan's tile mapping (so it can be cached by op signature):
   1/gc of the other operand.
 - `rows` (rows_per_owner,): row-parallel LayerNorm/Softmax/GELU/Add/Cast;
   (rows_per_owner, column blocks) for the elementwise GELU/Add/Cast.
-- `heads`: SplitHeads/MergeHeads, a redistribution between canonical layouts.
+- `heads`: SplitHeads/MergeHeads/Broadcast, a redistribution between canonical
+  layouts.
 
 Estimate (cycles) = max per-tile compute cycles (kernel cycle models via
 `kernels.dispatch.vertex_cycles`) + per exchange phase (sync + max per-tile
@@ -52,6 +53,7 @@ from kernels.exceptions import Unsupported
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.ir.graph import (
     DTYPE_BYTES,
+    MOVE_OPS,
     Add,
     BatchMatMul,
     Cast,
@@ -59,10 +61,8 @@ from planner.ir.graph import (
     Graph,
     LayerNorm,
     MatMul,
-    MergeHeads,
     Op,
     Softmax,
-    SplitHeads,
 )
 from simulator.cost import kernel_cycles
 from simulator.device import Device
@@ -267,7 +267,7 @@ def _generate(g: Graph, op: Op, device: Device, packing: str,
         out = _bmm_recipes(g, op, device, packing, memo)
     elif isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)):
         out = _row_recipes(g, op, device, packing, memo)
-    elif isinstance(op, (SplitHeads, MergeHeads)):
+    elif isinstance(op, MOVE_OPS):
         out = [_heads_recipe(g, op, device, packing)]
     else:
         raise Unsupported(op.kind, "no catalogue family")
@@ -469,7 +469,7 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
     return recipes
 
 
-def _heads_recipe(g: Graph, op: SplitHeads | MergeHeads, device: Device,
+def _heads_recipe(g: Graph, op: Op, device: Device,
                   packing: str) -> Recipe:
     out = g.tensor(op.out)
     rpo = _canon_rpo(g, op.out, device, packing)

@@ -21,7 +21,10 @@ fields; a transform returns a new `Graph` made with `make_graph`, which runs
   parameter's outer tensor has shape `(trips, *body_shape)`, invariant ones the
   body shape; every body parameter is bound exactly once.
 
-Extension of the contract: `Add` allows `b` with fewer rows than `a` when
+Extension of the contract: `Broadcast` repeats x [R, N] row-periodically
+into out [B·R, N] (out[r] = x[r mod R]; the MAP head's learned probe over
+the batch), a pure data movement like SplitHeads/MergeHeads (`MOVE_OPS`).
+`Add` allows `b` with fewer rows than `a` when
 `b.shape[0]` divides `a.shape[0]` (row-periodic broadcast: the position
 embedding [T, H] added to [B·T, H]; out[r] = a[r] + b[r mod b.rows]).
 
@@ -193,6 +196,16 @@ class MergeHeads(OpBase):
 
 
 @dataclass(frozen=True)
+class Broadcast(OpBase):
+    """x [R, N] -> out [B·R, N] with out[r] = x[r mod R] (row-periodic copy)."""
+
+    READS: ClassVar[tuple[str, ...]] = ("x",)
+
+    x: str
+    out: str
+
+
+@dataclass(frozen=True)
 class Repeat(OpBase):
     """Run `body` `trips` times; see the module docstring for the bindings.
 
@@ -223,10 +236,13 @@ class Repeat(OpBase):
 
 
 Op = Union[  # noqa: UP007 - a runtime alias used in isinstance-free annotations
-    MatMul, BatchMatMul, LayerNorm, Gelu, Softmax, Add, Cast, SplitHeads, MergeHeads, Repeat
+    MatMul, BatchMatMul, LayerNorm, Gelu, Softmax, Add, Cast, SplitHeads, MergeHeads,
+    Broadcast, Repeat
 ]
 OP_TYPES = (MatMul, BatchMatMul, LayerNorm, Gelu, Softmax, Add, Cast, SplitHeads, MergeHeads,
-            Repeat)
+            Broadcast, Repeat)
+# ops that only move data between canonical layouts (lowered as one exchange)
+MOVE_OPS = (SplitHeads, MergeHeads, Broadcast)
 
 
 @dataclass(frozen=True)
@@ -414,7 +430,7 @@ def _check_batch_matmul(g: Graph, op: BatchMatMul) -> None:
     a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     for t in (a, b, out):
         _rank(op, t, 3)
-    _dtype_in(op, a, _ACT)
+    _dtype_in(op, a, DTYPES)
     if a.dtype != b.dtype:
         raise GraphError(op.name, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
     _dtype_in(op, out, _ACT)
@@ -482,6 +498,17 @@ def _check_heads(g: Graph, op: SplitHeads | MergeHeads) -> None:
         )
 
 
+def _check_broadcast(g: Graph, op: Broadcast) -> None:
+    x, out = g.tensor(op.x), g.tensor(op.out)
+    _rank(op, x, 2)
+    _rank(op, out, 2)
+    if (x.dtype, x.scale_exp) != (out.dtype, out.scale_exp):
+        raise GraphError(op.name, f"format changes {x.dtype} -> {out.dtype}")
+    if x.shape[1] != out.shape[1] or out.shape[0] % x.shape[0]:
+        raise GraphError(op.name, f"out {out.shape} is not a whole number of copies of "
+                                  f"{x.name} {x.shape}")
+
+
 def _same_format(op: OpBase, what: str, a: Tensor, b: Tensor) -> None:
     if (a.shape, a.dtype, a.scale_exp) != (b.shape, b.dtype, b.scale_exp):
         raise GraphError(
@@ -545,6 +572,7 @@ _CHECKS: dict[type, Callable[[Graph, Any], None]] = {
     Add: _check_add,
     SplitHeads: _check_heads,
     MergeHeads: _check_heads,
+    Broadcast: _check_broadcast,
     Repeat: _check_repeat,
 }
 

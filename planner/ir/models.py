@@ -1,7 +1,9 @@
 """ViT encoders (pre-LN) as graphs, from TOML configs in `planner/ir/zoo/`.
 
 A model TOML has the flat fields of `ModelConfig` (all required except
-`batch`, default 1).  The graph (`build_vit`):
+`batch`, default 1, and the choices `pool` = "none" | "map" (default none),
+`qk_dtype` / `pv_dtype` = "fp16" | "fp8", the operand dtype of the two
+attention products, default fp16).  The graph (`build_vit`):
 
     patches [B·T, C·p·p] fp16 (input; pre-extracted patches, a class token is
         just one more patch row)
@@ -9,11 +11,19 @@ A model TOML has the flat fields of `ModelConfig` (all required except
         (row-periodic over the batch)
     Repeat × L over the encoder layer (body below; per-layer weights are
         iterated parameters `layers.<name>` with a leading [L] dim)
-    LayerNorm(ln_f) → out [B·T, H] fp16 (output)
+    LayerNorm(ln_f) → out [B·T, H] fp16 (output); with pool = "map" that is
+        `encoded` and the MAP head (big_vision's MAPHead) follows:
+    Broadcast(head_probe [1, H]) → [B, H] → Cast fp8 → q = MatMul (one query
+        row per image); k, v = MatMul(Cast fp8 encoded) → the attention below
+        with T_q = 1 → o MatMul → `head_x` [B, H] → head_ln → Cast fp8 → fc1 →
+        Gelu → Cast fp8 → fc2 → Add head_x → out [B, H] fp16 (output;
+        big_vision's `x[:, 0]`)
 
 Body (argument `x`, yield `y`, all [B·T, H] fp16):
     ln1 → Cast fp8 → q,k,v = MatMul(+bias) fp16 → SplitHeads → BatchMatMul(q, kᵀ)
     → Softmax(1/sqrt(dh)) → BatchMatMul(p, v) → MergeHeads → Cast fp8 → o MatMul
+    (qk_dtype fp8: q and k are cast to fp8 before SplitHeads; pv_dtype fp8: v
+    likewise and the probabilities before the PV product)
     (+bias) → Add x → ln2 → Cast fp8 → fc1(+bias) → Gelu → Cast fp8 → fc2(+bias)
     → Add → y
 
@@ -39,6 +49,7 @@ from kernels.exceptions import ConfigError
 from planner.ir.graph import (
     Add,
     BatchMatMul,
+    Broadcast,
     Cast,
     Gelu,
     Graph,
@@ -59,13 +70,24 @@ PRECISIONS = ("fp8", "fp32")
 
 WEIGHT_STD = 0.02
 WEIGHT_SCALE_EXP = -8  # weight codes have std 0.02·2**8 ≈ 5 (fp8 e4m3 max 448)
-CAST_SCALE_EXP = {"patches": -4, "ln": -2, "attn": -6, "gelu": -2}
+CAST_SCALE_EXP = {"patches": -4, "ln": -2, "attn": -6, "gelu": -2,
+                  # attention operands in fp8 (qk_dtype / pv_dtype): q, k, v
+                  # have std ~0.7, probabilities lie in [0, 1]; the probe N(0, 0.02)
+                  "qkv": -4, "probs": -8, "probe": -8}
+POOLS = ("none", "map")
+ATTENTION_DTYPES = ("fp16", "fp8")
+# choice field -> (allowed values, default)
+_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "pool": (POOLS, "none"), "qk_dtype": (ATTENTION_DTYPES, "fp16"),
+    "pv_dtype": (ATTENTION_DTYPES, "fp16"),
+}
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """A ViT encoder: hidden size, heads, MLP size, patch side (pixels), input
-    channels, tokens per image, layers, images per batch, LayerNorm eps."""
+    channels, tokens per image, layers, images per batch, LayerNorm eps; the
+    pooling head and the attention products' operand dtypes."""
 
     name: str
     hidden: int
@@ -77,6 +99,9 @@ class ModelConfig:
     layers: int
     batch: int
     eps: float
+    pool: str = "none"
+    qk_dtype: str = "fp16"
+    pv_dtype: str = "fp16"
 
     @property
     def head_dim(self) -> int:
@@ -102,7 +127,15 @@ def parse_config(data: dict[str, Any], source: str) -> ModelConfig:
     """Validate a model table; ConfigError names `source` and the field."""
     if not isinstance(data, dict):
         raise ConfigError(source, "model", "must be a table", type(data).__name__)
+    data = dict(data)
+    choices = {}
+    for field, (allowed, default) in _CHOICES.items():
+        value = data.pop(field, default)
+        if value not in allowed:
+            raise ConfigError(source, field, f"must be one of {list(allowed)}", value)
+        choices[field] = value
     values = check_fields(data, source, _LIMITS, _DEFAULTS)
+    values.update(choices)
     if values["hidden"] % values["heads"]:
         raise ConfigError(
             source, "heads", f"must divide hidden ({values['hidden']})", values["heads"]
@@ -183,6 +216,65 @@ class _Builder:
         self.op(Cast(f"cast_{x}", x, out))
         return out
 
+    def cast_if(self, x: str, shape: tuple[int, ...], dtype: str, scale: str) -> str:
+        """`x` itself for fp16, else its fp8 cast at CAST_SCALE_EXP[scale]."""
+        return x if dtype == "fp16" else self.cast8(x, shape, CAST_SCALE_EXP[scale])
+
+    def attention(self, cfg: ModelConfig, pre: str, q_in8: str, kv_in8: str, tq: int,
+                  tkv: int) -> tuple[str, list[str]]:
+        """Multi-head attention of queries from `q_in8` [B·tq, H] against
+        keys/values from `kv_in8` [B·tkv, H] (both fp8), through the output
+        projection; returns (out [B·tq, H] fp16, parameter names).  `pre`
+        prefixes every name (the encoder layer's are unprefixed)."""
+        h, heads, dh, b = cfg.hidden, cfg.heads, cfg.head_dim, cfg.batch
+        bh = b * heads
+        params: list[str] = []
+        split = {}
+        for name, src, t in (("q", q_in8, tq), ("k", kv_in8, tkv), ("v", kv_in8, tkv)):
+            y, p = self.linear(pre + name, src, h, h, b * t)
+            params += p
+            dt = cfg.pv_dtype if name == "v" else cfg.qk_dtype
+            y = self.cast_if(y, (b * t, h), dt, "qkv")
+            split[name] = self.t(f"{pre}{name}_heads", (bh, t, dh), dt, scale_exp=(
+                CAST_SCALE_EXP["qkv"] if dt == "fp8" else 0))
+            self.op(SplitHeads(f"split_{pre}{name}", y, split[name], heads))
+        s = self.t(f"{pre}scores", (bh, tq, tkv), "fp16")
+        self.op(BatchMatMul(f"bmm_{pre}qk", split["q"], split["k"], s, transpose_b=True))
+        pr = self.t(f"{pre}probs", (bh, tq, tkv), "fp16")
+        self.op(Softmax(f"{pre}softmax", s, pr, 1.0 / math.sqrt(dh)))
+        pr = self.cast_if(pr, (bh, tq, tkv), cfg.pv_dtype, "probs")
+        ctx = self.t(f"{pre}ctx_heads", (bh, tq, dh), "fp16")
+        self.op(BatchMatMul(f"bmm_{pre}pv", pr, split["v"], ctx))
+        attn = self.t(f"{pre}attn", (b * tq, h), "fp16")
+        self.op(MergeHeads(f"{pre}merge", ctx, attn, heads))
+        attn8 = self.cast8(attn, (b * tq, h), CAST_SCALE_EXP["attn"])
+        o, p = self.linear(pre + "o", attn8, h, h, b * tq)
+        return o, params + p
+
+    def mlp(self, cfg: ModelConfig, pre: str, x8: str, rows: int) -> tuple[str, list[str]]:
+        """fc1 → Gelu → Cast fp8 → fc2 of fp8 `x8` [rows, H]; (out, parameters)."""
+        f1, p1 = self.linear(pre + "fc1", x8, cfg.hidden, cfg.mlp, rows)
+        act = self.t(f"{pre}gelu", (rows, cfg.mlp), "fp16")
+        self.op(Gelu(f"{pre}gelu", f1, act))
+        act8 = self.cast8(act, (rows, cfg.mlp), CAST_SCALE_EXP["gelu"])
+        f2, p2 = self.linear(pre + "fc2", act8, cfg.mlp, cfg.hidden, rows)
+        return f2, p1 + p2
+
+    def map_head(self, cfg: ModelConfig, enc: str) -> str:
+        """big_vision's MAPHead over `enc` [B·T, H] (module docstring) -> out."""
+        h, b = cfg.hidden, cfg.batch
+        probe = self.t("head_probe", (1, h), "fp16", "parameter")
+        probes = self.t("head_probes", (b, h), "fp16")
+        self.op(Broadcast("broadcast_probe", probe, probes))
+        q8 = self.cast8(probes, (b, h), CAST_SCALE_EXP["probe"])
+        kv8 = self.cast8(enc, (b * cfg.tokens, h), CAST_SCALE_EXP["ln"])
+        x, _ = self.attention(cfg, "head_", q8, kv8, 1, cfg.tokens)
+        ln, _ = self.layernorm("head_ln", x, b, h, cfg.eps)
+        f2, _ = self.mlp(cfg, "head_", self.cast8(ln, (b, h), CAST_SCALE_EXP["ln"]), b)
+        out = self.t("out", (b, h), "fp16", "output")
+        self.op(Add("head_add", x, f2, out))
+        return out
+
     def linear(self, name: str, x8: str, k: int, n: int, rows: int, kind: str = "activation",
                out: str | None = None) -> tuple[str, list[str]]:
         """MatMul x8 @ w_<name> + b_<name>; returns (out, [weight, bias])."""
@@ -203,42 +295,21 @@ class _Builder:
 
 def _encoder_layer(cfg: ModelConfig, precision: str) -> tuple[Graph, list[str]]:
     """The Repeat body and its parameter names (in binding order)."""
-    rows, h, heads, dh = cfg.batch * cfg.tokens, cfg.hidden, cfg.heads, cfg.head_dim
-    bh = cfg.batch * heads
+    rows, h = cfg.batch * cfg.tokens, cfg.hidden
     g = _Builder(precision)
     params: list[str] = []
     x = g.t("x", (rows, h), "fp16", "input")
     ln1, p = g.layernorm("ln1", x, rows, h, cfg.eps)
     params += p
     ln1_8 = g.cast8(ln1, (rows, h), CAST_SCALE_EXP["ln"])
-    split = {}
-    for name in ("q", "k", "v"):
-        y, p = g.linear(name, ln1_8, h, h, rows)
-        params += p
-        split[name] = g.t(f"{name}_heads", (bh, cfg.tokens, dh), "fp16")
-        g.op(SplitHeads(f"split_{name}", y, split[name], heads))
-    s = g.t("scores", (bh, cfg.tokens, cfg.tokens), "fp16")
-    g.op(BatchMatMul("bmm_qk", split["q"], split["k"], s, transpose_b=True))
-    pr = g.t("probs", (bh, cfg.tokens, cfg.tokens), "fp16")
-    g.op(Softmax("softmax", s, pr, 1.0 / math.sqrt(dh)))
-    ctx = g.t("ctx_heads", (bh, cfg.tokens, dh), "fp16")
-    g.op(BatchMatMul("bmm_pv", pr, split["v"], ctx))
-    attn = g.t("attn", (rows, h), "fp16")
-    g.op(MergeHeads("merge", ctx, attn, heads))
-    attn8 = g.cast8(attn, (rows, h), CAST_SCALE_EXP["attn"])
-    o, p = g.linear("o", attn8, h, h, rows)
+    o, p = g.attention(cfg, "", ln1_8, ln1_8, cfg.tokens, cfg.tokens)
     params += p
     x1 = g.t("x1", (rows, h), "fp16")
     g.op(Add("add_attn", x, o, x1))
     ln2, p = g.layernorm("ln2", x1, rows, h, cfg.eps)
     params += p
     ln2_8 = g.cast8(ln2, (rows, h), CAST_SCALE_EXP["ln"])
-    f1, p = g.linear("fc1", ln2_8, h, cfg.mlp, rows)
-    params += p
-    act = g.t("gelu", (rows, cfg.mlp), "fp16")
-    g.op(Gelu("gelu", f1, act))
-    act8 = g.cast8(act, (rows, cfg.mlp), CAST_SCALE_EXP["gelu"])
-    f2, p = g.linear("fc2", act8, cfg.mlp, h, rows)
+    f2, p = g.mlp(cfg, "", ln2_8, rows)
     params += p
     y = g.t("y", (rows, h), "fp16", "output")
     g.op(Add("add_mlp", x1, f2, y))
@@ -268,11 +339,16 @@ def build_vit(cfg: ModelConfig, precision: str = "fp8") -> Graph:
     xl = g.t("xL", (rows, h), "fp16")
     g.op(Repeat("encoder", body, cfg.layers, init=(x0,), final=(xl,), arguments=("x",),
                 yields=("y",), iterated=tuple(iterated)))
-    out, _ = g.layernorm("ln_f", xl, rows, h, cfg.eps, kind="output", out="out")
+    if cfg.pool == "map":
+        enc, _ = g.layernorm("ln_f", xl, rows, h, cfg.eps, out="encoded")
+        out = g.map_head(cfg, enc)
+    else:
+        out, _ = g.layernorm("ln_f", xl, rows, h, cfg.eps, kind="output", out="out")
     attrs = (
         ("model", cfg.name), ("hidden", h), ("heads", cfg.heads), ("mlp", cfg.mlp),
         ("tokens", cfg.tokens), ("batch", cfg.batch), ("layers", cfg.layers),
         ("patch", cfg.patch), ("channels", cfg.channels), ("eps", cfg.eps),
         ("precision", precision),
-    )
+    ) + tuple((f, getattr(cfg, f)) for f, (_, default) in _CHOICES.items()
+              if getattr(cfg, f) != default)  # absent when default: unchanged hashes
     return make_graph(cfg.name, g.tensors, g.ops, [patches], [out], attrs)

@@ -32,6 +32,7 @@ pixels) U(-1, 1).
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Mapping
 
@@ -43,6 +44,7 @@ from kernels.exceptions import ConfigError
 from planner.ir.graph import (
     Add,
     BatchMatMul,
+    Broadcast,
     Cast,
     Gelu,
     Graph,
@@ -54,6 +56,7 @@ from planner.ir.graph import (
     Softmax,
     SplitHeads,
     Tensor,
+    make_graph,
 )
 from planner.ir.models import WEIGHT_STD
 
@@ -108,6 +111,17 @@ def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape == b.shape:
         return formulas.add(a, b)
     return formulas.add(a.reshape(-1, *b.shape), b).reshape(a.shape)
+
+
+def fp32_graph(g: Graph) -> Graph:
+    """`g` with every tensor fp32 (scales 0; Casts become fp32 → fp32, Repeat
+    bodies too): the unquantised forward the cosine-to-fp32 accuracy of a
+    run is measured against (the parameters are the same values)."""
+    tensors = [dataclasses.replace(t, dtype="fp32", scale_exp=0) for t in g.tensors]
+    ops = [dataclasses.replace(op, body=fp32_graph(op.body)) if isinstance(op, Repeat) else op
+           for op in g.ops]
+    attrs = [(k, "fp32" if k == "precision" else v) for k, v in g.attrs]
+    return make_graph(g.name, tensors, ops, g.inputs, g.outputs, attrs)
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -256,6 +270,9 @@ def _compute(g: Graph, op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
         return add(env[op.a], env[op.b])
     if isinstance(op, Cast):
         return env[op.x]
+    if isinstance(op, Broadcast):
+        x = env[op.x]
+        return np.tile(x, (g.tensor(op.out).shape[0] // x.shape[0], 1))
     if isinstance(op, SplitHeads):
         x = env[op.x]
         bh, t, dh = g.tensor(op.out).shape

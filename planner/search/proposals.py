@@ -88,7 +88,7 @@ from planner.build.schedule import EXCHANGE
 from planner.decide import catalogue as cat
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import PACKINGS, Plan
-from planner.ir.graph import DTYPE_BYTES, Cast, Graph, MergeHeads, Op, Repeat, SplitHeads
+from planner.ir.graph import DTYPE_BYTES, MOVE_OPS, Cast, Graph, Op, Repeat
 from planner.search.registry import PROPOSALS
 from planner.search.tileload import MergedStep, Placement, phase_load, shift_gain
 from simulator.device import Device
@@ -289,14 +289,14 @@ class Around:
         out = []
         for site in self.sites:
             g = site.graph
-            if isinstance(site.op, (Cast, SplitHeads, MergeHeads)):
+            if isinstance(site.op, (Cast, *MOVE_OPS)):
                 continue
             t = site.op.outputs[0]
             q = f"{site.scope}{t}"
             if self.plan.is_open(q) or t in g.outputs or _feeds_repeat(g, t):
                 continue
             users = g.consumers(t)
-            if len(users) != 1 or isinstance(users[0], (Repeat, Cast, SplitHeads, MergeHeads)):
+            if len(users) != 1 or isinstance(users[0], (Repeat, Cast, *MOVE_OPS)):
                 continue
             consumer = next(s for s in self.sites
                             if s.graph is g and s.op is users[0])

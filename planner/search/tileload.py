@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.build.lowered import Lowered, Step
-from planner.ir.graph import MatMul, MergeHeads, SplitHeads
+from planner.ir.graph import MOVE_OPS, MatMul
 from simulator.device import Device
 
 PARTS = ("compute", "bytes_in", "bytes_out")
@@ -112,8 +112,8 @@ def shifted(load: PhaseLoad, parts: tuple[str, ...], by: int) -> PhaseLoad:
 
 
 def is_heads(step: Step) -> bool:
-    """True for a SplitHeads/MergeHeads step (expand makes it an exchange)."""
-    return isinstance(step.op, (SplitHeads, MergeHeads))
+    """True for a SplitHeads/MergeHeads/Broadcast step (expand makes it an exchange)."""
+    return isinstance(step.op, MOVE_OPS)
 
 
 # a measured merged step: (cycles, exchange?, [(phase load, {op: parts it moves})])
