@@ -22,6 +22,8 @@ _EXPORTS = {
     **{name: "planner.ir.models" for name in (
         "ModelConfig", "load_config", "load_model", "zoo_names")},
     **{name: "planner.ir.reference" for name in ("init_inputs", "init_params", "reference")},
+    **{name: "planner.ir.weights" for name in ("load_weights", "save_weights")},
+    **{name: "planner.ir.scales" for name in ("data_scales", "quantize_params")},
     "Plan": "planner.decide.plan",
     "lower": "planner.build.lower",
     "expand_program": "planner.build.expand",

@@ -337,6 +337,12 @@ PLAN_ARGS = (
     arg("--quiet", action="store_true", help="no progress bar on stderr"),
     arg("--report", default=None, metavar="OUT.html",
         help="also write the run's HTML profile (tileplan report --html)"),
+    arg("--weights", default=None, metavar="FILE",
+        help=".npz or .safetensors parameters, our names or Hugging Face / big_vision "
+             "SigLIP names (docs/weights.md); default: the seeded init"),
+    arg("--scales", choices=("fixed", "data"), default=None,
+        help="fp8 scales: the model's fixed ones, or chosen from the weights and a "
+             "calibration forward; default data with --weights, fixed without"),
 )
 
 
@@ -357,7 +363,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     import json
 
     from planner.ir.models import load_model
-    from planner.pipeline import RUN_STAGES, check_names, run_model
+    from planner.pipeline import RUN_STAGES, check_names, model_values, run_model
     from planner.progress import proposal_progress, stage_progress
     from planner.report import check_run_dir, format_summary, save_run
     from planner.search.incumbent import PipelineConfig
@@ -370,6 +376,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
         writable_file(args.report, "--report")
     device = load_device(args.device)
     graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    graph, raw = model_values(graph, args.weights, args.scales)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,
                          operator_candidate_limit=args.operator_candidate_limit,
@@ -382,7 +389,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
         with (stage_progress(args, stages) as on_stage,
               proposal_progress(args, cfg.optimization_steps) as on_record):
             outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record,
-                                on_stage=on_stage)
+                                on_stage=on_stage, params=raw)
     except BuildFailure as e:
         if args.report:  # the report of the failing stage, then the usual one line
             from planner.html_report import render_failure

@@ -23,9 +23,11 @@ returns the baseline with an empty history and `stats["optimizer"] ==
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from planner.build.stages import Built
 from planner.decide.plan import Plan
@@ -162,6 +164,31 @@ def breakdown(res: PlanResult, sim: Any = None) -> dict[str, Any]:
             "tile_busy": tile_balance(sim.tile_busy)}
 
 
+SCALES = ("fixed", "data")
+
+
+def model_values(graph: Graph, weights: str | None = None, scales: str | None = None,
+                 seed: int = 0) -> tuple[Graph, dict[str, np.ndarray] | None]:
+    """The graph and raw parameters of a run: parameters from the file
+    `weights` (planner.ir.weights; None: the seeded init, which `run_model`
+    draws), fp8 scales "fixed" (the graph's) or "data" (planner.ir.scales,
+    calibrated on the run's inputs); default "data" with a weights file,
+    "fixed" without.  ConfigError names a bad file, tensor or choice."""
+    from kernels.exceptions import ConfigError
+    from planner.ir.reference import init_inputs, init_params
+    from planner.ir.scales import data_scales
+    from planner.ir.weights import load_weights
+
+    choice = scales or ("data" if weights else "fixed")
+    if choice not in SCALES:
+        raise ConfigError("scales", "scales", f"must be one of {list(SCALES)}", choice)
+    raw = load_weights(graph, weights) if weights else None
+    if choice == "data":
+        values = raw if raw is not None else init_params(graph, seed=seed)
+        graph = data_scales(graph, values, init_inputs(graph, seed=seed + 1))
+    return graph, raw
+
+
 # the stages run_model reports to `on_stage`, in order
 RUN_STAGES = ("plan", "simulate with values", "reference", "fp32 reference")
 
@@ -170,10 +197,13 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
               optimizer: Optimizer | None = None, seed: int = 0,
               ctx: PlanningContext | None = None,
               on_record: Callable[[Any], None] | None = None,
-              on_stage: Callable[[str], None] | None = None) -> RunOutcome:
+              on_stage: Callable[[str], None] | None = None,
+              params: Mapping[str, np.ndarray] | None = None) -> RunOutcome:
     """Plan, build, verify and simulate `graph`; with `numerics`, simulate with
-    values (parameters from `seed`, inputs from `seed + 1`) and compare with
-    `planner.reference`.  Raises BuildFailure when the baseline does not fit.
+    values (parameters from `seed`, or the raw values `params` rounded to the
+    graph's dtypes and scales; inputs from `seed + 1`) and compare with
+    `planner.reference` (and the fp32 forward, on the raw values).  Raises
+    BuildFailure when the baseline does not fit.
     `on_record` sees each optimizer record as it is decided; `on_stage` the
     name of each stage as it starts (RUN_STAGES, numerics ones only with
     `numerics`)."""
@@ -184,6 +214,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
         init_params,
         reference,
     )
+    from planner.ir.scales import quantize_params
     from planner.report import compare, cosine_rows, first_nonfinite, summarize
 
     stage = on_stage or (lambda name: None)
@@ -193,12 +224,14 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     faults = int(res.stats.get("timing_faults", 0))
     errors = None
     cosine = None
+    noise = None
     nonfinite = None
     casts: dict[str, list[int]] = {}
     sim_seconds = float(res.stats["simulate_timing_seconds"])
     if numerics:
         stage("simulate with values")
-        params = init_params(graph, seed=seed)
+        raw = params if params is not None else init_params(graph, seed=seed)
+        params = quantize_params(graph, raw, casts) if params is not None else raw
         inputs = init_inputs(graph, seed=seed + 1)
         t0 = time.perf_counter()
         sim = run(res.package, params=params, inputs=inputs, numerics=True)
@@ -209,12 +242,14 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
             ref = reference(graph, params, inputs, casts=casts)
             errors = compare(sim.outputs, ref)
             stage("fp32 reference")
-            cosine = cosine_rows(sim.outputs, reference(fp32_graph(graph), params, inputs))
+            ref32 = reference(fp32_graph(graph), raw, inputs)
+            cosine = cosine_rows(sim.outputs, ref32)
+            noise = compare(ref, ref32)[0]
             nonfinite = first_nonfinite(sim.outputs, "simulated") or first_nonfinite(
                 ref, "reference")
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
                         res.history, res.stats, plan_seconds, sim_seconds, errors, faults,
-                        nonfinite, cast_fractions(casts), cosine)
+                        nonfinite, cast_fractions(casts), cosine, noise)
     summary.update(breakdown(res, sim if numerics else None))
     summary.update(optimizer_summary(res))
     bad = faults > 0 or (numerics and not faults and not summary["numerics_ok"])

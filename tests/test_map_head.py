@@ -131,3 +131,14 @@ def test_planned_runs_agree_with_reference(tmp_path: Path, pool: str, qk: str,
     assert 0.99 < s["cosine_fp32_min"] <= s["cosine_fp32_mean"] <= 1.0 + 1e-12
     fp8_bmm = [k for k in s["casts"] if k.endswith(("q_fp8", "v_fp8", "probs_fp8"))]
     assert bool(fp8_bmm) == ("fp8" in (qk, pv))
+
+
+def test_tolerance_follows_the_fp8_noise() -> None:
+    from planner.report import REL_FRO_TOLERANCE, numerics_ok, tolerance
+
+    assert tolerance(None) == tolerance(float("nan")) == tolerance(1e-4) == REL_FRO_TOLERANCE
+    assert tolerance(0.03) == 0.03
+    assert numerics_ok(0.02, 0.1, None, 0.03)
+    assert not numerics_ok(0.02, 0.1, None, 0.005)
+    assert not numerics_ok(0.02, 0.1, None, float("nan"))
+    assert not numerics_ok(0.001, 0.1, "simulated out[0, 0] = nan", 0.03)

@@ -1,0 +1,360 @@
+"""Weights from files: `.npz` or `.safetensors`, under our names or a checkpoint's.
+
+`load_weights(g, path)` returns `{parameter: float32 array}` of the *raw*
+values (not yet rounded to the parameters' dtypes; `quantize_params` does
+that, at the graph's scales, which `planner.ir.scales` can choose from the
+data).  The keys of a file follow one of three schemes, recognised by its
+names (docs/weights.md lists every name):
+
+- **ours**: the graph's parameter names (`layers.w_q` [L, H, H], `w_patch`,
+  `head_probe`, ...), shapes exactly as the graph has them;
+- **Hugging Face** `SiglipVisionModel` (keys start `vision_model.`): Linear
+  weights [out, in] are transposed, the patch convolution [H, C, p, p]
+  becomes [C·p·p, H], per-layer tensors `encoder.layers.<i>.` are stacked,
+  the head's fused `in_proj_weight` [3H, H] is split into q, k, v;
+- **big_vision** (the JAX checkpoints; keys like
+  `params/img/Transformer/encoderblock/MlpBlock_0/Dense_0/kernel`, the
+  `params/` and `img/` prefixes optional, layers scanned [L, ...] or
+  `encoderblock_<i>`): kernels are [in, out] already; attention kernels
+  [H, heads, dh] / [heads, dh, H] and biases [heads, dh] are reshaped, the
+  patch kernel [p, p, C, H] becomes [C·p·p, H].
+
+A checkpoint's layers beyond the graph's (`--layers 1` of a 27-layer file)
+are not used.  Every other mismatch is a ConfigError naming the file and the
+tensor: a parameter the file lacks (with the name it was looked up under),
+a tensor the scheme does not know, a shape that does not fit (with the
+expected one), a non-float dtype, a non-finite value.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernels.exceptions import ConfigError
+from planner.ir.graph import Graph, Tensor
+
+F32 = np.float32
+SCHEMES = ("ours", "hf", "big_vision")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One file tensor -> one of our parameters: `target` (a per-layer body
+    name when `layered`), how its array becomes ours (`how`: "same",
+    "transpose", "conv_oihw", "conv_hwio", "reshape", or "q"/"k"/"v" for one
+    third of a fused in-projection, transposed when 2-D)."""
+
+    target: str
+    how: str = "same"
+    layered: bool = False
+
+
+# ---------------------------------------------------------------- schemes
+
+_HF_LAYER = {
+    "layer_norm1.weight": "ln1.gamma", "layer_norm1.bias": "ln1.beta",
+    "layer_norm2.weight": "ln2.gamma", "layer_norm2.bias": "ln2.beta",
+    **{f"self_attn.{p}_proj.{w}": f"{'w' if w == 'weight' else 'b'}_{p}"
+       for p in "qkv" for w in ("weight", "bias")},
+    "self_attn.out_proj.weight": "w_o", "self_attn.out_proj.bias": "b_o",
+    "mlp.fc1.weight": "w_fc1", "mlp.fc1.bias": "b_fc1",
+    "mlp.fc2.weight": "w_fc2", "mlp.fc2.bias": "b_fc2",
+}
+_HF_TOP = {
+    "embeddings.patch_embedding.weight": Rule("w_patch", "conv_oihw"),
+    "embeddings.patch_embedding.bias": Rule("b_patch"),
+    "embeddings.position_embedding.weight": Rule("pos_embed"),
+    "post_layernorm.weight": Rule("ln_f.gamma"), "post_layernorm.bias": Rule("ln_f.beta"),
+    "head.probe": Rule("head_probe", "reshape"),
+    "head.attention.out_proj.weight": Rule("w_head_o", "transpose"),
+    "head.attention.out_proj.bias": Rule("b_head_o"),
+    "head.layernorm.weight": Rule("head_ln.gamma"), "head.layernorm.bias": Rule("head_ln.beta"),
+    "head.mlp.fc1.weight": Rule("w_head_fc1", "transpose"),
+    "head.mlp.fc1.bias": Rule("b_head_fc1"),
+    "head.mlp.fc2.weight": Rule("w_head_fc2", "transpose"),
+    "head.mlp.fc2.bias": Rule("b_head_fc2"),
+}
+_HF_FUSED = {"head.attention.in_proj_weight": "w_head_", "head.attention.in_proj_bias": "b_head_"}
+
+_BV_BLOCK = {
+    "LayerNorm_0/scale": "ln1.gamma", "LayerNorm_0/bias": "ln1.beta",
+    "LayerNorm_1/scale": "ln2.gamma", "LayerNorm_1/bias": "ln2.beta",
+    "MlpBlock_0/Dense_0/kernel": "w_fc1", "MlpBlock_0/Dense_0/bias": "b_fc1",
+    "MlpBlock_0/Dense_1/kernel": "w_fc2", "MlpBlock_0/Dense_1/bias": "b_fc2",
+    **{f"MultiHeadDotProductAttention_0/{bv}/{w}": f"{'w' if w == 'kernel' else 'b'}_{ours}"
+       for bv, ours in (("query", "q"), ("key", "k"), ("value", "v"), ("out", "o"))
+       for w in ("kernel", "bias")},
+}
+_BV_TOP = {
+    "embedding/kernel": Rule("w_patch", "conv_hwio"),
+    "embedding/bias": Rule("b_patch"),
+    "pos_embedding": Rule("pos_embed", "reshape"),
+    "Transformer/encoder_norm/scale": Rule("ln_f.gamma"),
+    "Transformer/encoder_norm/bias": Rule("ln_f.beta"),
+    "MAPHead_0/probe": Rule("head_probe", "reshape"),
+    "MAPHead_0/LayerNorm_0/scale": Rule("head_ln.gamma"),
+    "MAPHead_0/LayerNorm_0/bias": Rule("head_ln.beta"),
+    **{f"MAPHead_0/{k}": Rule(v.replace("_", "_head_", 1), "reshape")
+       for k, v in _BV_BLOCK.items() if k.startswith(("MultiHead", "MlpBlock"))},
+}
+
+
+def scheme_of(names: list[str], g: Graph) -> str:
+    """"ours" when any name is a parameter of `g`, "hf" for `vision_model.`
+    keys, else "big_vision"."""
+    params = set(g.parameters)
+    if any(n in params for n in names):
+        return "ours"
+    if any(n.startswith("vision_model.") for n in names):
+        return "hf"
+    return "big_vision"
+
+
+def rule_for(name: str, scheme: str) -> tuple[Rule, int | None] | None:
+    """(rule, layer index or None for a stacked [L, ...] tensor / a top-level
+    one) of file tensor `name` under `scheme`; None when it knows no such name."""
+    if scheme == "hf":
+        rest = name.removeprefix("vision_model.")
+        m = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", rest)
+        if m and m.group(2) in _HF_LAYER:
+            target = _HF_LAYER[m.group(2)]
+            how = "transpose" if target.startswith("w_") else "same"
+            return Rule(target, how, True), int(m.group(1))
+        rule = _HF_TOP.get(rest)
+        return None if rule is None else (rule, None)
+    rest = re.sub(r"^(params/)?(img/)?", "", name)
+    m = re.fullmatch(r"Transformer/encoderblock(?:_(\d+))?/(.+)", rest)
+    if m and m.group(2) in _BV_BLOCK:
+        return Rule(_BV_BLOCK[m.group(2)], "reshape", True), (
+            None if m.group(1) is None else int(m.group(1)))
+    rule = _BV_TOP.get(rest)
+    return None if rule is None else (rule, None)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """Every tensor of a `.npz` or `.safetensors` file (ConfigError naming
+    the file when it cannot be read)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(path), "weights", "no such file")
+    try:
+        if p.suffix == ".npz":
+            with np.load(p, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        if p.suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            return dict(load_file(str(p)))
+    except (OSError, ValueError, zipfile.BadZipFile, KeyError) as e:
+        raise ConfigError(str(path), "weights", f"cannot read: {e}") from None
+    except Exception as e:  # safetensors raises its own SafetensorError
+        raise ConfigError(str(path), "weights", f"cannot read: {e}") from None
+    raise ConfigError(str(path), "weights", "must be a .npz or .safetensors file", p.suffix)
+
+
+def _convert(a: np.ndarray, rule: Rule, want: tuple[int, ...], g: Graph) -> np.ndarray | None:
+    """`a` as our tensor of shape `want` under `rule`, or None if it does not fit."""
+    how = rule.how
+    if how == "transpose" and a.ndim == 2:
+        a = a.T
+    elif how == "conv_oihw" and a.ndim == 4:  # [H, C, p, p] -> [C·p·p, H]
+        a = a.reshape(a.shape[0], -1).T
+    elif how == "conv_hwio" and a.ndim == 4:  # [p, p, C, H] -> [C·p·p, H]
+        a = a.transpose(2, 0, 1, 3).reshape(-1, a.shape[3])
+    elif how in "qkv" and len(how) == 1:  # one third of a fused [3H, ...] projection
+        third = a.shape[0] // 3
+        if a.shape[0] != 3 * third:
+            return None
+        a = a["qkv".index(how) * third:("qkv".index(how) + 1) * third]
+        a = a.T if a.ndim == 2 else a
+    elif how == "reshape" and a.size == int(np.prod(want)):
+        a = a.reshape(want)
+    return a if a.shape == want else None
+
+
+def _expected(rule: Rule, want: tuple[int, ...], g: Graph) -> str:
+    if rule.how == "transpose":
+        return str(want[::-1])
+    if rule.how == "conv_oihw":
+        c, p = g.attr_int("channels"), g.attr_int("patch")
+        return str((want[1], c, p, p))
+    if rule.how == "conv_hwio":
+        c, p = g.attr_int("channels"), g.attr_int("patch")
+        return str((p, p, c, want[1]))
+    if rule.how == "reshape":
+        return f"{int(np.prod(want))} elements ({want} or a reshape of it)"
+    if len(rule.how) == 1:
+        return str((3 * want[-1], *want[:-1][::-1])) if len(want) == 2 else str((3 * want[0],))
+    return str(want)
+
+
+def _checked_array(path: str, name: str, a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind != "f":
+        raise ConfigError(path, name, "dtype must be a float type", str(a.dtype))
+    a = np.asarray(a, dtype=F32)
+    if not np.all(np.isfinite(a)):
+        raise ConfigError(path, name, "holds a NaN or infinite value")
+    return a
+
+
+def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
+    """The raw float32 values of every parameter of `g` from `path` (module
+    docstring); ConfigError naming the file and the tensor otherwise."""
+    src = str(path)
+    arrays = read_arrays(path)
+    scheme = scheme_of(sorted(arrays), g)
+    want = {p: g.tensor(p) for p in g.parameters}
+    if scheme == "ours":
+        out = {}
+        for name in sorted(arrays):
+            if name not in want:
+                raise ConfigError(src, name, "not a parameter of model "
+                                             f"{g.name} (file uses our names)")
+            a = _checked_array(src, name, arrays[name])
+            if a.shape != want[name].shape:
+                raise ConfigError(src, name, f"shape must be {want[name].shape}", a.shape)
+            out[name] = a
+        _missing(src, want, out, scheme)
+        return out
+    layers = {}  # body name -> outer [L, ...] parameter
+    for p in want:
+        if p.startswith("layers."):
+            layers[p.removeprefix("layers.")] = p
+    trips = g.attr_int("layers")
+    out: dict[str, np.ndarray] = {}
+    stacks: dict[str, dict[int, np.ndarray]] = {}
+    for name in sorted(arrays):
+        hits: list[tuple[Rule, int | None]] = []
+        if scheme == "hf" and name.removeprefix("vision_model.") in _HF_FUSED:
+            pre = _HF_FUSED[name.removeprefix("vision_model.")]
+            hits = [(Rule(pre + w, w), None) for w in "qkv"]
+        else:
+            hit = rule_for(name, scheme)
+            if hit is None:
+                raise ConfigError(src, name, f"unknown tensor for the {scheme} naming "
+                                             f"(docs/weights.md lists the names)")
+            hits = [hit]
+        a = _checked_array(src, name, arrays[name])
+        for rule, layer in hits:
+            target = layers.get(rule.target) if rule.layered else rule.target
+            if target is None or target not in want:
+                raise ConfigError(src, name, f"maps to {rule.target!r}, which model {g.name} "
+                                             f"does not have")
+            t: Tensor = want[target]
+            if rule.layered and layer is None:  # a scanned stack [L_file, ...]
+                if a.ndim == 0 or a.shape[0] < trips:
+                    raise ConfigError(src, name, f"must stack at least {trips} layers",
+                                      a.shape)
+                per = [_convert(a[i], rule, t.shape[1:], g) for i in range(trips)]
+                if any(x is None for x in per):
+                    raise ConfigError(src, name, f"shape must be [L, ] + "
+                                                 f"{_expected(rule, t.shape[1:], g)}", a.shape)
+                stacks.setdefault(target, {}).update(enumerate(per))  # type: ignore[arg-type]
+                continue
+            shape = t.shape[1:] if rule.layered else t.shape
+            conv = _convert(a, rule, shape, g)
+            if conv is None:
+                raise ConfigError(src, name, f"shape must be {_expected(rule, shape, g)}",
+                                  a.shape)
+            if rule.layered:
+                assert layer is not None
+                if layer < trips:  # later layers of a deeper checkpoint are unused
+                    stacks.setdefault(target, {})[layer] = conv
+            else:
+                out[target] = np.ascontiguousarray(conv, dtype=F32)
+    for target, per_layer in stacks.items():
+        gone = [i for i in range(trips) if i not in per_layer]
+        if gone:
+            raise ConfigError(src, target, f"the file has no layer {gone[0]} of it "
+                                           f"({scheme} naming)")
+        out[target] = np.stack([per_layer[i] for i in range(trips)]).astype(F32)
+    _missing(src, want, out, scheme)
+    return out
+
+
+def _missing(src: str, want: Mapping[str, Tensor], got: Mapping[str, np.ndarray],
+             scheme: str) -> None:
+    for p in sorted(want):
+        if p not in got:
+            raise ConfigError(src, p, f"missing from the file ({scheme} naming), expected "
+                                      f"shape {want[p].shape}")
+
+
+def save_weights(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write `arrays` as `.npz` or `.safetensors` (by suffix), atomically."""
+    from simulator.files import write_file_atomic
+
+    p = Path(path)
+    data = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    if p.suffix == ".safetensors":
+        from safetensors.numpy import save
+
+        blob = save(data)
+        write_file_atomic(p, lambda f: f.write(blob), "wb")
+    elif p.suffix == ".npz":
+        write_file_atomic(p, lambda f: np.savez(f, **data), "wb")
+    else:
+        raise ConfigError(str(path), "weights", "must be a .npz or .safetensors file")
+
+
+def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
+              ) -> dict[str, np.ndarray]:
+    """`params` (our names) renamed and reshaped to `scheme`'s checkpoint
+    layout: the inverse of `load_weights` (tests and examples write files
+    with it)."""
+    if scheme == "ours":
+        return dict(params)
+    names: list[str] = []
+    trips = g.attr_int("layers")
+    if scheme == "hf":
+        names += [f"vision_model.{k}" for k in _HF_TOP]
+        names += [f"vision_model.{k}" for k in _HF_FUSED]
+        names += [f"vision_model.encoder.layers.{i}.{k}" for i in range(trips) for k in _HF_LAYER]
+    else:
+        names += [f"params/img/{k}" for k in _BV_TOP]
+        names += [f"params/img/Transformer/encoderblock/{k}" for k in _BV_BLOCK]
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        short = name.removeprefix("vision_model.")
+        if scheme == "hf" and short in _HF_FUSED:
+            pre = _HF_FUSED[short]
+            if pre + "q" not in params:
+                continue
+            parts = [params[pre + w] for w in "qkv"]
+            out[name] = np.concatenate([p.T if p.ndim == 2 else p for p in parts])
+            continue
+        hit = rule_for(name, scheme)
+        assert hit is not None, name
+        rule, layer = hit
+        target = f"layers.{rule.target}" if rule.layered else rule.target
+        if target not in params:
+            continue
+        a = params[target]
+        if rule.layered and layer is not None:
+            a = a[layer]
+        out[name] = _unconvert(a, rule, g, name)
+    return out
+
+
+def _unconvert(a: np.ndarray, rule: Rule, g: Graph, name: str) -> np.ndarray:
+    c, p = g.attr_int("channels"), g.attr_int("patch")
+    if rule.how == "transpose":
+        return a.T.copy()
+    if rule.how == "conv_oihw":
+        return a.T.reshape(a.shape[1], c, p, p).copy()
+    if rule.how == "conv_hwio":
+        return a.reshape(c, p, p, a.shape[1]).transpose(1, 2, 0, 3).copy()
+    shapes: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
+        "head_probe": lambda s: (1, *s), "pos_embed": lambda s: (1, *s)}
+    if rule.how == "reshape" and rule.target in shapes:
+        return a.reshape(shapes[rule.target](a.shape))
+    return a.copy()

@@ -1,0 +1,148 @@
+"""Weights from files (planner.ir.weights), fp8 scales from data
+(planner.ir.scales) and `tileplan run --weights/--scales`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import planner
+import simulator
+from kernels.exceptions import ConfigError
+from planner.cli import main
+from planner.ir.reference import init_inputs, init_params, reference
+from planner.ir.scales import data_scales, exponent_for, quantize_params
+from planner.ir.weights import load_weights, save_weights, to_scheme
+from planner.pipeline import model_values, run_model
+from planner.search.incumbent import PipelineConfig
+from simulator.device import load_device
+
+MICRO = (Path(planner.__file__).parent / "ir" / "zoo" / "vit-micro.toml").read_text()
+
+
+@pytest.fixture()
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "m.toml"
+    path.write_text(MICRO.replace('name = "vit-micro"', 'name = "m"')
+                    + 'pool = "map"\npv_dtype = "fp8"\n')
+    return path
+
+
+def _raw(g: planner.Graph, seed: int, std_scale: float = 1.0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {p: (rng.standard_normal(g.tensor(p).shape) * 0.02 * std_scale
+                + (1.0 if p.endswith("gamma") else 0.0)).astype(np.float32)
+            for p in g.parameters}
+
+
+def test_exponent_for() -> None:
+    assert exponent_for(448.0) == 0 and exponent_for(449.0) == 1
+    assert exponent_for(1.0) == -8  # 256 <= 448 < 512
+    assert exponent_for(1.0, headroom_bits=1) == -7
+    assert exponent_for(0.0) == 0 and exponent_for(float("nan")) == 0
+
+
+@pytest.mark.parametrize("scheme, suffix", [("ours", ".safetensors"), ("hf", ".safetensors"),
+                                            ("big_vision", ".npz"), ("hf", ".npz")])
+def test_round_trip_runs_on_the_file_weights(model: Path, tmp_path: Path, scheme: str,
+                                             suffix: str) -> None:
+    g = planner.load_model(model)
+    raw = _raw(g, 7)
+    path = tmp_path / f"w{suffix}"
+    save_weights(path, to_scheme(g, raw, scheme))
+    loaded = load_weights(g, path)
+    assert sorted(loaded) == sorted(raw)
+    assert all(np.array_equal(loaded[k], raw[k]) for k in raw)
+    graph, got = model_values(g, str(path))
+    assert got is not None and graph != g  # data scales differ from the fixed ones
+    out = run_model(graph, load_device("tiny"), PipelineConfig(optimization_steps=0),
+                    params=got)
+    assert out.status == 0 and out.summary["rel_fro_error"] == 0.0
+    params, inputs = quantize_params(graph, got), init_inputs(graph, seed=1)
+    sim = simulator.run(out.result.package, params=params, inputs=inputs)
+    ref = reference(graph, params, inputs)["out"]
+    assert np.array_equal(sim.outputs["out"], ref)
+    init_out = reference(g, init_params(g, seed=0), init_inputs(g, seed=1))["out"]
+    assert not np.allclose(ref, init_out, atol=1e-3)  # the file's weights were used
+
+
+def _bad(g: planner.Graph, kind: str) -> tuple[dict[str, np.ndarray], str]:
+    arrays = to_scheme(g, _raw(g, 3), "hf")
+    name = "vision_model.encoder.layers.1.self_attn.k_proj.weight"
+    if kind == "missing":
+        del arrays[name]
+        return arrays, "layers.w_k"
+    if kind == "extra":
+        arrays["vision_model.encoder.bogus"] = np.zeros(3, np.float32)
+        return arrays, "vision_model.encoder.bogus"
+    if kind == "misshaped":
+        arrays[name] = np.zeros((32, 31), np.float32)
+        return arrays, name
+    if kind == "dtype":
+        arrays[name] = np.zeros((32, 32), np.int32)
+        return arrays, name
+    arrays[name] = np.full((32, 32), np.nan, np.float32)
+    return arrays, name
+
+
+@pytest.mark.parametrize("kind", ["missing", "extra", "misshaped", "dtype", "nan"])
+def test_bad_weights_exit_2_naming_the_tensor(model: Path, tmp_path: Path, kind: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    g = planner.load_model(model)
+    arrays, name = _bad(g, kind)
+    path = tmp_path / "bad.safetensors"
+    save_weights(path, arrays)
+    status = main(["run", str(model), "--device", "tiny", "--weights", str(path), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and name in err and len(err.strip().splitlines()) == 1
+    if kind == "misshaped":
+        assert "(32, 32)" in err  # the expected shape
+
+
+def test_ours_misshaped_and_unreadable(model: Path, tmp_path: Path) -> None:
+    g = planner.load_model(model)
+    raw = _raw(g, 3)
+    raw["w_patch"] = raw["w_patch"][:5]
+    save_weights(tmp_path / "w.npz", raw)
+    with pytest.raises(ConfigError, match=r"w_patch.*\(48, 32\)"):
+        load_weights(g, tmp_path / "w.npz")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a file")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_weights(g, tmp_path / "junk.safetensors")
+    with pytest.raises(ConfigError, match="must be a .npz"):
+        load_weights(g, model)
+
+
+def test_large_weights_need_data_scales(model: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    g = planner.load_model(model)
+    path = tmp_path / "big.npz"
+    save_weights(path, _raw(g, 5, std_scale=50.0))  # std 1.0: fifty times the init
+    args = ["run", str(model), "--device", "tiny", "--weights", str(path), "--json",
+            "--quiet", "--optimization-steps", "0"]
+    assert main(args) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["numerics_ok"] is True and s["nonfinite"] is None
+    assert all(v["saturated"] == 0 for v in s["casts"].values())
+    assert main([*args, "--scales", "fixed"]) == 1
+    s = json.loads(capsys.readouterr().out)
+    assert s["numerics_ok"] is False and s["nonfinite"]
+    assert s["casts"]["w_patch"]["saturated"] > 0  # the weights saturate at 2**-8
+    assert main([a for a in args if a != "--json"] + ["--scales", "fixed"]) == 1
+    text = capsys.readouterr().out
+    assert "fp8 tensor(s) saturate" in text and "FAILED: non-finite" in text
+
+
+def test_data_scales_follow_the_data(model: Path) -> None:
+    g = planner.load_model(model)
+    raw = _raw(g, 1, std_scale=50.0)
+    scaled = data_scales(g, raw, init_inputs(g, seed=1))
+    w = scaled.tensor("layers.w_q")
+    assert w.scale_exp == exponent_for(float(np.abs(raw["layers.w_q"]).max()))
+    body = scaled.op("encoder").body  # type: ignore[union-attr]
+    assert body.tensor("w_q").scale_exp == w.scale_exp
+    assert body.tensor("v_heads").scale_exp == body.tensor("v_fp8").scale_exp
+    assert scaled.tensor("head_v_heads").scale_exp == scaled.tensor("head_v_fp8").scale_exp
