@@ -3,8 +3,9 @@
 Numerics (the reference's rounding points): operands fp8 e4m3fn or fp16 are
 decoded exactly to float32, multiplied with a float32 BLAS gemm (fp32
 accumulation; the order of the K sum is BLAS's), the fp32 result is scaled by
-2**scale_exp (exact; BATCH_MATMUL carries it in flag bits 8-15), the fp16 bias is added in fp32, in accumulate mode the
-old fp32 C is added (C_old + result), and the sum is rounded once to out_dtype.
+2**scale_exp (exact; BATCH_MATMUL carries it in flag bits 8-15), the fp16 bias
+is added in fp32, in accumulate mode the old fp32 C is added (C_old + result),
+and the sum is rounded once to out_dtype.
 
 Cycle model (the AMP's structure, fitted to IPU21 GEMM measurements): B is
 fed to the AMP in coefficient panels of `k grain` x `n grain` (K32 x N16 for

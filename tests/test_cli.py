@@ -50,8 +50,10 @@ def test_models_lists_zoo(capsys: pytest.CaptureFixture[str], micro_toml: Path) 
     code, out, _ = _run(capsys, "models")
     assert code == 0
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
-    assert sorted(rows) == ["pe-core-l14", "siglip-so400m", "vit-micro", "vit-tiny"]
+    assert sorted(rows) == ["pe-core-l14", "siglip-so400m", "siglip-so400m-map", "vit-micro",
+                            "vit-tiny"]
     assert rows["siglip-so400m"][8] == "412,987,248"
+    assert rows["siglip-so400m-map"][8] == "428,225,600"  # the whole tower with the MAP head
     assert rows["siglip-so400m"][9] == "666.45"  # GFLOP per image, 27 layers
     code, out, _ = _run(capsys, "models", str(micro_toml), "--layers", "1")
     assert code == 0 and out.splitlines()[1].split()[:8] == [

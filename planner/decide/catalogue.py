@@ -471,8 +471,8 @@ def _row_recipes(g: Graph, op: LayerNorm | Gelu | Softmax | Add | Cast,
 
 def _heads_recipe(g: Graph, op: Op, device: Device,
                   packing: str) -> Recipe:
-    out = g.tensor(op.out)
-    rpo = _canon_rpo(g, op.out, device, packing)
+    out = g.tensor(op.outputs[0])
+    rpo = _canon_rpo(g, op.outputs[0], device, packing)
     cols = view2d(out.shape)[1]
     nbytes = rpo * cols * DTYPE_BYTES[out.dtype]
     xcyc = exchange_cycles(nbytes, device)

@@ -214,7 +214,7 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
     scheme = scheme_of(sorted(arrays), g)
     want = {p: g.tensor(p) for p in g.parameters}
     if scheme == "ours":
-        out = {}
+        ours: dict[str, np.ndarray] = {}
         for name in sorted(arrays):
             if name not in want:
                 raise ConfigError(src, name, "not a parameter of model "
@@ -222,9 +222,9 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             a = _checked_array(src, name, arrays[name])
             if a.shape != want[name].shape:
                 raise ConfigError(src, name, f"shape must be {want[name].shape}", a.shape)
-            out[name] = a
-        _missing(src, want, out, scheme)
-        return out
+            ours[name] = a
+        _missing(src, want, ours, scheme)
+        return ours
     layers = {}  # body name -> outer [L, ...] parameter
     for p in want:
         if p.startswith("layers."):
@@ -301,7 +301,7 @@ def save_weights(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
         blob = save(data)
         write_file_atomic(p, lambda f: f.write(blob), "wb")
     elif p.suffix == ".npz":
-        write_file_atomic(p, lambda f: np.savez(f, **data), "wb")
+        write_file_atomic(p, lambda f: np.savez(f, **data), "wb")  # type: ignore[arg-type]
     else:
         raise ConfigError(str(path), "weights", "must be a .npz or .safetensors file")
 
