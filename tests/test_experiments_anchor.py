@@ -30,4 +30,6 @@ def test_a_micro_map_model_row(tmp_path: Path) -> None:
     cycles = int(cells[4].replace(",", ""))
     assert cycles > 0 and int(cells[7].replace(",", "")) == cycles // 2
     assert float(cells[-3]) > 0.99  # cosine to fp32 of the 1-layer run
+    shares = [float(c.rstrip("%")) for c in cells[8:12]]
+    assert abs(sum(shares) - 100) < 0.5  # compute + exchange + sync + loop
     assert (tmp_path / "hardware_anchor.txt").read_text().startswith("run")

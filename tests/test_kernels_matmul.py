@@ -94,27 +94,31 @@ def test_fp8_matmul_exact_for_small_k() -> None:
     np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
-@pytest.mark.parametrize("trans_b", [False, True])
-def test_batch_matmul_per_batch(trans_b: bool) -> None:
+@pytest.mark.parametrize("trans_b, dt, scale", [(False, DT_FP16, 0), (True, DT_FP16, 0),
+                                                (False, DT_FP8, -12), (True, DT_FP8, 5)])
+def test_batch_matmul_per_batch(trans_b: bool, dt: int, scale: int) -> None:
     rng = np.random.default_rng(SEED + 5)
     img = TileImage(1 << 17)
     batch, m, k, n = 3, 5, 12, 7
-    a = random_codes(rng, (batch, m, k), DT_FP16)
-    b = random_codes(rng, (batch, n, k) if trans_b else (batch, k, n), DT_FP16)
-    lda, ldb, ldc = k * 2 + 8, b.shape[2] * 2 + 16, n * 4
+    a = random_codes(rng, (batch, m, k), dt)
+    b = random_codes(rng, (batch, n, k) if trans_b else (batch, k, n), dt)
+    e = 1 if dt == DT_FP8 else 2
+    lda, ldb, ldc = k * e + 8, b.shape[2] * e + 16, n * 4
     a_addr = img.put(a.reshape(batch * m, k), ld=lda)
     b_addr = img.put(b.reshape(-1, b.shape[2]), ld=ldb)
     c_stride = m * ldc + 24  # gap between output blocks
     c_addr = img.alloc(c_stride * batch)
     args = by_name("BATCH_MATMUL").make_args(
         a=a_addr, lda=lda, b=b_addr, ldb=ldb, c=c_addr, ldc=ldc, M=m, K=k, N=n,
-        in_dtype=DT_FP16, out_dtype=DT_FP32, flags=abi.FLAG_TRANS_B if trans_b else 0,
+        in_dtype=dt, out_dtype=DT_FP32,
+        flags=(abi.FLAG_TRANS_B if trans_b else 0) | abi.bmm_scale_flags(scale),
         batch=batch, batch_stride_a=m * lda, batch_stride_b=b.shape[1] * ldb,
         batch_stride_c=c_stride)
     assert dispatch.vertex_execute(abi.BATCH_MATMUL, img.mem, img.base, args) == 0
-    ad = fp16_decode(a).astype(np.float64)
-    bd = fp16_decode(b).astype(np.float64)
+    decode = fp8_decode if dt == DT_FP8 else fp16_decode
+    ad = decode(a).astype(np.float64)
+    bd = decode(b).astype(np.float64)
     for t in range(batch):
-        want = ad[t] @ (bd[t].T if trans_b else bd[t])
+        want = ad[t] @ (bd[t].T if trans_b else bd[t]) * 2.0 ** scale
         got = img.get(c_addr + t * c_stride, m, n, ldc, np.float32)
         assert _rel_fro(got, want) <= REL_TOL
