@@ -210,6 +210,10 @@ class Expander:
         header and first `reuse` step signatures equal this one's, `reuse` ≥
         0), start from `base`'s state after its first `reuse` steps."""
         marks: list[tuple[int, int, int]] = []
+        steps = self.lw.steps
+        while 0 < reuse < len(steps) and steps[reuse].fused and \
+                steps[reuse].fused == steps[reuse - 1].fused:
+            reuse -= 1  # never restart inside a fused group (its phases interleave)
         if base is None or reuse < 0:
             self.bind_carries()
             for v in self.lw.inputs.values():
@@ -224,15 +228,46 @@ class Expander:
             marks.extend(base.marks[:reuse])
             start = reuse
         marks.append(self.mark())
-        for step in self.lw.steps[start:]:
-            self.step(step)
-            marks.append(self.mark())
+        steps = self.lw.steps
+        i = start
+        while i < len(steps):
+            if not steps[i].fused:
+                self.step(steps[i])
+                marks.append(self.mark())
+                i += 1
+                continue
+            j = i
+            while j < len(steps) and steps[j].fused == steps[i].fused:
+                j += 1
+            self.fused_steps(steps[i:j])
+            marks.extend([marks[-1]] * (j - i - 1) + [self.mark()])
+            i = j
         placed = dict(self.placed)
         persistent = frozenset(self.persistent)
         self.io()
         self.check_persistent()
         return Expansion(self.prog, self.device, sig or signature(self.lw), tuple(marks), placed,
                          persistent, start)
+
+    def fused_steps(self, group: list[Step]) -> None:
+        """A fused sibling group's steps (consecutive, one grid): each is
+        expanded, then their phases are emitted interleaved (every member's
+        first phase, then every second, ...), so the scheduler runs the
+        members' partials, partial sums and reductions in one step each."""
+        items = self.prog.items
+        per_step = []
+        for s in group:
+            start = len(items)
+            self.step(s)
+            per_step.append(items[start:])
+            del items[start:]
+        for k in range(max(len(p) for p in per_step)):
+            for p in per_step:
+                if k < len(p):
+                    item = p[k]
+                    if isinstance(item, Phase):
+                        item.group = group[0].fused
+                    items.append(item)
 
     def step(self, s: Step) -> None:
         if s.kind == "loop_begin":

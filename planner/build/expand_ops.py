@@ -159,18 +159,27 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
     cuts = b.col_cuts
     ctx.materialise(ov)
     po = ctx.locs(ov.name)
+    # cell (i, j, l) runs where b's cell (l, j) has replica i; a's cell (i, l)
+    # has its replica j there, or (a fused sibling's shared a, planner.decide.fusion)
+    # one of more replicas on the tile
+    shared = any(len(o) != gn for o in a.owners)
+
+    def a_loc(c: int, j: int, tile: int) -> Loc:
+        return pa[c][a.owners[c].index(tile) if shared else j]
+
     if gk == 1:
         phase = Phase("compute", label)
         for i in range(gm):
             m0, m1, k0, k1 = a.rect(i, 0)
             for j in range(gn):
                 n = cuts[j + 1] - cuts[j]
+                tile = b.owners[j][i]
                 args = matmul_args((k1 - k0) * e, n * e, n * eo, m1 - m0, k1 - k0, n, dt_in,
                                    dt_out, shift)
-                reads: Operands = ((MM.a, pa[i][j]), (MM.b, pb[j][i]))
+                reads: Operands = ((MM.a, a_loc(i, j, tile)), (MM.b, pb[j][i]))
                 if pbias is not None:
                     reads += ((MM.bias, pbias[j][i]),)
-                phase.vertices.append(make_vertex(a.owners[i][j], abi.MATMUL, args, reads,
+                phase.vertices.append(make_vertex(tile, abi.MATMUL, args, reads,
                                                   ((MM.c, po[i * gn + j][0]),)))
         ctx.emit(phase)
         return
@@ -186,13 +195,13 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
         m = rc[i + 1] - rc[i]
         for j, n in enumerate(widths):
             for l, k in enumerate(depths):
-                tile = a.owners[i * gk + l][j]
+                tile = b.owners[l * gn + j][i]
                 buf = new_buf(tile, m * n * 4, "scratch", f"{label}:part{i}.{j}.{l}")
                 parts.append(buf)
                 args = matmul_args(k * e, n * e, n * 4, m, k, n, dt_in, DT["fp32"], shift)
                 mm.vertices.append(make_vertex(
                     tile, abi.MATMUL, args,
-                    ((MM.a, pa[i * gk + l][j]), (MM.b, pb[l * gn + j][i])),
+                    ((MM.a, a_loc(i * gk + l, j, tile)), (MM.b, pb[l * gn + j][i])),
                     ((MM.c, (buf, 0, 0, ())),)))
     ctx.emit(mm)
     sums: list[tuple[int, int, int, int]] = []

@@ -54,11 +54,14 @@ absorbed Cast, no such op).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kernels.exceptions import BuildFailure, Unsupported
 from planner.build.lowered import Carry, Lowered, Step, Value, identity_segments
 from planner.decide import catalogue as cat
+from planner.decide import fusion
 from planner.decide.layout import (
     Layout,
     canonical_layout,
@@ -116,6 +119,7 @@ class _Lowerer:
         self.loop_values: set[str] = set()
         self.op_shift = 0  # logical tile shift of the op being lowered
         self.shifted: set[str] = set()  # ops whose placement honoured a shift
+        self.fused_found: set[str] = set()  # Plan.fused groups lowering found
 
     # ------------------------------------------------------------ values
 
@@ -160,6 +164,10 @@ class _Lowerer:
         self.lower_ops(g, g.ops)
         for name in g.outputs:
             self.out.outputs[name] = self.source[name]
+        for key in self.plan.fused:
+            if key not in self.fused_found:
+                raise BuildFailure("lower", -1, 0, 0, f"fused group {key}: no such sibling "
+                                                      f"matmuls (planner.decide.fusion)")
         for op, _ in self.plan.tile_shift:
             if op not in self.shifted:
                 raise BuildFailure("lower", -1, 0, 0,
@@ -171,8 +179,15 @@ class _Lowerer:
         return f"{self.scope}{name}"
 
     def lower_ops(self, g: Graph, ops: tuple[Op, ...]) -> None:
+        groups = self.fused_groups(g)
+        done: set[str] = set()
         for op in ops:
-            if isinstance(op, Repeat):
+            if op.name in done:
+                continue  # a fused sibling, lowered with its group's first op
+            if op.name in groups:
+                self.lower_fused(g, groups[op.name])
+                done.update(o.name for o in groups[op.name])
+            elif isinstance(op, Repeat):
                 self.lower_repeat(g, op)
             elif isinstance(op, Cast) and self.absorb_cast(g, op):
                 self.casts[self.qual(op.out)] = (self.qual(op.x), op)
@@ -221,6 +236,70 @@ class _Lowerer:
             self.shifted.add(self.qual(op.name))
         in_layouts, out_layout, homes = self.recipe_layouts(g, op, recipe)
         self.op_shift = 0
+        self.emit_compute(g, op, recipe, in_layouts, out_layout, homes)
+
+    def fused_groups(self, g: Graph) -> dict[str, tuple[MatMul, ...]]:
+        """First op name -> sibling group, for the groups of `g` the plan fuses."""
+        if not self.plan.fused:
+            return {}
+        out = {}
+        for grp in fusion.sibling_groups(g):
+            key = fusion.group_key(self.scope, grp)
+            if self.plan.is_fused(key):
+                out[grp[0].name] = grp
+                self.fused_found.add(key)
+        return out
+
+    def lower_fused(self, g: Graph, grp: tuple[MatMul, ...]) -> None:
+        """A sibling group on one grid (planner.decide.fusion): `a` in one
+        layout read by every column block's tiles, member x on the column
+        blocks x·gn ... of the group's rotation base."""
+        key = self.qual(fusion.group_key("", grp))
+        try:
+            r = fusion.fused_recipe(g, grp, self.device, self.cache, self.plan.recipe(key))
+        except KeyError:
+            raise BuildFailure("lower", -1, 0, 0, f"fused group {key}: unknown recipe "
+                                                  f"{self.plan.recipe(key)!r}") from None
+        if r is None or r.grid[1] % len(grp):
+            raise BuildFailure("lower", -1, 0, 0, f"fused group {key}: no grid whose column "
+                                                  f"blocks divide among {len(grp)} matmuls")
+        m, k = g.tensor(grp[0].a).shape
+        n = g.tensor(grp[0].b).shape[1]
+        mc, kc = even_cuts(m, r.grid[0]), even_cuts(k, r.grid[2])
+        nc = even_cuts(n, r.grid[1] // len(grp))
+        gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
+        g_cols = gn * len(grp)
+        base = self.rotate(gm * g_cols * gk, key)
+        tl = grid_tiles(base, gm * g_cols * gk, self.device.tiles, self.plan)
+        a = Layout(m, k, mc, kc, tuple(tuple(tl[(i * g_cols + j) * gk + l]
+                                             for j in range(g_cols))
+                                       for i in range(gm) for l in range(gk)))
+        steps = []
+        for x, op in enumerate(grp):  # every member's inputs, then the computes, then
+            def tile(i: int, j: int, l: int, x: int = x) -> int:  # the outputs: the
+                return tl[(i * g_cols + x * gn + j) * gk + l]  # computes share one step
+
+            ins, out, homes = self.grid_layouts(g, op, mc, kc, nc, tile)
+            recipe = cat.recipe_from_key(g, op, self.device, f"mm:{gm}x{gn}x{gk}",
+                                         cache=self.cache)
+            step = self.compute_step(g, op, recipe, (a, *ins[1:]), out, homes)
+            steps.append(dataclasses.replace(step, fused=key))
+        self.out.steps.extend(steps)
+        for op, step in zip(grp, steps, strict=True):
+            self.publish(g, op.outputs[0], step.outputs[0])
+
+    def emit_compute(self, g: Graph, op: Op, recipe: cat.Recipe, in_layouts: tuple,
+                     out_layout: Layout, homes: dict[str, Layout]) -> None:
+        """The compute step of `op` under `recipe` and the conversions of its
+        inputs into `in_layouts`; publishes its output."""
+        step = self.compute_step(g, op, recipe, in_layouts, out_layout, homes)
+        self.out.steps.append(step)
+        self.publish(g, op.outputs[0], step.outputs[0])
+
+    def compute_step(self, g: Graph, op: Op, recipe: cat.Recipe, in_layouts: tuple,
+                     out_layout: Layout, homes: dict[str, Layout]) -> Step:
+        """The conversions of `op`'s inputs into `in_layouts` (appended) and
+        its compute step (returned, not yet appended)."""
         ins = []
         for name, lay in zip(op.inputs, in_layouts, strict=True):
             q = self.qual(name)
@@ -230,9 +309,8 @@ class _Lowerer:
                 ins.append(self.convert(q, lay, self.periodic(g, op, name)))
         out_t = self.qual(op.outputs[0])
         out_v = self.new_value(out_t, out_layout, suffix=f"@{op.name}")
-        self.out.steps.append(Step("compute", self.qual(op.name), tuple(ins), (out_v,), op,
-                                   recipe, row_moves=self.plan.row_moves))
-        self.publish(g, op.outputs[0], out_v)
+        return Step("compute", self.qual(op.name), tuple(ins), (out_v,), op, recipe,
+                    row_moves=self.plan.row_moves)
 
     def publish(self, g: Graph, name: str, value: str) -> None:
         """Make `value` (the producer's layout) the source of tensor `name`:
@@ -356,6 +434,15 @@ class _Lowerer:
         def tile(i: int, j: int, l: int) -> int:
             return tl[(i * gn + j) * gk + l]
 
+        return self.grid_layouts(g, op, mc, kc, nc, tile)
+
+    def grid_layouts(self, g: Graph, op: MatMul, mc: tuple[int, ...], kc: tuple[int, ...],
+                     nc: tuple[int, ...], tile: Callable[[int, int, int], int]):
+        """Matmul layouts (a, b, bias; out; homes) on the grid of cuts `mc` x
+        `nc` x `kc` whose cell (i, j, l) runs on `tile(i, j, l)`."""
+        m, k = g.tensor(op.a).shape
+        n = g.tensor(op.b).shape[1]
+        gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
         a = Layout(m, k, mc, kc, tuple(tuple(tile(i, j, l) for j in range(gn))
                                        for i in range(gm) for l in range(gk)))
         b = Layout(k, n, kc, nc, tuple(tuple(tile(i, j, l) for i in range(gm))

@@ -44,6 +44,7 @@ class Step:
     segments: tuple[tuple[int, int, int, int, int, int], ...] = ()
     trips: int = 0
     row_moves: int = 0  # a move's pieces of at most this many rows go row by row (Plan)
+    fused: str = ""  # the fused sibling group (Plan.fused key) a matmul step belongs to
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,8 @@ class Phase:
     `source` is the lowered step it expands (its label; "" = `label`) and
     `part` which part of that step it is ("" = the step itself, or one of
     PARTS: a K-split's partials, partial sums and reduce, a move's pack and
-    unpack), so nothing downstream has to parse labels.  `transfers` may be
+    unpack), so nothing downstream has to parse labels; `group` the fused
+    sibling group (planner.decide.fusion) it is part of.  `transfers` may be
     given as Transfer objects; it is stored as `Xfers`."""
 
     kind: str
@@ -258,6 +259,7 @@ class Phase:
     transfers: Xfers = field(default_factory=Xfers.empty)
     source: str = ""
     part: str = ""
+    group: str = ""  # a fused sibling group's key (its reductions share a step)
 
     def __post_init__(self) -> None:
         if not isinstance(self.transfers, Xfers):

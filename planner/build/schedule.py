@@ -17,13 +17,15 @@ compute step costs the max over tiles of the summed vertex cycles instead of a
 sum of maxima; a merged exchange step pays one sync instead of two.
 
 Reductions (phases whose vertices are all REDUCE) merge only when the plan's
-`reduction_overlap` flag is set.  With the flag a reduction may also be
-delayed past the exchange phases that follow it, when none of them touches
-what the reduction reads or writes, to run in the same superstep as the next
-independent compute phase, and every step looks OVERLAP_LOOKAHEAD phases
-ahead for independent work of its kind (so a K-split reduction overlaps the
-next matmul's partial products).  That overlap lengthens live ranges, which
-is why it is a plan decision and not a default.
+`reduction_overlap` flag is set, or with each other when they are one fused
+sibling group's (`Phase.group`: the group's members run as one recipe).
+With the flag a reduction may also be delayed past the exchange phases that
+follow it, when none of them touches what the reduction reads or writes, to
+run in the same superstep as the next independent compute phase, and every
+step looks OVERLAP_LOOKAHEAD phases ahead for independent work of its kind
+(so a K-split reduction overlaps the next matmul's partial products).  That
+overlap lengthens live ranges, which is why it is a plan decision and not a
+default.
 
 Nothing crosses a loop mark: the body of a Repeat is scheduled on its own.
 Empty phases are dropped (an empty exchange would still pay a sync).
@@ -210,6 +212,7 @@ class _Group:
         self.facts = [facts]
         self.reads, self.writes = facts.effects  # copied only when a phase joins
         self.reduction = facts.reduction
+        self.group = phase.group  # "" once phases of different fused groups join
 
     def absorbs(self, kind: str, reads: frozenset[int], writes: frozenset[int]) -> bool:
         if kind != self.kind:
@@ -226,11 +229,17 @@ class _Group:
         self.reads = self.reads | facts.effects[0]
         self.writes = self.writes | facts.effects[1]
         self.reduction = self.reduction and facts.reduction
+        self.group = self.group if phase.group == self.group else ""
 
     def step(self) -> Step:
         """The step without its transfers (`schedule` attaches them)."""
         return Step(self.kind, tuple(self.labels), tuple(self.vertices),
                     phases=tuple(self.phases))
+
+
+def _same_group(group: _Group, phase: Phase) -> bool:
+    """`phase` and every phase of `group` belong to one fused sibling group."""
+    return bool(phase.group) and group.group == phase.group
 
 
 def _is_reduction(phase: Phase) -> bool:
@@ -290,7 +299,8 @@ def _merge(segment: list[Phase], reduction_overlap: bool, lookahead: int,
             ph, f = pending[j], facts[j]
             reads, writes = f.effects
             ok = group.absorbs(ph.kind, reads, writes) and (
-                reduction_overlap or not (group.reduction or f.reduction))
+                reduction_overlap or not (group.reduction or f.reduction)
+                or (group.reduction and f.reduction and _same_group(group, ph)))
             ok = ok and (writes.isdisjoint(skipped_r) and writes.isdisjoint(skipped_w)
                          and reads.isdisjoint(skipped_w))
             if ok:

@@ -33,6 +33,9 @@ A Plan says *what* to build; lower/expand say *how*.  It holds
   receive control and exchange-table entries per row; a pack costs a COPY
   call per side.  The baseline sets it from the device (`default_row_moves`);
   left out of `repr` while 0, like `tile_shift`.
+- `fused`: keys of sibling-matmul groups that run as one recipe over their
+  concatenated weights (planner.decide.fusion; the group's recipe is
+  `recipes[key]`); left out of `repr` while empty.
 - `tile_shift`: op qualified name → logical tile offset (1 ≤ shift) added to
   the placement of that op alone: a row op's row blocks, a batched matmul's
   or elementwise grid's spread tiles, a matmul's grid (rotation base +
@@ -78,6 +81,7 @@ class Plan:
     rotation: tuple[tuple[str, int], ...] = ()
     tile_shift: tuple[tuple[str, int], ...] = ()
     row_moves: int = 0
+    fused: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.packing not in PACKINGS:
@@ -100,6 +104,8 @@ class Plan:
                 raise ValueError(f"plan {name} must be sorted with unique keys: {keys}")
         if not isinstance(self.row_moves, int) or self.row_moves < 0:
             raise ValueError(f"plan row_moves {self.row_moves!r} must be an int >= 0")
+        if list(self.fused) != sorted(set(self.fused)):
+            raise ValueError(f"plan fused must be sorted unique: {self.fused}")
         if list(self.open_boundaries) != sorted(set(self.open_boundaries)):
             raise ValueError(f"plan open_boundaries must be sorted unique: {self.open_boundaries}")
 
@@ -108,7 +114,8 @@ class Plan:
         # digests (build.plan_digest hashes the repr) of plans without shifts
         # are what they were before the field existed
         shown = [f for f in fields(self) if (f.name != "tile_shift" or self.tile_shift)
-                 and (f.name != "row_moves" or self.row_moves)]
+                 and (f.name != "row_moves" or self.row_moves)
+                 and (f.name != "fused" or self.fused)]
         return f"Plan({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     # ------------------------------------------------------------ queries
@@ -139,6 +146,13 @@ class Plan:
             if k == cast_op:
                 return v == "before"
         return False
+
+    def is_fused(self, group: str) -> bool:
+        return group in self.fused
+
+    def with_fused(self, group: str, fused: bool = True) -> Plan:
+        s = set(self.fused) - {group}
+        return replace(self, fused=tuple(sorted(s | ({group} if fused else set()))))
 
     def is_open(self, tensor: str) -> bool:
         return tensor in self.open_boundaries

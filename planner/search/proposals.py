@@ -59,6 +59,14 @@ Kinds (`KINDS`):
   and the exchange uniform all-to-all, so a permutation of all tiles never
   changes cycles (tests/test_proposals.py shows it).
 
+- `fuse`: run one group of sibling matmuls (the same input, weights of one
+  shape: q, k, v; planner.decide.fusion) as one recipe over their
+  concatenated weights.  Gain = trips × (Σ members' current estimates −
+  the fused recipe's estimate) × calibration, the calibration being the
+  members' measured cycles over their estimates, clipped to [¼, 4].  A
+  fused member gets no `operator` or `tiles` proposals (its placement is
+  the group's).
+
 Unaffected parameter ownership stays fixed: every proposal pins the
 incumbent's parameter-home rotation bases (`Plan.rotation`, read from one
 lowering of the incumbent), so a recipe change moves only the homes of the op
@@ -86,6 +94,7 @@ from planner.build.lowered import Step
 from planner.build.provenance import CONTROL, move_role
 from planner.build.schedule import EXCHANGE
 from planner.decide import catalogue as cat
+from planner.decide import fusion
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import PACKINGS, Plan
 from planner.ir.graph import DTYPE_BYTES, MOVE_OPS, Cast, Graph, Op, Repeat
@@ -97,7 +106,7 @@ if TYPE_CHECKING:
     from planner.build.stages import Built
     from planner.build.state import BuildState
 
-KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles")
+KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles", "fuse")
 # consumer alternatives tried per boundary by `joint` (best estimates first)
 JOINT_ALTERNATIVES = 2
 # `tiles` proposals per round, and shifts lowered per round to find them (best
@@ -271,7 +280,7 @@ class Around:
         """Another shortlisted recipe for one op, by estimated cycles saved."""
         out = []
         for site in self.sites:
-            if isinstance(site.op, Cast):
+            if isinstance(site.op, Cast) or (self.plan.fused and self.fused_member(site)):
                 continue
             short, cur = self.current(site)
             for alt in short:
@@ -413,6 +422,36 @@ class Around:
                 plan = plan.with_recipe(site.name, f"rows:{new}")
         return plan
 
+    def fuse(self) -> list[Proposal]:
+        """Run one group of sibling matmuls as one recipe over concatenated weights."""
+        out = []
+        for g, scope, trips in self.graphs():
+            for grp in fusion.sibling_groups(g):
+                key = fusion.group_key(scope, grp)
+                if self.plan.is_fused(key):
+                    continue
+                r = fusion.fused_recipe(g, grp, self.device, self.cache)
+                if r is None:
+                    continue
+                sites = [s for s in self.sites if s.graph is g and s.op in grp]
+                est = sum(self.current(s)[1].cycles for s in sites)
+                meas = sum(self.costs.get(s.name, 0) for s in sites)
+                calib = min(4.0, max(0.25, meas / (trips * est))) if est and meas else 1.0
+                gain = int(round(trips * (est - r.cycles) * calib))
+                out.append(Proposal("fuse", f"fuse {key}: {r.key}", gain,
+                                    self.plan.with_fused(key).with_recipe(key, r.key)))
+        return out
+
+    def graphs(self) -> list[tuple[Graph, str, int]]:
+        """(graph, scope, trips) of the top graph and every Repeat body."""
+        out = [(self.g, "", 1)]
+        out += [(op.body, f"{op.name}/", op.trips) for op in self.g.ops if isinstance(op, Repeat)]
+        return out
+
+    def fused_member(self, site: OpSite) -> bool:
+        return any(self.plan.is_fused(fusion.group_key(site.scope, grp))
+                   for grp in fusion.sibling_groups(site.graph) if site.op in grp)
+
     def overlap(self) -> list[Proposal]:
         """Let the scheduler overlap K-split reductions with neighbouring phases (or stop)."""
         reduce = self.prof.reduction
@@ -431,7 +470,10 @@ class Around:
         n = self.device.tiles
         place = Placement(self.lowered)
         ranked = []
+        fused = {s.name for s in self.sites if self.plan.fused and self.fused_member(s)}
         for op in ops:
+            if op in fused:
+                continue  # placed by its fused group
             # a logical shift s moves physical tiles by s·stride
             best = max(((shift_gain(steps, op, s * self.plan.tile_stride % n, self.device), s)
                         for s in place.shift_choices(op, n)), default=(0, 0))
