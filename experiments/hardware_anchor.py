@@ -5,15 +5,16 @@
 For each batch: `siglip-so400m-map` (patch embedding, the layers, final
 LayerNorm, MAP head; fp8 projections / MLP / PV, fp16 QK) planned on the
 calibrated c600 with the default baseline and `--steps` optimizer proposals,
-then simulated (timing).  Printed: cycles, ms at the c600 clock (1.5 GHz),
+then simulated (timing). Printed: cycles, ms at the c600 clock (1.5 GHz),
 fraction of the fp8 AMP peak, cycles per layer, the compute / exchange / sync
-split (and the Repeat loop's control), planning seconds and the peak tile bytes; and the cosine to the fp32
-forward of a 1-layer run with numerics (min over output rows).  Beside them
-the published figures, read by id from the measurements the c600 preset is
-fitted to (simulator/calibration/ipu21.toml): the best hand-tuned compiler
-runs (`vit27-b1-best-0913`, `vit27-b2-qkfp8-search`) and the vendor SDK
-(`sdk-model-fp8-cycles`).  A batch whose baseline does not fit prints the
-failing stage, tile and bytes instead of numbers.
+split (and the Repeat loop's control), planning seconds and the peak tile
+bytes; and the cosine to the fp32 forward of a 1-layer run with numerics (min
+over output rows). Beside them the published figures, read by id from the
+measurements the c600 preset is fitted to (simulator/calibration/ipu21.toml):
+the best hand-tuned compiler runs (`vit27-b1-best-0913`,
+`vit27-b2-qkfp8-search`) and the vendor SDK (`sdk-model-fp8-cycles`). A batch
+whose baseline does not fit prints the failing stage, tile and bytes instead
+of numbers.
 """
 
 from __future__ import annotations
