@@ -228,7 +228,6 @@ class Expander:
             marks.extend(base.marks[:reuse])
             start = reuse
         marks.append(self.mark())
-        steps = self.lw.steps
         i = start
         while i < len(steps):
             if not steps[i].fused:

@@ -38,6 +38,11 @@ Policy (baseline `default`, Plan-controlled):
   chunked (VECTOR_CHUNK_BYTES) over rotating tiles; a row op's 2-D parameter
   (the position embedding) in whole rows over as many tiles as possible.
   The first consumer fixes the home; later consumers convert from it;
+- a group of sibling matmuls in `Plan.fused` (planner.decide.fusion) is
+  lowered at its first member's place on one grid: the shared input in one
+  layout read by every column block's tiles, member x on column blocks
+  x·gn ..., its homes on its own tiles, the members' steps marked
+  `Step.fused` (expand interleaves their phases);
 - an op in `Plan.tile_shift` is placed that many logical tiles further on
   (row blocks, spread grids, the matmul grid from its rotation base +
   shift, with the weight and bias homes on its readers); the rotation

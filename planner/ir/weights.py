@@ -29,7 +29,6 @@ expected one), a non-float dtype, a non-finite value.
 from __future__ import annotations
 
 import re
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,9 +153,7 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
             from safetensors.numpy import load_file
 
             return dict(load_file(str(p)))
-    except (OSError, ValueError, zipfile.BadZipFile, KeyError) as e:
-        raise ConfigError(str(path), "weights", f"cannot read: {e}") from None
-    except Exception as e:  # safetensors raises its own SafetensorError
+    except Exception as e:  # OSError, BadZipFile, ValueError, safetensors' SafetensorError
         raise ConfigError(str(path), "weights", f"cannot read: {e}") from None
     raise ConfigError(str(path), "weights", "must be a .npz or .safetensors file", p.suffix)
 
@@ -170,7 +167,7 @@ def _convert(a: np.ndarray, rule: Rule, want: tuple[int, ...], g: Graph) -> np.n
         a = a.reshape(a.shape[0], -1).T
     elif how == "conv_hwio" and a.ndim == 4:  # [p, p, C, H] -> [C·p·p, H]
         a = a.transpose(2, 0, 1, 3).reshape(-1, a.shape[3])
-    elif how in "qkv" and len(how) == 1:  # one third of a fused [3H, ...] projection
+    elif how in ("q", "k", "v"):  # one third of a fused [3H, ...] projection
         third = a.shape[0] // 3
         if a.shape[0] != 3 * third:
             return None
@@ -192,7 +189,7 @@ def _expected(rule: Rule, want: tuple[int, ...], g: Graph) -> str:
         return str((p, p, c, want[1]))
     if rule.how == "reshape":
         return f"{int(np.prod(want))} elements ({want} or a reshape of it)"
-    if len(rule.how) == 1:
+    if rule.how in ("q", "k", "v"):
         return str((3 * want[-1], *want[:-1][::-1])) if len(want) == 2 else str((3 * want[0],))
     return str(want)
 

@@ -245,6 +245,10 @@ class Around:
                     labels.append(st.label)
         self.limit = limit
         self.sites = op_sites(g)
+        # qualified names of the ops the incumbent runs in fused sibling groups
+        self.fused_ops = {f"{scope}{op.name}" for g_, scope, _ in self.graphs()
+                          for grp in fusion.sibling_groups(g_)
+                          if self.plan.is_fused(fusion.group_key(scope, grp)) for op in grp}
 
     def measured(self, label: str) -> int:
         """Measured cycles of one lowered step (by its label)."""
@@ -280,7 +284,7 @@ class Around:
         """Another shortlisted recipe for one op, by estimated cycles saved."""
         out = []
         for site in self.sites:
-            if isinstance(site.op, Cast) or (self.plan.fused and self.fused_member(site)):
+            if isinstance(site.op, Cast) or site.name in self.fused_ops:
                 continue
             short, cur = self.current(site)
             for alt in short:
@@ -443,14 +447,11 @@ class Around:
         return out
 
     def graphs(self) -> list[tuple[Graph, str, int]]:
-        """(graph, scope, trips) of the top graph and every Repeat body."""
-        out = [(self.g, "", 1)]
-        out += [(op.body, f"{op.name}/", op.trips) for op in self.g.ops if isinstance(op, Repeat)]
-        return out
-
-    def fused_member(self, site: OpSite) -> bool:
-        return any(self.plan.is_fused(fusion.group_key(site.scope, grp))
-                   for grp in fusion.sibling_groups(site.graph) if site.op in grp)
+        """(graph, scope, trips) of the top graph and every Repeat body (as op_sites walks them)."""
+        seen: dict[str, tuple[Graph, str, int]] = {"": (self.g, "", 1)}
+        for s in self.sites:
+            seen.setdefault(s.scope, (s.graph, s.scope, s.trips))
+        return list(seen.values())
 
     def overlap(self) -> list[Proposal]:
         """Let the scheduler overlap K-split reductions with neighbouring phases (or stop)."""
@@ -470,9 +471,8 @@ class Around:
         n = self.device.tiles
         place = Placement(self.lowered)
         ranked = []
-        fused = {s.name for s in self.sites if self.plan.fused and self.fused_member(s)}
         for op in ops:
-            if op in fused:
+            if op in self.fused_ops:
                 continue  # placed by its fused group
             # a logical shift s moves physical tiles by s·stride
             best = max(((shift_gain(steps, op, s * self.plan.tile_stride % n, self.device), s)
