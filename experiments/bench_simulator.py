@@ -33,8 +33,19 @@ against it (fp16 rounding of the same fp32 sums).  "run" time includes the
 memory image (encoding and placing A and W) and reading C back; "engine only"
 is the jitted superstep loop.  Every timed region is the best of REPEATS.
 
-Reproduce:  .venv/bin/python experiments/bench_simulator.py
-Writes artifacts/bench_simulator.txt (the table).
+The planner-package case (`--layers`, default 1; `--layers 1,27` for the
+whole tower): siglip-so400m on c600, the default baseline (no optimizer
+steps), `planner.reference` against `simulator.run(..., numerics=True)` with
+the run-time checks on (they always are with numerics), one untimed warm-up
+of each, then `--repeats` timed runs alternating; medians and their ratio
+(target <= 1.5x).  Peak RSS is the process's high-water mark after that row
+(`resource.getrusage`), so it only grows down the table.  The outputs are
+checked against the reference (relative Frobenius error).  Then the profile
+of the first row's last run (`SimResult.profile`): host seconds per phase of
+the engine loop, the memory image and reading the outputs back.
+
+Reproduce:  .venv/bin/python experiments/bench_simulator.py [--layers 1,27] [--repeats 3]
+Writes artifacts/bench_simulator.txt (the tables).
 """
 
 # ruff: noqa: E402  (the BLAS thread variables must be set before numpy loads)
@@ -46,6 +57,9 @@ from kernels.runtime import pin_blas_env
 # on a shared 2-core machine, spinning BLAS threads make timings meaningless.
 pin_blas_env()
 
+import argparse
+import resource
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -90,6 +104,7 @@ WINDOW = 2  # weight blocks resident per tile
 MIN_INVOCATIONS = 1_000_000  # timing-only run: trips chosen to reach this
 TRIPS_NUMERICS = 4  # each weight block is used twice
 REPEATS = 3  # best-of for every timed region (the machine is shared)
+PLANNER_MODEL = "siglip-so400m"
 OUT_DIR = Path("artifacts")
 COMMAND = ".venv/bin/python experiments/bench_simulator.py"
 
@@ -303,16 +318,89 @@ def format_table(r: dict[str, float], shape: tuple[int, int, int]) -> str:
             f"reproduce: {COMMAND}")
 
 
-def main(device: str = DEVICE, min_invocations: int = MIN_INVOCATIONS,
-         trips_numerics: int = TRIPS_NUMERICS, shape: tuple[int, int, int] = SHAPE,
-         out_dir: Path = OUT_DIR, repeats: int = REPEATS) -> str:
-    """Run the benchmark, print and write the table; returns the table."""
+def measure_planner(layers: int, repeats: int, model: str = PLANNER_MODEL,
+                    device: str = DEVICE) -> tuple[list[object], dict[str, float]]:
+    """One row of the planner-package table (module docstring) and the last
+    run's profile."""
+    from planner import PipelineConfig, init_inputs, init_params, load_model, plan, reference
+
+    g = load_model(model, layers=layers)
+    res = plan(g, load_device(device), PipelineConfig(optimization_steps=0))
+    params, inputs = init_params(g, seed=0), init_inputs(g, seed=1)
+    ref = reference(g, params, inputs)
+    sim = run(res.package, params=params, inputs=inputs)
+    t_ref, t_sim = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ref = reference(g, params, inputs)
+        t_ref.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sim = run(res.package, params=params, inputs=inputs)
+        t_sim.append(time.perf_counter() - t0)
+    y, r = sim.outputs["out"].astype(np.float64), ref["out"].astype(np.float64)
+    rel = float(np.linalg.norm(y - r) / max(np.linalg.norm(r), 1e-30))
+    m_ref, m_sim = statistics.median(t_ref), statistics.median(t_sim)
+    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return ([layers, res.package.n_transfers, sim.vertex_invocations, m_ref, m_sim,
+             m_sim / m_ref, rel, sim.n_faults, rss_gb], sim.profile)
+
+
+def planner_cells(row: list[object]) -> list[object]:
+    """A `measure_planner` row as the table prints it."""
+    layers, transfers, inv, m_ref, m_sim, ratio, rel, faults, rss = row
+    return [layers, transfers, inv, f"{m_ref:.2f}", f"{m_sim:.2f}", f"{ratio:.2f}x",
+            f"{rel:.2e}", faults, f"{rss:.2f}"]
+
+
+def profile_table(profile: dict[str, float]) -> str:
+    """The phases of one run, largest first, with their share of the run."""
+    total = sum(profile.values())
+    rows = [(name, f"{sec:.3f}", f"{100 * sec / max(total, 1e-12):.1f}%")
+            for name, sec in sorted(profile.items(), key=lambda kv: -kv[1])]
+    rows.append(("total", f"{total:.3f}", "100.0%"))
+    return table(("phase", "seconds", "share"), rows, left=(0,))
+
+
+def planner_text(layer_counts: list[int], repeats: int, model: str = PLANNER_MODEL,
+                 device: str = DEVICE) -> str:
+    """The planner-package table and the first row's profile (module docstring)."""
+    rows, profiles = [], []
+    for n in layer_counts:
+        row, prof = measure_planner(n, repeats, model, device)
+        rows.append(planner_cells(row))
+        profiles.append(prof)
+    layers = ",".join(str(n) for n in layer_counts)
+    return (table(("layers", "transfers", "vertex inv.", "reference s", "simulator s",
+                   "sim / ref", "rel. Frobenius", "faults", "peak RSS GB"), rows)
+            + f"\n{model} on {device}, default baseline; medians of {repeats} (same process, "
+              "alternating, after a warm-up; target sim / ref <= 1.5x)\n\n"
+            + f"profile of one {model} {layer_counts[0]}-layer run with numerics "
+              "(engine phases on both cores where they run there):\n"
+            + profile_table(profiles[0])
+            + f"\nreproduce: {COMMAND} --layers {layers} --repeats {repeats}")
+
+
+def main(argv: list[str] | None = None, device: str = DEVICE,
+         min_invocations: int = MIN_INVOCATIONS, trips_numerics: int = TRIPS_NUMERICS,
+         shape: tuple[int, int, int] = SHAPE, out_dir: Path = OUT_DIR,
+         repeats: int = REPEATS, planner_model: str = PLANNER_MODEL) -> str:
+    """Run the benchmark, print and write the tables; returns them."""
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", default="1",
+                    help="planner-package layer counts, comma-separated (default 1; "
+                         "0 skips the case)")
+    ap.add_argument("--repeats", type=int, default=repeats)
+    args = ap.parse_args(argv)
     setup()
-    text = format_table(measure(device, min_invocations, trips_numerics, shape, repeats),
+    text = format_table(measure(device, min_invocations, trips_numerics, shape, args.repeats),
                         shape)
+    counts = [int(n) for n in args.layers.split(",") if int(n) > 0]
+    if counts:
+        text += "\n\n" + planner_text(counts, args.repeats, planner_model, device)
     print(text)
-    publish("bench_simulator", "Simulator throughput (synthetic whole-chip package)", text,
-            out_dir)
+    publish("bench_simulator", "Simulator throughput (synthetic whole-chip package) and "
+            "numerics on planner packages", text, out_dir)
     return text
 
 

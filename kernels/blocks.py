@@ -15,10 +15,7 @@ from kernels.dtypes import (
     DT_FP8,
     DT_FP16,
     dtype_bytes,
-    f16_to_f32,
     f32_as_u32,
-    f32_bits_to_f16_bits,
-    f32_to_f8,
     u32_as_f32,
 )
 from kernels.jit import kjit
@@ -41,38 +38,60 @@ def f8_decode_into(codes, out):  # type: ignore[no-untyped-def]
 
 @kjit
 def f16_decode_into(codes, out):  # type: ignore[no-untyped-def]
-    """out[i] = float32 of fp16 codes[i]: a branch-free (vectorizable) pass for
-    normal numbers, then a fix-up pass only if zeros/subnormals/inf/NaN occur."""
-    special = 0
+    """out[i] = float32 of fp16 codes[i], branch-free (vectorizes): normal
+    codes rebias the exponent, subnormals (and zeros) are m * 2**-24 (exact in
+    float32), exponent 31 is inf/NaN with the mantissa kept; the sign bit is
+    copied."""
     for i in range(codes.size):
         h = np.int64(codes[i])
-        e = (h >> 10) & 0x1F
-        special |= np.int64(e == 0) | np.int64(e == 31)
-        out[i] = u32_as_f32(((h & 0x8000) << 16) | (((h & 0x7FFF) + 0x1C000) << 13))
-    if special != 0:
-        for i in range(codes.size):
-            e = (np.int64(codes[i]) >> 10) & 0x1F
-            if e == 0 or e == 31:
-                out[i] = f16_to_f32(codes[i])
+        e = h & 0x7C00
+        normal = ((h & 0x7FFF) + 0x1C000) << 13
+        sub = f32_as_u32(np.float32(h & 0x3FF) * np.float32(5.960464477539063e-08))
+        bits = normal if e != 0 else sub
+        bits = (0x7F800000 | ((h & 0x3FF) << 13)) if e == 0x7C00 else bits
+        out[i] = u32_as_f32(bits | ((h & 0x8000) << 16))
+
+
+@kjit
+def f8_encode_into(vals, codes):  # type: ignore[no-untyped-def]
+    """codes[i] = e4m3fn code of float32 vals[i] (the rounding of
+    kernels.dtypes.f32_bits_to_f8_bits), branch-free so it vectorizes: the
+    normal range rounds the bits (round to nearest even at bit 20), values
+    below 2**-6 are |x| * 2**9 rounded to an integer by the float32 add of
+    2**23 (exact: the sum is rounded to nearest even once), and anything
+    that rounds above 448 (inf and NaN too) is the NaN code."""
+    for i in range(vals.size):
+        x = vals[i]
+        u = f32_as_u32(x)
+        a = u & 0x7FFFFFFF
+        c = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
+        c = 0x7F if c > 0x7E else c
+        v = min(abs(x), np.float32(0.015625)) * np.float32(512.0)
+        sub = np.int64(np.int32((v + np.float32(8388608.0)) - np.float32(8388608.0)))
+        c = c if a >= 0x3C800000 else sub
+        codes[i] = ((u >> 24) & 0x80) | c
 
 
 @kjit
 def f16_encode_into(vals, codes):  # type: ignore[no-untyped-def]
-    """codes[i] = fp16 code of float32 vals[i]: a branch-free pass for results in
-    the fp16 normal range, then a fix-up pass only if other values occur."""
-    special = 0
+    """codes[i] = fp16 code of float32 vals[i] (numpy's astype rounding, as
+    kernels.dtypes.f32_bits_to_f16_bits), branch-free so it vectorizes: the
+    normal range rounds the bits (nearest even at bit 13) and saturates to
+    inf, values below 2**-14 are |x| * 2**24 rounded to an integer by the
+    float32 add of 2**23, NaN keeps its top mantissa bits (made non-zero)."""
     for i in range(vals.size):
-        u = f32_as_u32(vals[i])
+        x = vals[i]
+        u = f32_as_u32(x)
         a = u & 0x7FFFFFFF
-        special |= np.int64(a < 0x38800000) | np.int64(a >= 0x477FF000)
-        fast = (a + 0xFFF + ((a >> 13) & 1) - 0x38000000) >> 13
-        codes[i] = ((u >> 16) & 0x8000) | (fast & 0x7FFF)
-    if special != 0:
-        for i in range(vals.size):
-            u = f32_as_u32(vals[i])
-            a = u & 0x7FFFFFFF
-            if a < 0x38800000 or a >= 0x477FF000:
-                codes[i] = f32_bits_to_f16_bits(u)
+        c = ((a + 0xFFF + ((a >> 13) & 1)) >> 13) - (112 << 10)
+        c = 0x7C00 if c > 0x7C00 else c
+        v = min(abs(x), np.float32(6.103515625e-05)) * np.float32(16777216.0)
+        sub = np.int64(np.int32((v + np.float32(8388608.0)) - np.float32(8388608.0)))
+        c = c if a >= 0x38800000 else sub
+        nan = 0x7C00 | ((a & 0x7FFFFF) >> 13)
+        nan = nan + 1 if nan == 0x7C00 else nan
+        c = nan if a > 0x7F800000 else c
+        codes[i] = ((u >> 16) & 0x8000) | c
 
 
 @kjit
@@ -90,8 +109,7 @@ def read_row(mem, off, n, dtype, out):  # type: ignore[no-untyped-def]
 def write_row(mem, off, n, dtype, vals):  # type: ignore[no-untyped-def]
     """Round vals[:n] (float32, contiguous) to `dtype` and store them at byte offset `off`."""
     if dtype == DT_FP8:
-        for c in range(n):
-            mem[off + c] = f32_to_f8(vals[c])
+        f8_encode_into(vals[:n], mem[off:off + n])
     elif dtype == DT_FP16:
         f16_encode_into(vals[:n], mem[off:off + 2 * n].view(np.uint16))
     else:

@@ -21,8 +21,9 @@
 from __future__ import annotations
 
 import mmap
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -86,6 +87,10 @@ class SimResult:
     n_faults: int  # all faults, including those not kept
     vertex_invocations: int
     clock_hz: float
+    # host seconds per phase of this run (the engine's profile, where it keeps
+    # one, plus the structure check, "image: build" and "outputs: read"): where
+    # simulation time goes
+    profile: dict[str, float] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -118,11 +123,16 @@ def run(
     the package's structure is broken.
     """
     execute = engine_named(engine)  # an unknown name fails before any work
+    t0 = time.perf_counter()
     check_structure(pkg)
+    t_check = time.perf_counter() - t0
     image = None
+    t0 = time.perf_counter()
     if numerics:
         image = build_image(pkg, dict(params or {}), dict(inputs or {}))
+    t_image = time.perf_counter() - t0
     out = execute(pkg, image)
+    t0 = time.perf_counter()
     faults = [describe_fault(pkg, row) for row in out.faults]
     outputs: dict[str, np.ndarray] = {}
     n_faults = out.n_faults
@@ -133,11 +143,13 @@ def run(
                 outputs[t.name] = arr
                 faults += bad
                 n_faults += len(bad)
+    profile = {"package: structure check": t_check, "image: build": t_image, **out.profile,
+               "outputs: read": time.perf_counter() - t0}
     return SimResult(
         cycles=out.cycles, cycles_per_step=out.cycles_per_step, tile_busy=out.tile_busy,
         tile_bytes_in=out.tile_bytes_in, tile_bytes_out=out.tile_bytes_out, outputs=outputs,
         faults=tuple(faults), n_faults=n_faults, vertex_invocations=out.vertex_invocations,
-        clock_hz=pkg.device.clock_hz,
+        clock_hz=pkg.device.clock_hz, profile=profile,
     )
 
 

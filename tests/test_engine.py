@@ -418,3 +418,47 @@ def test_written_bitmap_agrees_with_a_byte_mask() -> None:
         want = a + int(unset[0]) if unset.size else -1
         assert bits_first_unset(bits, row, a, n) == want
     assert mask.any() and not mask.all()
+
+
+def test_claim_bitmap_any_and_clear_agree_with_a_byte_mask() -> None:
+    from simulator.access import bits_any, bits_clear, bits_set
+
+    rng = np.random.default_rng(3)
+    bits = np.zeros((2, 8), dtype=np.uint64)
+    mask = np.zeros((2, 512), dtype=bool)
+    for _ in range(600):
+        row = int(rng.integers(0, 2))
+        a = int(rng.integers(0, 500))
+        n = int(rng.integers(0, min(140, 512 - a) + 1))
+        op = rng.random()
+        if op < 0.3:
+            bits_set(bits, row, a, n)
+            mask[row, a:a + n] = True
+        elif op < 0.5:
+            bits_clear(bits, row, a, n)
+            mask[row, a:a + n] = False
+        assert bits_any(bits, row, a, n) == bool(mask[row, a:a + n].any())
+    assert mask.any() and not mask.all()
+
+
+def test_exchange_race_of_a_source_with_another_destination_is_reported(dev: Device) -> None:
+    # adjacent destinations sharing bitmap words are no race; a source that is
+    # another transfer's destination is one (the claim bitmap finds it, the exact
+    # sweep names the pair)
+    def two_steps(second: tuple[tuple[int, int, int, int, int], ...]) -> Package:
+        b = PackageBuilder(dev)
+        base = dev.memory_base
+        b.buffer("src", 0, base, 256, "activation")
+        b.buffer("dst", 1, base, 256, "activation")
+        x = b.io("src", "input", (64,), "fp32")
+        b.io_block(x, 0, base, (0,), (64,), 0, 0)
+        b.exchange((0, base, 1, base, 12), (0, base + 12, 1, base + 12, 20))
+        b.exchange(*second)
+        return b.build()
+
+    base = dev.memory_base
+    ones = {"src": np.ones(64, np.float32)}
+    assert run(two_steps(((1, base, 1, base + 64, 32),)), inputs=ones).ok
+    res = run(two_steps(((1, base, 1, base + 64, 32), (0, base, 1, base + 16, 16))), inputs=ones)
+    assert [f.code for f in res.faults] == [F_RACE]
+    assert res.faults[0].step == 1 and res.faults[0].tile == 1

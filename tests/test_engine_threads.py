@@ -31,3 +31,22 @@ def test_checks_off_changes_no_cycles() -> None:
     on, off = engine.execute(pkg), engine.execute(pkg, checks=False)
     assert on.cycles == off.cycles and (on.cycles_per_step == off.cycles_per_step).all()
     assert on.n_faults == off.n_faults == 0
+
+
+def test_numerics_on_the_cores_match_a_run_in_one_thread() -> None:
+    # the main thread executes large race-free compute steps and copies large
+    # exchange steps on all cores (simulator.engines.numba_data); a worker thread
+    # runs everything in program order: the images must agree bit for bit
+    import numpy as np
+
+    from experiments.bench_simulator import random_operands
+
+    dev = load_device("c600")
+    pkg = build_package(dev, 2, shape=(4, 32, 16))  # 2944 vertices, 1472 transfers a step
+    a, w = random_operands(dev, np.random.default_rng(5), (4, 32, 16))
+    main = run(pkg, params={"W": w}, inputs={"A": a})
+    with ThreadPoolExecutor(1) as pool:
+        side = pool.submit(lambda: run(pkg, params={"W": w}, inputs={"A": a})).result()
+    assert main.ok and side.ok
+    assert main.outputs["C"].tobytes() == side.outputs["C"].tobytes()
+    assert np.abs(main.outputs["C"]).max() > 0

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -118,6 +118,8 @@ class EngineOutput:
     n_faults: int
     vertex_invocations: int
     transfers: int
+    # seconds per phase of the run (engines that measure it: the Numba one)
+    profile: dict[str, float] = field(default_factory=dict)
 
 
 Engine = Callable[["Package", "MemoryImage | None"], EngineOutput]

@@ -30,6 +30,7 @@ arrays and patch index), `MemoryImage` and `Outputs`.
 from __future__ import annotations
 
 import threading
+import time
 from typing import NamedTuple
 
 import numba
@@ -44,14 +45,12 @@ from kernels.abi import (
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
 )
-from kernels.dispatch import vertex_check, vertex_cost, vertex_execute, vertex_regions
+from kernels.dispatch import vertex_check, vertex_cost, vertex_regions
 from kernels.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 from simulator.access import (
     B_ADDR,
     B_END,
     R_LEN,
-    bits_first_unset,
-    bits_set,
     find_race,
     granule_of,
     live_buffer,
@@ -66,7 +65,6 @@ from simulator.engines.base import (
     C_VERTICES,
     F_ARGS,
     F_DST_BUFFER,
-    F_KERNEL,
     F_MISALIGNED,
     F_NO_BUFFER,
     F_NO_REGIONS,
@@ -74,13 +72,27 @@ from simulator.engines.base import (
     F_RANGE,
     F_SRC_BUFFER,
     F_UNINIT,
-    F_XFER_RANGE,
     FAULT_COLS,
     MAX_FAULTS,
     EngineOutput,
     MemoryImage,
     no_image,
 )
+from simulator.engines.numba_data import (
+    P_KERNEL,
+    P_WRITTEN,
+    P_XCHECK,
+    copy_parallel,
+    copy_serial,
+    exchange_checks,
+    execute_parallel,
+    execute_serial,
+    fault,
+    finish_execute,
+    first_unwritten,
+    mark_copied,
+)
+from simulator.engines.ticks import ticks
 from simulator.package import Package
 from simulator.timing import (
     DV_IN_BW,
@@ -106,6 +118,21 @@ PARALLEL_VERTICES = 512
 PARALLEL_CHUNKS = 64
 SERIAL = 1 << 62  # the threshold that keeps a run out of the thread pool
 OPT_PARALLEL_MIN, OPT_CHECKS = 0, 1  # run options of _superstep_loop
+# the profile (Outputs.prof, in time-stamp ticks): where the loop's time went;
+# P_WRITTEN, P_XCHECK and P_KERNEL + kernel id are charged in numba_data
+P_COST = 0  # compute: cycles and run-time checks of every vertex (_vertex_pass)
+P_CHECK = 1  # compute, numerics: regions in the image, reads of unwritten bytes
+P_RACE = 2  # compute, numerics: the step's race check
+P_XFER = 4  # exchange: patches, run-time checks, payload per tile
+P_XCYCLES = 5  # exchange: cycles of a step not cached
+P_XCOPY = 7  # exchange, numerics: the copies and their written bits
+PROFILE_LEN = 32
+P_EXEC = 30  # compute, numerics: executing the vertices (wall; P_KERNEL + id: CPU)
+P_TOTAL = 31  # the whole loop
+PROFILE_NAMES = {P_COST: "compute: cycles + checks", P_CHECK: "compute: regions + uninit",
+                 P_RACE: "compute: race check", P_WRITTEN: "compute: written bits",
+                 P_XFER: "exchange: patches + checks", P_XCYCLES: "exchange: cycles",
+                 P_XCHECK: "exchange: numerics checks", P_XCOPY: "exchange: copies"}
 
 
 class Program(NamedTuple):
@@ -151,6 +178,7 @@ class Outputs(NamedTuple):
     bytes_out: np.ndarray  # int64 [tiles]
     faults: np.ndarray  # int64 [MAX_FAULTS, FAULT_COLS]
     counters: np.ndarray  # int64 [4]: C_*
+    prof: np.ndarray  # int64 [PROFILE_LEN]: ticks per P_* phase
 
 
 def program_arrays(pkg: Package) -> Program:
@@ -182,15 +210,22 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
     out = Outputs(np.zeros(pkg.n_steps, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64),
-                  np.zeros(4, dtype=np.int64))
+                  np.zeros(4, dtype=np.int64), np.zeros(PROFILE_LEN, dtype=np.int64))
     # Numba's thread pool is entered from the main thread only (kernels.jit:
     # the fork-safe workqueue layer must never be entered by two threads)
     opts = np.zeros(2, dtype=np.int64)
     opts[OPT_PARALLEL_MIN] = PARALLEL_VERTICES \
         if threading.current_thread() is threading.main_thread() else SERIAL
     opts[OPT_CHECKS] = bool(checks) or numerics  # numerics needs the checks for memory safety
-    _superstep_loop(program_arrays(pkg), dev.tile_desc().as_array(), device_scalars(dev),
-                    numerics, image, np.zeros(stage_bytes, dtype=np.uint8), out, opts)
+    prog = program_arrays(pkg)
+    t0 = time.perf_counter()
+    # the exchange's race-check bitmap (numba_data.exchange_checks): zeroed
+    # pages cost nothing until a step claims them
+    claim = np.zeros_like(image.written) if numerics else image.written
+    _superstep_loop(prog, dev.tile_desc().as_array(), device_scalars(dev),
+                    numerics, image, claim, np.zeros(stage_bytes, dtype=np.uint8), out, opts)
+    wall = time.perf_counter() - t0
+    per_tick = wall / max(int(out.prof[P_TOTAL]), 1)
     counters = out.counters
     n_f = int(counters[C_FAULTS])
     return EngineOutput(
@@ -198,7 +233,23 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
         tile_busy=out.tile_busy, tile_bytes_in=out.bytes_in, tile_bytes_out=out.bytes_out,
         faults=out.faults[: min(n_f, MAX_FAULTS)].copy(), n_faults=n_f,
         vertex_invocations=int(counters[C_VERTICES]), transfers=int(counters[C_TRANSFERS]),
+        profile=profile_seconds(out.prof, per_tick),
     )
+
+
+def profile_seconds(prof: np.ndarray, per_tick: float) -> dict[str, float]:
+    """The loop's profile in seconds by phase name (PROFILE_NAMES, and
+    `execute: <kernel>` per kernel family that ran), with `other` for the
+    rest of the loop (loop control, step bookkeeping, fault reports)."""
+    from kernels.abi import KERNEL_IDS
+    sec = {name: float(prof[k]) * per_tick for k, name in PROFILE_NAMES.items()}
+    # kernels' ticks are summed over the cores: scaled to the phase's wall time
+    cpu = sum(int(prof[P_KERNEL + kid]) for kid in KERNEL_IDS.values())
+    for name, kid in sorted(KERNEL_IDS.items(), key=lambda kv: kv[1]):
+        if prof[P_KERNEL + kid]:
+            sec[f"execute: {name}"] = float(prof[P_EXEC]) * per_tick * prof[P_KERNEL + kid] / cpu
+    sec["other"] = max(0.0, float(prof[P_TOTAL]) * per_tick - sum(sec.values()))
+    return sec
 
 
 @kjit_inline
@@ -225,14 +276,14 @@ def _check_regions(s, loop, it, v, tile, vr, nr, b_ptr, b_table, vbuf, faults, c
             j = live_buffer(tile, lo, hi, outer * rows, s, b_ptr, b_table, -1)
             if j < 0:
                 if emit:
-                    _fault(faults, counters, F_NO_BUFFER, s, tile, lo, loop, it, v, hi - lo)
+                    fault(faults, counters, F_NO_BUFFER, s, tile, lo, loop, it, v, hi - lo)
                 bad |= 1
                 continue
             vbuf[k], vbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
         g = granule_of(outer, ostride, rows, ld, nb)
         if addr & (g - 1) != 0:  # g is 1, 2 or 4
             if emit:
-                _fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, v, g)
+                fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, v, g)
             bad |= 2
     return bad
 
@@ -323,22 +374,25 @@ def _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults,
     kid, tile = prog.v_kernel[v], prog.v_tile[v]
     st = vertex_check(kid, row)
     if st != 0:
-        _fault(faults, counters, F_ARGS, s, tile, 0, loop, it, v, st)
+        fault(faults, counters, F_ARGS, s, tile, 0, loop, it, v, st)
         return
     _, nr = vertex_cost(kid, row, desc, vr)
     if nr < 0:
-        _fault(faults, counters, F_NO_REGIONS, s, tile, 0, loop, it, v, kid)
+        fault(faults, counters, F_NO_REGIONS, s, tile, 0, loop, it, v, kid)
         return
     _check_regions(s, loop, it, v, tile, vr, nr, prog.b_ptr, prog.b_table, vbuf, faults,
                    counters, True)
 
 
 @kjit_inline
-def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, faults,
+def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xhint, faults,
                     counters):  # type: ignore[no-untyped-def]
     """The run-time invariants of transfer x at step s, source then
     destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
-    aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`."""
+    aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`.
+    `xhint[side]` is the buffer row the previous transfer's end on that side
+    was found in: consecutive transfers mostly read one buffer and fill
+    another, so the lookup tries it first when it is a row of the same tile."""
     bad = 0
     g = granule_of(1, 0, 1, 0, nb)
     for side in range(2):
@@ -346,32 +400,21 @@ def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, 
         addr = src if side == 0 else dst
         k = 4 * x + 2 * side  # the bounds of the buffer found last time (_check_regions)
         if not (xbuf[k] <= addr and addr + nb <= xbuf[k + 1]):
-            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, -1)
+            h = xhint[side]
+            if not (b_ptr[tile] <= h and h < b_ptr[tile + 1]):
+                h = -1
+            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, h)
             if j < 0:
-                _fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s, tile,
+                fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s, tile,
                        addr, loop, it, x, nb)
                 bad |= 1
                 continue
             xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
+            xhint[side] = j
         if addr & (g - 1) != 0:  # g is 1, 2 or 4
-            _fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
+            fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
             bad |= 2
     return bad
-
-
-@kjit
-def _fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  # type: ignore[no-untyped-def]
-    n = counters[C_FAULTS]
-    if n < faults.shape[0]:
-        faults[n, 0] = code
-        faults[n, 1] = step
-        faults[n, 2] = tile
-        faults[n, 3] = addr
-        faults[n, 4] = loop
-        faults[n, 5] = it
-        faults[n, 6] = item
-        faults[n, 7] = detail
-    counters[C_FAULTS] = n + 1
 
 
 @kjit
@@ -383,27 +426,8 @@ def _patch(p, ctr, prog):  # type: ignore[no-untyped-def]
     return prog.table_values[prog.p_table[p] + i]
 
 
-@kjit
-def _first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
-    """Offset of the first never-written byte of region `reg` (offsets relative
-    to the image row), or -1."""
-    for o in range(reg[1]):
-        for r in range(reg[3]):
-            bad = bits_first_unset(written, row, off + o * reg[2] + r * reg[4], reg[5])
-            if bad >= 0:
-                return bad
-    return -1
-
-
-@kjit
-def _mark_written(written, row, off, reg):  # type: ignore[no-untyped-def]
-    for o in range(reg[1]):
-        for r in range(reg[3]):
-            bits_set(written, row, off + o * reg[2] + r * reg[4], reg[5])
-
-
 @kjit_host
-def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # type: ignore[no-untyped-def]
+def _superstep_loop(prog, desc, devv, numerics, image, claim, stage, out, opts):  # type: ignore[no-untyped-def]
     step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
     step_trips, step_match = prog.step_trips, prog.step_match
     v_tile, v_kernel = prog.v_tile, prog.v_kernel
@@ -411,9 +435,11 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     x_dst_tile, x_dst_addr = prog.x_dst_tile, prog.x_dst_addr
     xp_ptr, xp_list = prog.xp_ptr, prog.xp_list
     p_target, loop_patch = prog.p_target, prog.loop_patch
-    mem, written, tile_row = image.mem, image.written, image.tile_row
+    _mem, written, tile_row = image.mem, image.written, image.tile_row
     tile_base, tile_size = image.tile_base, image.tile_size
     cycles_per_step, tile_busy, faults = out.cycles_per_step, out.tile_busy, out.faults
+    prof = out.prof
+    t_start = ticks()
     bytes_in, bytes_out, counters = out.bytes_in, out.bytes_out, out.counters
     parallel_min, checks = opts[OPT_PARALLEL_MIN], opts[OPT_CHECKS] != 0
     n_steps = step_kind.shape[0]
@@ -436,6 +462,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     r_tile = np.zeros(n_reg_max, dtype=np.int64)
     r_owner = np.zeros(n_reg_max, dtype=np.int64)
     skip = np.zeros(max_items, dtype=np.bool_)
+    status = np.zeros(max_items, dtype=np.int64)  # kernel status per vertex of a step
+    spent = np.zeros(max_items, dtype=np.int64)  # ticks per vertex of a step
     x_src = np.zeros(max_items, dtype=np.int64)
     x_dst = np.zeros(max_items, dtype=np.int64)
     keys = np.zeros(max_items, dtype=np.int64)  # source address per transfer of a step
@@ -456,6 +484,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
         vbuf[0::2] = 1
     xbuf[0::2] = 1
     xok = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # unpatched transfers checked clean
+    xhint = np.full(2, -1, dtype=np.int64)  # buffer rows the last transfer's ends were in
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
     vflag = np.zeros(v_tile.shape[0], dtype=np.int64)  # its run-time check bits
     b_ptr, b_table = prog.b_ptr, prog.b_table
@@ -489,12 +518,15 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
         if kind == STEP_COMPUTE:
             i0, i1 = step_vtx[s], step_vtx[s + 1]
             nreg = 0
+            t0 = ticks()
             if i1 - i0 >= parallel_min:
                 _vertex_pass_parallel(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf,
                                       faults, counters, checks)
             else:
                 _vertex_pass(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, faults,
                              counters, checks)
+            t1 = ticks()
+            prof[P_COST] += t1 - t0
             for v in range(i0, i1):
                 tile = v_tile[v]
                 c = vcost[v]
@@ -522,13 +554,13 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                     # inside a live tensor buffer, so inside the image window unless
                     # the image is not the package's: memory safety all the same
                     if trow < 0 or lo < tb or hi > tb + tile_size[tile]:
-                        _fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
+                        fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
                         skip[v - i0] = True
                         continue
                     if vr[r, 6] == 0:
-                        bad = _first_unwritten(written, trow, vr[r, 0] - tb, vr[r])
+                        bad = first_unwritten(written, trow, vr[r, 0] - tb, vr[r])
                         if bad >= 0:
-                            _fault(faults, counters, F_UNINIT, s, tile, bad + tb, loop, it,
+                            fault(faults, counters, F_UNINIT, s, tile, bad + tb, loop, it,
                                    v, 0)
                     regs[nreg, :] = vr[r]
                     r_tile[nreg] = tile
@@ -543,25 +575,27 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 mark[t] = False
             counters[C_VERTICES] += i1 - i0
             if numerics:
+                t2 = ticks()
+                prof[P_CHECK] += t2 - t1
                 if find_race(regs, r_tile, r_owner, nreg, race):
-                    _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
+                    fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
                            r_owner[race[1]], r_owner[race[0]])
-                for v in range(i0, i1):
-                    if skip[v - i0]:
-                        continue
-                    trow = tile_row[v_tile[v]]
-                    tb = tile_base[v_tile[v]]
-                    st = vertex_execute(v_kernel[v], mem[trow], tb, args[v - i0])
-                    if st != 0:
-                        _fault(faults, counters, F_KERNEL, s, v_tile[v], 0, loop, it, v, st)
-                        continue
-                    nr = vertex_regions(v_kernel[v], args[v - i0], vr)
-                    for r in range(nr):
-                        if vr[r, 6] != 0:
-                            _mark_written(written, trow, vr[r, 0] - tb, vr[r])
+                    raced = True
+                else:
+                    raced = False
+                t3 = ticks()
+                prof[P_RACE] += t3 - t2
+                if not raced and i1 - i0 >= parallel_min:
+                    execute_parallel(i0, i1, v_tile, v_kernel, args, skip, image, status, spent)
+                else:
+                    execute_serial(i0, i1, v_tile, v_kernel, args, skip, image, status, spent)
+                prof[P_EXEC] += ticks() - t3
+                finish_execute(i0, i1, s, loop, it, v_tile, v_kernel, args, skip, image, vr,
+                               status, spent, faults, counters, prof)
         elif kind == STEP_EXCHANGE:
             i0, i1 = step_xfer[s], step_xfer[s + 1]
             n = i1 - i0
+            t0 = ticks()
             for x in range(i0, i1):
                 src, dst = x_src_addr[x], x_dst_addr[x]
                 for q in range(xp_ptr[x], xp_ptr[x + 1]):
@@ -577,7 +611,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 skip[x - i0] = False
                 if checks and not xok[x]:
                     xbad = _check_transfer(s, loop, it, x, x_src_tile[x], src, x_dst_tile[x], dst,
-                                           nb, b_ptr, b_table, xbuf, faults, counters)
+                                           nb, b_ptr, b_table, xbuf, xhint, faults, counters)
                     skip[x - i0] = (xbad & 1) != 0
                     if xbad == 0 and xp_ptr[x] == xp_ptr[x + 1]:
                         xok[x] = True
@@ -591,6 +625,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 bytes_in[d] += nb
                 keys[x - i0] = src
                 ktile[x - i0] = x_src_tile[x]
+            t1 = ticks()
+            prof[P_XFER] += t1 - t0
             if xcyc[s] >= 0:  # no patched transfer: same cycles and multicast groups
                 step_c = xcyc[s]
                 for x in range(i0, i1):
@@ -605,15 +641,25 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 if xp_ptr[i0] == xp_ptr[i1]:
                     xcyc[s] = step_c
             counters[C_TRANSFERS] += n
+            prof[P_XCYCLES] += ticks() - t1
             if numerics:
-                _exchange_numerics(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, stage,
-                                   regs, r_tile, r_owner, race, faults, counters)
+                raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
+                                                image, claim, regs, r_tile, r_owner, race,
+                                                faults, counters, prof)
+                t2 = ticks()
+                if not raced and n_self == 0 and n >= parallel_min:
+                    copy_parallel(i0, i1, prog, x_src, x_dst, skip, image)
+                else:
+                    copy_serial(i0, i1, prog, x_src, x_dst, skip, image, stage, raced)
+                mark_copied(i0, i1, prog, x_dst, skip, image)
+                prof[P_XCOPY] += ticks() - t2
         else:
             step_c = np.int64(0)
         cycles_per_step[s] += step_c
         total += step_c
         s += 1
     counters[C_CYCLES] = total
+    prof[P_TOTAL] += ticks() - t_start
 
 
 @kjit
@@ -658,86 +704,3 @@ def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark,
         n_out[t] = 0
         mark[t] = False
     return step_c + devv[DV_SYNC]
-
-
-@kjit
-def _exchange_numerics(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, stage, regs,
-                       r_tile, r_owner, race, faults, counters):  # type: ignore[no-untyped-def]
-    """Checks and byte copies of one exchange step.  Semantics: every copy reads
-    the pre-step state.  When the step has no race (no byte written by one
-    transfer and touched by another), copying each transfer directly gives
-    exactly that; otherwise (a fault is recorded) every source is gathered into
-    `stage` first and then written.  A transfer whose own source and
-    destination overlap always goes through `stage`."""
-    x_src_tile, x_dst_tile, x_bytes = prog.x_src_tile, prog.x_dst_tile, prog.x_bytes
-    mem, written, tile_row = image.mem, image.written, image.tile_row
-    tile_base, tile_size = image.tile_base, image.tile_size
-    nreg = 0
-    for x in range(i0, i1):
-        j = x - i0
-        nb = x_bytes[x]
-        st, dt = x_src_tile[x], x_dst_tile[x]
-        sa, da = x_src[j], x_dst[j]
-        srow, drow = tile_row[st], tile_row[dt]
-        sb, db = tile_base[st], tile_base[dt]
-        if skip[j]:  # an endpoint outside every live buffer (_check_transfer)
-            continue
-        if srow < 0 or sa < sb or sa + nb > sb + tile_size[st]:
-            _fault(faults, counters, F_XFER_RANGE, s, st, sa, loop, it, x, nb)
-            skip[j] = True
-        if drow < 0 or da < db or da + nb > db + tile_size[dt]:
-            _fault(faults, counters, F_XFER_RANGE, s, dt, da, loop, it, x, nb)
-            skip[j] = True
-        if skip[j]:
-            continue
-        for side in range(2):
-            regs[nreg, 0] = sa if side == 0 else da
-            regs[nreg, 1] = 1
-            regs[nreg, 2] = 0
-            regs[nreg, 3] = 1
-            regs[nreg, 4] = 0
-            regs[nreg, 5] = nb
-            regs[nreg, 6] = side
-            r_tile[nreg] = st if side == 0 else dt
-            r_owner[nreg] = x  # vertices never share a step with transfers
-            nreg += 1
-        bad = bits_first_unset(written, srow, sa - sb, nb)
-        if bad >= 0:
-            _fault(faults, counters, F_UNINIT, s, st, bad + sb, loop, it, x, 0)
-    staged = find_race(regs, r_tile, r_owner, nreg, race)
-    if staged:
-        _fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
-               r_owner[race[1]], r_owner[race[0]])
-        off = 0
-        for x in range(i0, i1):
-            j = x - i0
-            if skip[j]:
-                continue
-            srow = tile_row[x_src_tile[x]]
-            so = x_src[j] - tile_base[x_src_tile[x]]
-            for b in range(x_bytes[x]):
-                stage[off + b] = mem[srow, so + b]
-            off += x_bytes[x]
-    off = 0
-    for x in range(i0, i1):
-        j = x - i0
-        nb = x_bytes[x]
-        if skip[j]:
-            continue
-        srow = tile_row[x_src_tile[x]]
-        so = x_src[j] - tile_base[x_src_tile[x]]
-        drow = tile_row[x_dst_tile[x]]
-        do = x_dst[j] - tile_base[x_dst_tile[x]]
-        if not staged and srow == drow and so < do + nb and do < so + nb:
-            for b in range(nb):  # self-overlapping transfer: copy through stage
-                stage[b] = mem[srow, so + b]
-            for b in range(nb):
-                mem[drow, do + b] = stage[b]
-        elif staged:
-            for b in range(nb):
-                mem[drow, do + b] = stage[off + b]
-            off += nb
-        else:
-            for b in range(nb):
-                mem[drow, do + b] = mem[srow, so + b]
-        bits_set(written, drow, do, nb)
