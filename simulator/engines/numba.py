@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from kernels.abi import (
+    KERNEL_IDS,
     N_ARGS,
     PATCH_ARITH,
     PATCH_XFER_SRC,
@@ -241,7 +242,6 @@ def profile_seconds(prof: np.ndarray, per_tick: float) -> dict[str, float]:
     """The loop's profile in seconds by phase name (PROFILE_NAMES, and
     `execute: <kernel>` per kernel family that ran), with `other` for the
     rest of the loop (loop control, step bookkeeping, fault reports)."""
-    from kernels.abi import KERNEL_IDS
     sec = {name: float(prof[k]) * per_tick for k, name in PROFILE_NAMES.items()}
     # kernels' ticks are summed over the cores: scaled to the phase's wall time
     cpu = sum(int(prof[P_KERNEL + kid]) for kid in KERNEL_IDS.values())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numba
 
+from kernels.cost import put_region
 from kernels.dispatch import vertex_execute, vertex_regions
 from kernels.jit import kjit, kjit_parallel
 from simulator.access import bits_any, bits_clear, bits_first_unset, bits_set, find_race
@@ -196,16 +197,10 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, claim,
             if skip[j]:
                 continue
             for side in range(2):
-                regs[nreg, 0] = x_src[j] if side == 0 else x_dst[j]
-                regs[nreg, 1] = 1
-                regs[nreg, 2] = 0
-                regs[nreg, 3] = 1
-                regs[nreg, 4] = 0
-                regs[nreg, 5] = x_bytes[x]
-                regs[nreg, 6] = side
                 r_tile[nreg] = x_src_tile[x] if side == 0 else x_dst_tile[x]
                 r_owner[nreg] = x  # vertices never share a step with transfers
-                nreg += 1
+                nreg = put_region(regs, nreg, x_src[j] if side == 0 else x_dst[j], 1, 0, 1, 0,
+                                  x_bytes[x], side)
         raced = find_race(regs, r_tile, r_owner, nreg, race)
     if raced:
         fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
