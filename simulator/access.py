@@ -477,37 +477,6 @@ def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def bits_any(bits, row, a, n):  # type: ignore[no-untyped-def]
-    """True if some byte of [a, a + n) of row `row` is marked."""
-    if n <= 0:
-        return False
-    e = a + n - 1
-    wa, wb = a >> 6, e >> 6
-    if wa == wb:
-        return (bits[row, wa] & _word_mask(a & 63, e & 63)) != 0
-    acc = bits[row, wa] & _word_mask(a & 63, 63)
-    for k in range(wa + 1, wb):
-        acc |= bits[row, k]
-    return (acc | (bits[row, wb] & _word_mask(0, e & 63))) != 0
-
-
-@kjit
-def bits_clear(bits, row, a, n):  # type: ignore[no-untyped-def]
-    """Unmark bytes [a, a + n) of row `row`."""
-    if n <= 0:
-        return
-    e = a + n - 1
-    wa, wb = a >> 6, e >> 6
-    if wa == wb:
-        bits[row, wa] &= ~_word_mask(a & 63, e & 63)
-        return
-    bits[row, wa] &= ~_word_mask(a & 63, 63)
-    for k in range(wa + 1, wb):
-        bits[row, k] = 0
-    bits[row, wb] &= ~_word_mask(0, e & 63)
-
-
-@kjit
 def bits_first_unset(bits, row, a, n):  # type: ignore[no-untyped-def]
     """Offset of the first unwritten byte in [a, a + n) of row `row`, or -1."""
     if n <= 0:

@@ -183,9 +183,11 @@ def build_image(pkg: Package, params: dict[str, np.ndarray],
         if t.scale_exp:
             x = x * np.float32(2.0 ** -t.scale_exp)  # exact: a power of two
         codes = _encode(x, t.dtype).reshape(-1)
-        for i in np.flatnonzero(pkg.arrays["io_tensor"] == k).tolist():
-            row, geo = _block_geometry(pkg, image, i, t)
-            _scatter(image.mem, image.written, row, *geo, codes)
+        ids = np.flatnonzero(pkg.arrays["io_tensor"] == k)
+        rows, geo, bad = _block_geometry(pkg, image, ids, t)
+        if bad.any():
+            raise _outside(pkg, int(ids[np.argmax(bad)]), t)
+        _scatter(image.mem, image.written, rows, geo, codes)
     return image
 
 
@@ -228,15 +230,14 @@ def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarr
     raw = np.zeros(int(np.prod(shape)) * esize, dtype=np.uint8)
     ok = np.zeros_like(raw)
     faults: list[Fault] = []
-    k = pkg.io_index(t.name)
-    for i in np.flatnonzero(pkg.arrays["io_tensor"] == k).tolist():
-        try:
-            row, geo = _block_geometry(pkg, image, i, t)
-        except PackageInvalid:  # outside the image: nothing there was ever written
+    ids = np.flatnonzero(pkg.arrays["io_tensor"] == pkg.io_index(t.name))
+    rows, geos, outside = _block_geometry(pkg, image, ids, t)
+    for i, row, geo, out in zip(ids.tolist(), rows.tolist(), geos, outside.tolist(), strict=True):
+        if out:  # outside the image: nothing there was ever written
             nbytes = int(np.prod(pkg.arrays["io_hi"][i] - pkg.arrays["io_lo"][i])) * esize
             faults.append(_output_fault(pkg, t, i, int(pkg.arrays["io_addr"][i]), nbytes))
             continue
-        n_bad, first = _gather(image.mem, image.written, row, *geo, raw, ok)
+        n_bad, first = _gather(image.mem, image.written, row, geo, raw, ok)
         if n_bad:
             addr = int(first) + int(image.tile_base[int(pkg.arrays["io_tile"][i])])
             faults.append(_output_fault(pkg, t, i, addr, int(n_bad)))
@@ -260,51 +261,60 @@ def _padded(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (1,) * (IO_DIMS - len(shape)) + shape
 
 
-Geometry = tuple[int, int, int, int, int, int, int, int, int]
-
-
-def _block_geometry(pkg: Package, image: MemoryImage, i: int,
-                    t: IoTensor) -> tuple[int, Geometry]:
-    """(image row, (offset, ld0, ld1, ext0, ext1, row bytes, logical offset,
-    logical ld0, logical ld1)) of io block i; all in bytes."""
+def _block_geometry(pkg: Package, image: MemoryImage, ids: np.ndarray,
+                    t: IoTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(image rows, geometry, outside) of io blocks `ids` of tensor t: the
+    geometry rows are (offset, ld0, ld1, ext0, ext1, row bytes, logical
+    offset, logical ld0, logical ld1), all in bytes; `outside` marks blocks
+    that do not lie inside their tile's image row."""
     a = pkg.arrays
-    tile = int(a["io_tile"][i])
-    row = int(image.tile_row[tile])
-    lo, hi = (int(v) for v in a["io_lo"][i]), (int(v) for v in a["io_hi"][i])
-    lo0, lo1, lo2 = lo
-    hi0, hi1, hi2 = hi
+    tile = a["io_tile"][ids]
+    rows = image.tile_row[tile]
+    lo, hi = a["io_lo"][ids], a["io_hi"][ids]
     esize = DTYPE_BYTES[dtype_code(t.dtype)]
     _, s1, s2 = _padded(t.shape)
-    ld0, ld1 = int(a["io_ld0"][i]), int(a["io_ld1"][i])
-    ext0, ext1, rb = hi0 - lo0, hi1 - lo1, (hi2 - lo2) * esize
-    off = int(a["io_addr"][i]) - int(image.tile_base[tile])
+    ld0, ld1 = a["io_ld0"][ids], a["io_ld1"][ids]
+    ext0, ext1, rb = hi[:, 0] - lo[:, 0], hi[:, 1] - lo[:, 1], (hi[:, 2] - lo[:, 2]) * esize
+    off = a["io_addr"][ids] - image.tile_base[tile]
     end = off + (ext0 - 1) * ld0 + (ext1 - 1) * ld1 + rb
-    if row < 0 or off < 0 or ld0 < 0 or ld1 < 0 or end > int(image.tile_size[tile]):
-        raise PackageInvalid(f"io block {i} of {t.name!r}: tile {tile} address "
-                             f"{int(a['io_addr'][i]):#x} is outside the tile's tensor buffers "
-                             f"(run simulator.verify)")
-    logical = ((lo0 * s1 + lo1) * s2 + lo2) * esize
-    return row, (off, ld0, ld1, ext0, ext1, rb, logical, s1 * s2 * esize, s2 * esize)
+    outside = (rows < 0) | (off < 0) | (ld0 < 0) | (ld1 < 0) | (end > image.tile_size[tile])
+    logical = ((lo[:, 0] * s1 + lo[:, 1]) * s2 + lo[:, 2]) * esize
+    geo = np.stack([off, ld0, ld1, ext0, ext1, rb, logical, np.full_like(off, s1 * s2 * esize),
+                    np.full_like(off, s2 * esize)], axis=1).astype(np.int64)
+    return rows.astype(np.int64), geo, outside
+
+
+def _outside(pkg: Package, i: int, t: IoTensor) -> PackageInvalid:
+    a = pkg.arrays
+    return PackageInvalid(f"io block {i} of {t.name!r}: tile {int(a['io_tile'][i])} address "
+                          f"{int(a['io_addr'][i]):#x} is outside the tile's tensor buffers "
+                          f"(run simulator.verify)")
 
 
 @kjit
-def _scatter(mem, written, row, off, ld0, ld1, ext0, ext1, rb, src_off, s_ld0, s_ld1,
-             src):  # type: ignore[no-untyped-def]
-    """Copy a block of logical bytes `src` into image row `row` and mark it written."""
-    for a in range(ext0):
-        for b in range(ext1):
-            d = off + a * ld0 + b * ld1
-            q = src_off + a * s_ld0 + b * s_ld1
-            for c in range(rb):  # byte loops: blocks are often many short rows
-                mem[row, d + c] = src[q + c]
-            bits_set(written, row, d, rb)
+def _scatter(mem, written, rows, geo, src):  # type: ignore[no-untyped-def]
+    """Copy the blocks of logical bytes `src` (geometry rows of
+    `_block_geometry`) into their image rows and mark them written."""
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        off, ld0, ld1, ext0, ext1, rb = geo[i, 0], geo[i, 1], geo[i, 2], geo[i, 3], geo[i, 4], \
+            geo[i, 5]
+        src_off, s_ld0, s_ld1 = geo[i, 6], geo[i, 7], geo[i, 8]
+        for a in range(ext0):
+            for b in range(ext1):
+                d = off + a * ld0 + b * ld1
+                q = src_off + a * s_ld0 + b * s_ld1
+                mem[row, d:d + rb] = src[q:q + rb]
+                bits_set(written, row, d, rb)
 
 
 @kjit
-def _gather(mem, written, row, off, ld0, ld1, ext0, ext1, rb, dst_off, d_ld0, d_ld1, dst,
-            ok):  # type: ignore[no-untyped-def]
-    """Copy a block out of image row `row` into logical bytes `dst`, copying the
-    written mask into `ok`.  Returns (unwritten bytes, image offset of the first)."""
+def _gather(mem, written, row, geo, dst, ok):  # type: ignore[no-untyped-def]
+    """Copy a block (one geometry row of `_block_geometry`) out of image row
+    `row` into logical bytes `dst`, copying the written mask into `ok`.
+    Returns (unwritten bytes, image offset of the first)."""
+    off, ld0, ld1, ext0, ext1, rb = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
+    dst_off, d_ld0, d_ld1 = geo[6], geo[7], geo[8]
     n_bad = 0
     first = -1
     for a in range(ext0):

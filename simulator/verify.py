@@ -211,7 +211,7 @@ def effective_live(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
 
 
 @kjit
-def _buffer_overlap(ptr, order, addr, end, first, last):  # type: ignore[no-untyped-def]
+def buffer_overlap(ptr, order, addr, end, first, last):  # type: ignore[no-untyped-def]
     """First pair of buffers of one tile overlapping in address and live range."""
     for t in range(ptr.shape[0] - 1):
         for i in range(ptr[t], ptr[t + 1]):
@@ -247,7 +247,7 @@ def _check_buffers(pkg: Package, first: np.ndarray, last: np.ndarray) -> BufferI
                 f"{int(a['buf_last'][b])})"
             )
     idx = BufferIndex(pkg, first, last)
-    bi, bj = _buffer_overlap(idx.ptr, idx.order, idx.addr, idx.end, first, last)
+    bi, bj = buffer_overlap(idx.ptr, idx.order, idx.addr, idx.end, first, last)
     if bi >= 0:
         lo = max(int(addr[bi]), int(addr[bj]))
         s = max(int(first[bi]), int(first[bj]))

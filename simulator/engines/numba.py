@@ -107,7 +107,7 @@ from simulator.timing import (
     device_scalars,
     loop_patch_words,
 )
-from simulator.verify import access_index, patch_index
+from simulator.verify import access_index, buffer_overlap, patch_index
 
 MAX_DEPTH = 32
 # compute steps with at least this many vertices are costed and checked on all
@@ -118,7 +118,7 @@ PARALLEL_VERTICES = 512
 # asking Numba for its thread count would make the pass uncacheable
 PARALLEL_CHUNKS = 64
 SERIAL = 1 << 62  # the threshold that keeps a run out of the thread pool
-OPT_PARALLEL_MIN, OPT_CHECKS = 0, 1  # run options of _superstep_loop
+OPT_PARALLEL_MIN, OPT_CHECKS, OPT_OVERLAP = 0, 1, 2  # run options of _superstep_loop
 # the profile (Outputs.prof, in time-stamp ticks): where the loop's time went;
 # P_WRITTEN, P_XCHECK and P_KERNEL + kernel id are charged in numba_data
 P_COST = 0  # compute: cycles and run-time checks of every vertex (_vertex_pass)
@@ -182,18 +182,22 @@ class Outputs(NamedTuple):
     prof: np.ndarray  # int64 [PROFILE_LEN]: ticks per P_* phase
 
 
-def program_arrays(pkg: Package) -> Program:
-    """The `Program` of `pkg`."""
+def program_arrays(pkg: Package) -> tuple[Program, bool]:
+    """The `Program` of `pkg`, and whether two of its tensor buffers on a tile
+    overlap in address while both are live (verify rejects such a package;
+    the engine's exchange race check then takes its exact path)."""
     a = pkg.arrays
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
-    b_ptr, b_table = access_index(pkg).args()
+    bi = access_index(pkg)
+    b_ptr, b_table = bi.args()
+    overlap = buffer_overlap(bi.ptr, bi.order, bi.addr, bi.end, bi.first, bi.last)[0] >= 0
     return Program(
         a["step_kind"], a["step_vtx"], a["step_xfer"], a["step_trips"], a["step_match"],
         a["v_tile"], a["v_kernel"], a["v_args"],
         a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
         vp_ptr, vp_list, xp_ptr, xp_list,
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
-        a["p_table"], a["table_values"], loop_patch_words(pkg), b_ptr, b_table)
+        a["p_table"], a["table_values"], loop_patch_words(pkg), b_ptr, b_table), overlap
 
 
 def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True) -> EngineOutput:
@@ -214,17 +218,15 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
                   np.zeros(4, dtype=np.int64), np.zeros(PROFILE_LEN, dtype=np.int64))
     # Numba's thread pool is entered from the main thread only (kernels.jit:
     # the fork-safe workqueue layer must never be entered by two threads)
-    opts = np.zeros(2, dtype=np.int64)
+    opts = np.zeros(3, dtype=np.int64)
     opts[OPT_PARALLEL_MIN] = PARALLEL_VERTICES \
         if threading.current_thread() is threading.main_thread() else SERIAL
     opts[OPT_CHECKS] = bool(checks) or numerics  # numerics needs the checks for memory safety
-    prog = program_arrays(pkg)
+    prog, overlap = program_arrays(pkg)
+    opts[OPT_OVERLAP] = overlap
     t0 = time.perf_counter()
-    # the exchange's race-check bitmap (numba_data.exchange_checks): zeroed
-    # pages cost nothing until a step claims them
-    claim = np.zeros_like(image.written) if numerics else image.written
     _superstep_loop(prog, dev.tile_desc().as_array(), device_scalars(dev),
-                    numerics, image, claim, np.zeros(stage_bytes, dtype=np.uint8), out, opts)
+                    numerics, image, np.zeros(stage_bytes, dtype=np.uint8), out, opts)
     wall = time.perf_counter() - t0
     per_tick = wall / max(int(out.prof[P_TOTAL]), 1)
     counters = out.counters
@@ -385,11 +387,12 @@ def _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults,
 
 
 @kjit_inline
-def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xhint, faults,
-                    counters):  # type: ignore[no-untyped-def]
+def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xrow, xhint,
+                    faults, counters):  # type: ignore[no-untyped-def]
     """The run-time invariants of transfer x at step s, source then
     destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
-    aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`.
+    aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`;
+    the access-index row an end was found in goes to `xrow[2x + side]`.
     `xhint[side]` is the buffer row the previous transfer's end on that side
     was found in: consecutive transfers mostly read one buffer and fill
     another, so the lookup tries it first when it is a row of the same tile."""
@@ -410,6 +413,7 @@ def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, 
                 bad |= 1
                 continue
             xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
+            xrow[2 * x + side] = j
             xhint[side] = j
         if addr & (g - 1) != 0:  # g is 1, 2 or 4
             fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
@@ -427,7 +431,7 @@ def _patch(p, ctr, prog):  # type: ignore[no-untyped-def]
 
 
 @kjit_host
-def _superstep_loop(prog, desc, devv, numerics, image, claim, stage, out, opts):  # type: ignore[no-untyped-def]
+def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # type: ignore[no-untyped-def]
     step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
     step_trips, step_match = prog.step_trips, prog.step_match
     v_tile, v_kernel = prog.v_tile, prog.v_kernel
@@ -483,6 +487,14 @@ def _superstep_loop(prog, desc, devv, numerics, image, claim, stage, out, opts):
     else:  # not from the main thread: never enter the thread pool (execute)
         vbuf[0::2] = 1
     xbuf[0::2] = 1
+    # the access-index row each transfer end was found in (_check_transfer),
+    # and per row the state of the exchange race check (exchange_checks)
+    xrow = np.full(x_bytes.shape[0] * 2, -1, dtype=np.int32)
+    rstamp = np.zeros(prog.b_table.shape[0] if numerics else 1, dtype=np.int64)
+    rend = np.zeros_like(rstamp)
+    rflag = np.zeros_like(rstamp)
+    xserial = np.int64(0)
+    exact = opts[OPT_OVERLAP] != 0
     xok = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # unpatched transfers checked clean
     xhint = np.full(2, -1, dtype=np.int64)  # buffer rows the last transfer's ends were in
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
@@ -611,7 +623,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, claim, stage, out, opts):
                 skip[x - i0] = False
                 if checks and not xok[x]:
                     xbad = _check_transfer(s, loop, it, x, x_src_tile[x], src, x_dst_tile[x], dst,
-                                           nb, b_ptr, b_table, xbuf, xhint, faults, counters)
+                                           nb, b_ptr, b_table, xbuf, xrow, xhint, faults,
+                                           counters)
                     skip[x - i0] = (xbad & 1) != 0
                     if xbad == 0 and xp_ptr[x] == xp_ptr[x + 1]:
                         xok[x] = True
@@ -643,9 +656,12 @@ def _superstep_loop(prog, desc, devv, numerics, image, claim, stage, out, opts):
             counters[C_TRANSFERS] += n
             prof[P_XCYCLES] += ticks() - t1
             if numerics:
+                xserial += 1
                 raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
-                                                image, claim, regs, r_tile, r_owner, race,
-                                                faults, counters, prof)
+                                                image, xrow, rstamp, rend, rflag, xserial,
+                                                exact,
+                                                regs, r_tile, r_owner, race, faults, counters,
+                                                prof)
                 t2 = ticks()
                 if not raced and n_self == 0 and n >= parallel_min:
                     copy_parallel(i0, i1, prog, x_src, x_dst, skip, image)

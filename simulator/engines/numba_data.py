@@ -18,7 +18,7 @@ import numba
 from kernels.cost import put_region
 from kernels.dispatch import vertex_execute, vertex_regions
 from kernels.jit import kjit, kjit_parallel
-from simulator.access import bits_any, bits_clear, bits_first_unset, bits_set, find_race
+from simulator.access import bits_first_unset, bits_set, find_race
 from simulator.engines.base import C_FAULTS, F_KERNEL, F_RACE, F_UNINIT, F_XFER_RANGE
 from simulator.engines.ticks import ticks
 
@@ -135,26 +135,33 @@ def copy_parallel(i0, i1, prog, x_src, x_dst, skip, image):  # type: ignore[no-u
 
 
 @kjit
-def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, claim, regs, r_tile,
-                    r_owner, race, faults, counters, prof):  # type: ignore[no-untyped-def]
+def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, rstamp, rend,
+                    rflag, serial, exact, regs, r_tile, r_owner, race, faults, counters,
+                    prof):  # type: ignore[no-untyped-def]
     """The numerics checks of exchange step s (transfers at patched addresses
     x_src / x_dst): each end inside its tile's image window (else
     F_XFER_RANGE, and the transfer is skipped), sources written before
     (F_UNINIT), no race (F_RACE).  Returns (race found, number of
     transfers whose own source and destination overlap).
 
-    The race check is a claim bitmap first (`claim`, shaped like `written`,
-    all clear between steps): every destination is claimed, a destination
-    already claimed or a source touching a claimed byte is a clash, and only
-    a step with a clash (a race, or a transfer overlapping itself) is sorted
-    and swept exactly by `find_race` over its regions.  The bitmap costs a
-    word per 64 bytes moved; the sort, a log factor per transfer."""
+    The race check works on the buffer rows the ends were found in
+    (`xrow[2x]` source, `xrow[2x + 1]` destination, rows of the access
+    index; live tensor buffers of a tile never overlap unless `exact`, which
+    the caller sets when some do): a step is proven race-free when no source
+    lies in a buffer some destination of the step lies in, and within each
+    destination buffer the destinations come in increasing address order
+    without overlap (`rend[row]`: the end of the last one, valid while
+    `rstamp[row] == serial`, a number no other step execution uses).
+    A buffer where either fails is flagged (`rflag[row] = serial`), and the
+    transfer ends in flagged buffers are sorted and swept exactly by
+    `find_race`: a race needs a destination and a second end in its buffer,
+    so no other end can take part in one."""
     x_src_tile, x_dst_tile, x_bytes = prog.x_src_tile, prog.x_dst_tile, prog.x_bytes
     written, tile_row = image.written, image.tile_row
     tile_base, tile_size = image.tile_base, image.tile_size
     t0 = ticks()
     n_self = 0
-    clash = False
+    clash = exact
     for x in range(i0, i1):
         j = x - i0
         nb = x_bytes[x]
@@ -174,29 +181,33 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, claim,
             continue
         if srow == drow and sa - sb < da - db + nb and da - db < sa - sb + nb:
             n_self += 1
-        clash |= bits_any(claim, drow, da - db, nb)
-        bits_set(claim, drow, da - db, nb)
+        k = xrow[2 * x + 1]
+        if rstamp[k] != serial:
+            rstamp[k] = serial
+            rend[k] = da + nb
+        else:
+            if da < rend[k]:
+                rflag[k] = serial
+                clash = True
+            rend[k] = max(rend[k], da + nb)
         bad = bits_first_unset(written, srow, sa - sb, nb)
         if bad >= 0:
             fault(faults, counters, F_UNINIT, s, st, bad + sb, loop, it, x, 0)
     for x in range(i0, i1):
-        j = x - i0
-        if not skip[j]:
-            st = x_src_tile[x]
-            clash |= bits_any(claim, tile_row[st], x_src[j] - tile_base[st], x_bytes[x])
-    for x in range(i0, i1):
-        j = x - i0
-        if not skip[j]:
-            dt = x_dst_tile[x]
-            bits_clear(claim, tile_row[dt], x_dst[j] - tile_base[dt], x_bytes[x])
+        k = xrow[2 * x]
+        if not skip[x - i0] and rstamp[k] == serial:
+            rflag[k] = serial  # a source in a destination buffer (or its own)
+            clash = True
     raced = False
-    if clash:  # the exact check, over both ends of every transfer not skipped
+    if clash:  # the exact check, over the ends in flagged buffers (all if `exact`)
         nreg = 0
         for x in range(i0, i1):
             j = x - i0
             if skip[j]:
                 continue
             for side in range(2):
+                if not exact and rflag[xrow[2 * x + side]] != serial:
+                    continue
                 r_tile[nreg] = x_src_tile[x] if side == 0 else x_dst_tile[x]
                 r_owner[nreg] = x  # vertices never share a step with transfers
                 nreg = put_region(regs, nreg, x_src[j] if side == 0 else x_dst[j], 1, 0, 1, 0,
