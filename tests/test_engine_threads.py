@@ -35,7 +35,8 @@ def test_checks_off_changes_no_cycles() -> None:
 
 def test_numerics_on_the_cores_match_a_run_in_one_thread() -> None:
     # the main thread executes large race-free compute steps and copies large
-    # exchange steps on all cores (simulator.engines.numba_data); a worker thread
+    # exchange steps on all cores, and costs exchange steps beside their checks
+    # (simulator.engines.numba_data, numba_exchange); a worker thread
     # runs everything in program order: the images must agree bit for bit
     import numpy as np
 

@@ -57,7 +57,6 @@ from simulator.access import (
     live_buffer,
     region_span,
     span_of,
-    tile_order,
 )
 from simulator.engines.base import (
     C_CYCLES,
@@ -82,28 +81,27 @@ from simulator.engines.base import (
 from simulator.engines.numba_data import (
     P_KERNEL,
     P_WRITTEN,
-    P_XCHECK,
-    copy_parallel,
-    copy_serial,
-    exchange_checks,
     execute_parallel,
     execute_serial,
     fault,
     finish_execute,
     first_unwritten,
+    mark_parallel,
+)
+from simulator.engines.numba_exchange import (
+    P_XCHECK,
+    copy_parallel,
+    copy_serial,
+    cycles_and_checks,
+    exchange_checks,
+    exchange_cycles,
     mark_copied,
 )
 from simulator.engines.ticks import ticks
 from simulator.package import Package
 from simulator.timing import (
-    DV_IN_BW,
     DV_LOOP,
-    DV_OUT_BW,
     DV_PATCH,
-    DV_RECV,
-    DV_SEND,
-    DV_SEND_MAX,
-    DV_SYNC,
     device_scalars,
     loop_patch_words,
 )
@@ -388,7 +386,7 @@ def _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults,
 
 @kjit_inline
 def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xrow, xhint,
-                    faults, counters):  # type: ignore[no-untyped-def]
+                    faults, counters, emit):  # type: ignore[no-untyped-def]
     """The run-time invariants of transfer x at step s, source then
     destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
     aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`;
@@ -408,17 +406,69 @@ def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, 
                 h = -1
             j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, h)
             if j < 0:
-                fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s, tile,
-                       addr, loop, it, x, nb)
+                if emit:
+                    fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s,
+                          tile, addr, loop, it, x, nb)
                 bad |= 1
                 continue
             xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
             xrow[2 * x + side] = j
             xhint[side] = j
         if addr & (g - 1) != 0:  # g is 1, 2 or 4
-            fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
+            if emit:
+                fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
             bad |= 2
     return bad
+
+
+@kjit_inline
+def _xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
+              faults, counters, checks, emit):  # type: ignore[no-untyped-def]
+    """Transfer x of a step (its j-th): patched addresses into x_src[j] /
+    x_dst[j], the bits of `_check_transfer` into xflag[j] (faults recorded
+    only when `emit`).  A transfer checked clean without patches is not
+    checked again (xok)."""
+    src, dst = prog.x_src_addr[x], prog.x_dst_addr[x]
+    for q in range(prog.xp_ptr[x], prog.xp_ptr[x + 1]):
+        p = prog.xp_list[q]
+        val = _patch(p, ctr, prog)
+        if prog.p_target[p] == PATCH_XFER_SRC:
+            src = val
+        else:
+            dst = val
+    x_src[j] = src
+    x_dst[j] = dst
+    xflag[j] = 0
+    if checks and not xok[x]:
+        xbad = _check_transfer(s, loop, it, x, prog.x_src_tile[x], src, prog.x_dst_tile[x], dst,
+                               prog.x_bytes[x], prog.b_ptr, prog.b_table, xbuf, xrow, xhint,
+                               faults, counters, emit)
+        xflag[j] = xbad
+        if xbad == 0 and prog.xp_ptr[x] == prog.xp_ptr[x + 1]:
+            xok[x] = True
+
+
+@kjit
+def _xfer_pass(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
+               faults, counters, checks):  # type: ignore[no-untyped-def]
+    """`_xfer_one` for transfers i0..i1 in order, recording faults."""
+    for x in range(i0, i1):
+        _xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
+                  faults, counters, checks, True)
+
+
+@kjit_parallel
+def _xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xok,
+                        faults, counters, checks):  # type: ignore[no-untyped-def]
+    """`_xfer_pass` over the cores, recording no fault (every write goes to
+    the transfer's own entries; the caller reports the flagged ones)."""
+    n = i1 - i0
+    chunks = min(n, PARALLEL_CHUNKS)
+    for ch in numba.prange(chunks):
+        xhint = np.full(2, -1, dtype=np.int64)
+        for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
+            _xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint,
+                      xok, faults, counters, checks, False)
 
 
 @kjit
@@ -435,10 +485,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
     step_trips, step_match = prog.step_trips, prog.step_match
     v_tile, v_kernel = prog.v_tile, prog.v_kernel
-    x_src_tile, x_src_addr, x_bytes = prog.x_src_tile, prog.x_src_addr, prog.x_bytes
-    x_dst_tile, x_dst_addr = prog.x_dst_tile, prog.x_dst_addr
-    xp_ptr, xp_list = prog.xp_ptr, prog.xp_list
-    p_target, loop_patch = prog.p_target, prog.loop_patch
+    x_src_tile, x_dst_tile, x_bytes = prog.x_src_tile, prog.x_dst_tile, prog.x_bytes
+    xp_ptr, loop_patch = prog.xp_ptr, prog.loop_patch
     _mem, written, tile_row = image.mem, image.written, image.tile_row
     tile_base, tile_size = image.tile_base, image.tile_size
     cycles_per_step, tile_busy, faults = out.cycles_per_step, out.tile_busy, out.faults
@@ -468,6 +516,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     skip = np.zeros(max_items, dtype=np.bool_)
     status = np.zeros(max_items, dtype=np.int64)  # kernel status per vertex of a step
     spent = np.zeros(max_items, dtype=np.int64)  # ticks per vertex of a step
+    xflag = np.zeros(max_items, dtype=np.int64)  # _check_transfer bits per transfer of a step
     x_src = np.zeros(max_items, dtype=np.int64)
     x_dst = np.zeros(max_items, dtype=np.int64)
     keys = np.zeros(max_items, dtype=np.int64)  # source address per transfer of a step
@@ -495,6 +544,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     rflag = np.zeros_like(rstamp)
     xserial = np.int64(0)
     exact = opts[OPT_OVERLAP] != 0
+    xres = np.zeros(3, dtype=np.int64)  # an exchange step's (cycles, race, self-overlaps)
     xok = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # unpatched transfers checked clean
     xhint = np.full(2, -1, dtype=np.int64)  # buffer rows the last transfer's ends were in
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
@@ -597,37 +647,35 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                     raced = False
                 t3 = ticks()
                 prof[P_RACE] += t3 - t2
-                if not raced and i1 - i0 >= parallel_min:
+                par = not raced and i1 - i0 >= parallel_min
+                if par:
                     execute_parallel(i0, i1, v_tile, v_kernel, args, skip, image, status, spent)
                 else:
                     execute_serial(i0, i1, v_tile, v_kernel, args, skip, image, status, spent)
-                prof[P_EXEC] += ticks() - t3
+                t4 = ticks()
+                prof[P_EXEC] += t4 - t3
                 finish_execute(i0, i1, s, loop, it, v_tile, v_kernel, args, skip, image, vr,
-                               status, spent, faults, counters, prof)
+                               status, spent, faults, counters, prof, par)
+                if par:
+                    mark_parallel(i0, i1, v_tile, v_kernel, args, skip, status, image)
+                    prof[P_WRITTEN] += ticks() - t4
         elif kind == STEP_EXCHANGE:
             i0, i1 = step_xfer[s], step_xfer[s + 1]
             n = i1 - i0
             t0 = ticks()
+            if n >= parallel_min:
+                _xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf,
+                                    xrow, xok, faults, counters, checks)
+            else:
+                _xfer_pass(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow,
+                           xhint, xok, faults, counters, checks)
             for x in range(i0, i1):
-                src, dst = x_src_addr[x], x_dst_addr[x]
-                for q in range(xp_ptr[x], xp_ptr[x + 1]):
-                    p = xp_list[q]
-                    val = _patch(p, ctr, prog)
-                    if p_target[p] == PATCH_XFER_SRC:
-                        src = val
-                    else:
-                        dst = val
-                x_src[x - i0] = src
-                x_dst[x - i0] = dst
+                if xflag[x - i0] != 0 and n >= parallel_min:  # its faults, in order
+                    _check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0], x_dst_tile[x],
+                                    x_dst[x - i0], x_bytes[x], b_ptr, b_table, xbuf, xrow, xhint,
+                                    faults, counters, True)
+                skip[x - i0] = (xflag[x - i0] & 1) != 0
                 nb = x_bytes[x]
-                skip[x - i0] = False
-                if checks and not xok[x]:
-                    xbad = _check_transfer(s, loop, it, x, x_src_tile[x], src, x_dst_tile[x], dst,
-                                           nb, b_ptr, b_table, xbuf, xrow, xhint, faults,
-                                           counters)
-                    skip[x - i0] = (xbad & 1) != 0
-                    if xbad == 0 and xp_ptr[x] == xp_ptr[x + 1]:
-                        xok[x] = True
                 d = x_dst_tile[x]
                 if not mark[d]:
                     mark[d] = True
@@ -636,10 +684,12 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 acc[d] += nb
                 n_in[d] += 1
                 bytes_in[d] += nb
-                keys[x - i0] = src
+                keys[x - i0] = x_src[x - i0]
                 ktile[x - i0] = x_src_tile[x]
             t1 = ticks()
             prof[P_XFER] += t1 - t0
+            checked = False
+            xcheck0 = prof[P_XCHECK]
             if xcyc[s] >= 0:  # no patched transfer: same cycles and multicast groups
                 step_c = xcyc[s]
                 for x in range(i0, i1):
@@ -648,26 +698,39 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                     mark[x_dst_tile[x]] = False
                     if xout[x]:
                         bytes_out[x_src_tile[x]] += x_bytes[x]
-            else:
-                step_c = _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out,
-                                          mark, touched, n_touched, bytes_out, xout, devv)
-                if xp_ptr[i0] == xp_ptr[i1]:
-                    xcyc[s] = step_c
-            counters[C_TRANSFERS] += n
-            prof[P_XCYCLES] += ticks() - t1
-            if numerics:
+            elif numerics and n >= parallel_min:  # the cycles beside the checks
                 xserial += 1
-                raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
-                                                image, xrow, rstamp, rend, rflag, xserial,
-                                                exact,
-                                                regs, r_tile, r_owner, race, faults, counters,
-                                                prof)
+                cycles_and_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow,
+                                  rstamp, rend, rflag, xserial, exact, regs, r_tile, r_owner,
+                                  race, faults, counters, prof, keys, ktile, acc, acc2, n_in,
+                                  n_out, mark, touched, n_touched, bytes_out, xout, devv, xres)
+                step_c = xres[0]
+                checked = True
+            else:
+                step_c = exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out,
+                                         mark, touched, n_touched, bytes_out, xout, devv)
+            if xcyc[s] < 0 and xp_ptr[i0] == xp_ptr[i1]:
+                xcyc[s] = step_c
+            counters[C_TRANSFERS] += n
+            t2 = ticks()
+            if checked:  # both phases ran at once: the checks charged their own ticks
+                prof[P_XCYCLES] += max(0, t2 - t1 - (prof[P_XCHECK] - xcheck0))
+            else:
+                prof[P_XCYCLES] += t2 - t1
+            if numerics:
+                if not checked:
+                    xserial += 1
+                    xres[1], xres[2] = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst,
+                                                       skip, image, xrow, rstamp, rend, rflag,
+                                                       xserial, exact, regs, r_tile, r_owner,
+                                                       race, faults, counters, prof)
+                raced, n_self = xres[1] != 0, xres[2]
                 t2 = ticks()
                 if not raced and n_self == 0 and n >= parallel_min:
-                    copy_parallel(i0, i1, prog, x_src, x_dst, skip, image)
+                    copy_parallel(i0, i1, prog, x_src, x_dst, skip, image)  # and marks
                 else:
                     copy_serial(i0, i1, prog, x_src, x_dst, skip, image, stage, raced)
-                mark_copied(i0, i1, prog, x_dst, skip, image)
+                    mark_copied(i0, i1, prog, x_dst, skip, image)
                 prof[P_XCOPY] += ticks() - t2
         else:
             step_c = np.int64(0)
@@ -676,47 +739,3 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
         s += 1
     counters[C_CYCLES] = total
     prof[P_TOTAL] += ticks() - t_start
-
-
-@kjit
-def _exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark, touched,
-                     n_touched, bytes_out, xout, devv):  # type: ignore[no-untyped-def]
-    """Cycles of one exchange step (simulator.timing) from the bytes in and
-    receives already in `acc` / `n_in`; counts bytes out and send instructions
-    once per distinct (src tile, src addr, bytes) and records in `xout` which
-    transfers counted; resets the per-tile scratch."""
-    n = i1 - i0
-    order = tile_order(ktile, keys, n)
-    for j in range(n):
-        x = i0 + order[j]
-        dup = False
-        k = j - 1
-        while (k >= 0 and keys[order[k]] == keys[order[j]]
-               and ktile[order[k]] == ktile[order[j]]):
-            if x_bytes[i0 + order[k]] == x_bytes[x]:
-                dup = True
-                break
-            k -= 1
-        xout[x] = not dup
-        if dup:
-            continue
-        t = ktile[order[j]]
-        if not mark[t]:
-            mark[t] = True
-            touched[n_touched] = t
-            n_touched += 1
-        acc2[t] += x_bytes[x]
-        n_out[t] += (x_bytes[x] + devv[DV_SEND_MAX] - 1) // devv[DV_SEND_MAX]
-        bytes_out[t] += x_bytes[x]
-    step_c = np.int64(0)
-    for k in range(n_touched):
-        t = touched[k]
-        c_in = max((acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], n_in[t] * devv[DV_RECV])
-        c_out = max((acc2[t] + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW], n_out[t] * devv[DV_SEND])
-        step_c = max(step_c, c_in, c_out)
-        acc[t] = 0
-        acc2[t] = 0
-        n_in[t] = 0
-        n_out[t] = 0
-        mark[t] = False
-    return step_c + devv[DV_SYNC]
