@@ -448,20 +448,12 @@ def _xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhi
             xok[x] = True
 
 
-@kjit
-def _xfer_pass(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
-               faults, counters, checks):  # type: ignore[no-untyped-def]
-    """`_xfer_one` for transfers i0..i1 in order, recording faults."""
-    for x in range(i0, i1):
-        _xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
-                  faults, counters, checks, True)
-
-
 @kjit_parallel
 def _xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xok,
                         faults, counters, checks):  # type: ignore[no-untyped-def]
-    """`_xfer_pass` over the cores, recording no fault (every write goes to
-    the transfer's own entries; the caller reports the flagged ones)."""
+    """`_xfer_one` for transfers i0..i1 over the cores, recording no fault
+    (every write goes to the transfer's own entries; the caller reports the
+    flagged ones)."""
     n = i1 - i0
     chunks = min(n, PARALLEL_CHUNKS)
     for ch in numba.prange(chunks):
@@ -663,14 +655,18 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
             i0, i1 = step_xfer[s], step_xfer[s + 1]
             n = i1 - i0
             t0 = ticks()
-            if n >= parallel_min:
+            # on the cores with numerics only: a timing-only step's checks are
+            # too little work to pay for waking the threads
+            xpar = numerics and n >= parallel_min
+            if xpar:
                 _xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf,
                                     xrow, xok, faults, counters, checks)
-            else:
-                _xfer_pass(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow,
-                           xhint, xok, faults, counters, checks)
+            else:  # inline: a call passing `prog` made this 4x slower
+                for x in range(i0, i1):
+                    _xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow,
+                              xhint, xok, faults, counters, checks, True)
             for x in range(i0, i1):
-                if xflag[x - i0] != 0 and n >= parallel_min:  # its faults, in order
+                if xflag[x - i0] != 0 and xpar:  # its faults, in order
                     _check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0], x_dst_tile[x],
                                     x_dst[x - i0], x_bytes[x], b_ptr, b_table, xbuf, xrow, xhint,
                                     faults, counters, True)
