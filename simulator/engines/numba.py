@@ -39,8 +39,6 @@ import numpy as np
 from kernels.abi import (
     KERNEL_IDS,
     N_ARGS,
-    PATCH_ARITH,
-    PATCH_XFER_SRC,
     STEP_COMPUTE,
     STEP_EXCHANGE,
     STEP_REPEAT_BEGIN,
@@ -64,13 +62,11 @@ from simulator.engines.base import (
     C_TRANSFERS,
     C_VERTICES,
     F_ARGS,
-    F_DST_BUFFER,
     F_MISALIGNED,
     F_NO_BUFFER,
     F_NO_REGIONS,
     F_RACE,
     F_RANGE,
-    F_SRC_BUFFER,
     F_UNINIT,
     FAULT_COLS,
     MAX_FAULTS,
@@ -81,6 +77,7 @@ from simulator.engines.base import (
 from simulator.engines.numba_data import (
     P_KERNEL,
     P_WRITTEN,
+    PARALLEL_CHUNKS,
     execute_parallel,
     execute_serial,
     fault,
@@ -90,12 +87,16 @@ from simulator.engines.numba_data import (
 )
 from simulator.engines.numba_exchange import (
     P_XCHECK,
+    check_transfer,
     copy_parallel,
     copy_serial,
     cycles_and_checks,
     exchange_checks,
     exchange_cycles,
     mark_copied,
+    patch_value,
+    xfer_one,
+    xfer_pass_parallel,
 )
 from simulator.engines.ticks import ticks
 from simulator.package import Package
@@ -112,9 +113,6 @@ MAX_DEPTH = 32
 # cores (`_vertex_pass_parallel`) when the engine runs in the main thread;
 # smaller ones, and all in other threads, in this thread
 PARALLEL_VERTICES = 512
-# chunks of such a step, each with its own argument rows: a constant, since
-# asking Numba for its thread count would make the pass uncacheable
-PARALLEL_CHUNKS = 64
 SERIAL = 1 << 62  # the threshold that keeps a run out of the thread pool
 OPT_PARALLEL_MIN, OPT_CHECKS, OPT_OVERLAP = 0, 1, 2  # run options of _superstep_loop
 # the profile (Outputs.prof, in time-stamp ticks): where the loop's time went;
@@ -295,7 +293,7 @@ def _fill_args(v, row, prog, ctr):  # type: ignore[no-untyped-def]
         row[j] = prog.v_args[v, j]
     for q in range(prog.vp_ptr[v], prog.vp_ptr[v + 1]):
         p = prog.vp_list[q]
-        row[prog.p_arg[p]] = _patch(p, ctr, prog)
+        row[prog.p_arg[p]] = patch_value(p, ctr, prog)
 
 
 @kjit_inline
@@ -382,94 +380,6 @@ def _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults,
         return
     _check_regions(s, loop, it, v, tile, vr, nr, prog.b_ptr, prog.b_table, vbuf, faults,
                    counters, True)
-
-
-@kjit_inline
-def _check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xrow, xhint,
-                    faults, counters, emit):  # type: ignore[no-untyped-def]
-    """The run-time invariants of transfer x at step s, source then
-    destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
-    aligned (else F_MISALIGNED).  Returns the bit set of `_check_regions`;
-    the access-index row an end was found in goes to `xrow[2x + side]`.
-    `xhint[side]` is the buffer row the previous transfer's end on that side
-    was found in: consecutive transfers mostly read one buffer and fill
-    another, so the lookup tries it first when it is a row of the same tile."""
-    bad = 0
-    g = granule_of(1, 0, 1, 0, nb)
-    for side in range(2):
-        tile = st if side == 0 else dt
-        addr = src if side == 0 else dst
-        k = 4 * x + 2 * side  # the bounds of the buffer found last time (_check_regions)
-        if not (xbuf[k] <= addr and addr + nb <= xbuf[k + 1]):
-            h = xhint[side]
-            if not (b_ptr[tile] <= h and h < b_ptr[tile + 1]):
-                h = -1
-            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, h)
-            if j < 0:
-                if emit:
-                    fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s,
-                          tile, addr, loop, it, x, nb)
-                bad |= 1
-                continue
-            xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
-            xrow[2 * x + side] = j
-            xhint[side] = j
-        if addr & (g - 1) != 0:  # g is 1, 2 or 4
-            if emit:
-                fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
-            bad |= 2
-    return bad
-
-
-@kjit_inline
-def _xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
-              faults, counters, checks, emit):  # type: ignore[no-untyped-def]
-    """Transfer x of a step (its j-th): patched addresses into x_src[j] /
-    x_dst[j], the bits of `_check_transfer` into xflag[j] (faults recorded
-    only when `emit`).  A transfer checked clean without patches is not
-    checked again (xok)."""
-    src, dst = prog.x_src_addr[x], prog.x_dst_addr[x]
-    for q in range(prog.xp_ptr[x], prog.xp_ptr[x + 1]):
-        p = prog.xp_list[q]
-        val = _patch(p, ctr, prog)
-        if prog.p_target[p] == PATCH_XFER_SRC:
-            src = val
-        else:
-            dst = val
-    x_src[j] = src
-    x_dst[j] = dst
-    xflag[j] = 0
-    if checks and not xok[x]:
-        xbad = _check_transfer(s, loop, it, x, prog.x_src_tile[x], src, prog.x_dst_tile[x], dst,
-                               prog.x_bytes[x], prog.b_ptr, prog.b_table, xbuf, xrow, xhint,
-                               faults, counters, emit)
-        xflag[j] = xbad
-        if xbad == 0 and prog.xp_ptr[x] == prog.xp_ptr[x + 1]:
-            xok[x] = True
-
-
-@kjit_parallel
-def _xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xok,
-                        faults, counters, checks):  # type: ignore[no-untyped-def]
-    """`_xfer_one` for transfers i0..i1 over the cores, recording no fault
-    (every write goes to the transfer's own entries; the caller reports the
-    flagged ones)."""
-    n = i1 - i0
-    chunks = min(n, PARALLEL_CHUNKS)
-    for ch in numba.prange(chunks):
-        xhint = np.full(2, -1, dtype=np.int64)
-        for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
-            _xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint,
-                      xok, faults, counters, checks, False)
-
-
-@kjit
-def _patch(p, ctr, prog):  # type: ignore[no-untyped-def]
-    """The value of patch `p` at the loop counters `ctr`."""
-    i = ctr[prog.p_loop[p]]
-    if prog.p_mode[p] == PATCH_ARITH:
-        return prog.p_base[p] + i * prog.p_stride[p]
-    return prog.table_values[prog.p_table[p] + i]
 
 
 @kjit_host
@@ -659,15 +569,15 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
             # too little work to pay for waking the threads
             xpar = numerics and n >= parallel_min
             if xpar:
-                _xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf,
+                xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf,
                                     xrow, xok, faults, counters, checks)
             else:  # inline: a call passing `prog` made this 4x slower
                 for x in range(i0, i1):
-                    _xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow,
+                    xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow,
                               xhint, xok, faults, counters, checks, True)
             for x in range(i0, i1):
                 if xflag[x - i0] != 0 and xpar:  # its faults, in order
-                    _check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0], x_dst_tile[x],
+                    check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0], x_dst_tile[x],
                                     x_dst[x - i0], x_bytes[x], b_ptr, b_table, xbuf, xrow, xhint,
                                     faults, counters, True)
                 skip[x - i0] = (xflag[x - i0] & 1) != 0

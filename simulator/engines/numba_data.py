@@ -28,6 +28,9 @@ P_WRITTEN = 3  # compute: marking written bytes
 P_XCHECK = 6  # exchange: ranges, unwritten reads, race
 P_KERNEL = 8  # + kernel id: executing that kernel's vertices
 PARTS = 4  # tile classes of a parallel marking pass (`part_of`)
+# chunks of a step's items in a parallel pass, each with its own scratch: a
+# constant, since asking Numba for its thread count would make it uncacheable
+PARALLEL_CHUNKS = 64
 
 
 @kjit

@@ -1,5 +1,5 @@
 """The exchange step of the Numba engine (simulator.engines.numba runs the
-loop, applies the transfers' patches and checks their buffers first): its
+loop): its transfers' patched addresses and run-time buffer checks, its
 cycles (simulator.timing), the numerics checks of its transfers and their
 copies in the memory image.
 
@@ -20,15 +20,120 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from kernels.abi import PATCH_ARITH, PATCH_XFER_SRC
 from kernels.cost import put_region
-from kernels.jit import kjit, kjit_parallel
-from simulator.access import bits_first_unset, bits_set, find_race, tile_order
-from simulator.engines.base import F_RACE, F_UNINIT, F_XFER_RANGE
-from simulator.engines.numba_data import PARTS, fault, part_of
+from kernels.jit import kjit, kjit_inline, kjit_parallel
+from simulator.access import (
+    B_ADDR,
+    B_END,
+    bits_first_unset,
+    bits_set,
+    find_race,
+    granule_of,
+    live_buffer,
+    tile_order,
+)
+from simulator.engines.base import (
+    F_DST_BUFFER,
+    F_MISALIGNED,
+    F_RACE,
+    F_SRC_BUFFER,
+    F_UNINIT,
+    F_XFER_RANGE,
+)
+from simulator.engines.numba_data import PARALLEL_CHUNKS, PARTS, fault, part_of
 from simulator.engines.ticks import ticks
 from simulator.timing import DV_IN_BW, DV_OUT_BW, DV_RECV, DV_SEND, DV_SEND_MAX, DV_SYNC
 
 P_XCHECK = 6  # the profile's phase (Outputs.prof) of exchange_checks
+
+
+@kjit_inline
+def check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xrow, xhint,
+                    faults, counters, emit):  # type: ignore[no-untyped-def]
+    """The run-time invariants of transfer x at step s, source then
+    destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
+    aligned (else F_MISALIGNED).  Returns the bit set of `simulator.engines.numba._check_regions`;
+    the access-index row an end was found in goes to `xrow[2x + side]`.
+    `xhint[side]` is the buffer row the previous transfer's end on that side
+    was found in: consecutive transfers mostly read one buffer and fill
+    another, so the lookup tries it first when it is a row of the same tile."""
+    bad = 0
+    g = granule_of(1, 0, 1, 0, nb)
+    for side in range(2):
+        tile = st if side == 0 else dt
+        addr = src if side == 0 else dst
+        k = 4 * x + 2 * side  # the bounds of the buffer found last time (as _check_regions does)
+        if not (xbuf[k] <= addr and addr + nb <= xbuf[k + 1]):
+            h = xhint[side]
+            if not (b_ptr[tile] <= h and h < b_ptr[tile + 1]):
+                h = -1
+            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, h)
+            if j < 0:
+                if emit:
+                    fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s,
+                          tile, addr, loop, it, x, nb)
+                bad |= 1
+                continue
+            xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
+            xrow[2 * x + side] = j
+            xhint[side] = j
+        if addr & (g - 1) != 0:  # g is 1, 2 or 4
+            if emit:
+                fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
+            bad |= 2
+    return bad
+
+
+@kjit_inline
+def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
+              faults, counters, checks, emit):  # type: ignore[no-untyped-def]
+    """Transfer x of a step (its j-th): patched addresses into x_src[j] /
+    x_dst[j], the bits of `check_transfer` into xflag[j] (faults recorded
+    only when `emit`).  A transfer checked clean without patches is not
+    checked again (xok)."""
+    src, dst = prog.x_src_addr[x], prog.x_dst_addr[x]
+    for q in range(prog.xp_ptr[x], prog.xp_ptr[x + 1]):
+        p = prog.xp_list[q]
+        val = patch_value(p, ctr, prog)
+        if prog.p_target[p] == PATCH_XFER_SRC:
+            src = val
+        else:
+            dst = val
+    x_src[j] = src
+    x_dst[j] = dst
+    xflag[j] = 0
+    if checks and not xok[x]:
+        xbad = check_transfer(s, loop, it, x, prog.x_src_tile[x], src, prog.x_dst_tile[x], dst,
+                               prog.x_bytes[x], prog.b_ptr, prog.b_table, xbuf, xrow, xhint,
+                               faults, counters, emit)
+        xflag[j] = xbad
+        if xbad == 0 and prog.xp_ptr[x] == prog.xp_ptr[x + 1]:
+            xok[x] = True
+
+
+@kjit_parallel
+def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xok,
+                        faults, counters, checks):  # type: ignore[no-untyped-def]
+    """`xfer_one` for transfers i0..i1 over the cores, recording no fault
+    (every write goes to the transfer's own entries; the caller reports the
+    flagged ones)."""
+    n = i1 - i0
+    chunks = min(n, PARALLEL_CHUNKS)
+    for ch in numba.prange(chunks):
+        xhint = np.full(2, -1, dtype=np.int64)
+        for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
+            xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint,
+                      xok, faults, counters, checks, False)
+
+
+@kjit_inline
+def patch_value(p, ctr, prog):  # type: ignore[no-untyped-def]
+    """The value of patch `p` at the loop counters `ctr`."""
+    i = ctr[prog.p_loop[p]]
+    if prog.p_mode[p] == PATCH_ARITH:
+        return prog.p_base[p] + i * prog.p_stride[p]
+    return prog.table_values[prog.p_table[p] + i]
 
 
 @kjit_parallel
