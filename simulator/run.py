@@ -10,7 +10,9 @@
    memory hold nothing a vertex or transfer may touch, so an access there is
    out of range), and writes every input/parameter block: the logical float32
    slice is divided by 2**scale_exp and encoded to the block's dtype
-   (kernels.dtypes), rows placed at `addr + a*ld0 + b*ld1`;
+   (kernels.dtypes), rows placed at `addr + a*ld0 + b*ld1`; the image's
+   mappings come from and go back to `simulator.image_pool`, so a run after
+   a run does not fault its pages in again;
 3. runs the chosen engine (simulator.engines: "numba", the jitted superstep
    loop, or "simpy", the event-level twin for small packages);
 4. reads each output's blocks back, decodes them and multiplies by
@@ -20,7 +22,6 @@
 
 from __future__ import annotations
 
-import mmap
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from kernels.exceptions import PackageInvalid, SimulationFault
 from kernels.jit import kjit
+from simulator import image_pool
 from simulator.access import bits_set
 from simulator.engines.base import (
     ENGINES,
@@ -143,6 +145,8 @@ def run(
                 outputs[t.name] = arr
                 faults += bad
                 n_faults += len(bad)
+        _give_back(image)
+        image = None
     profile = {"package: structure check": t_check, "image: build": t_image, **out.profile,
                "outputs: read": time.perf_counter() - t0}
     return SimResult(
@@ -206,20 +210,16 @@ def _empty_image(pkg: Package) -> MemoryImage:
     tile_base = np.where(tile_row >= 0, lo, -1)
     tile_size = np.where(tile_row >= 0, hi - lo, 0)
     width = int(-(-max(int(tile_size.max(initial=0)), 1) // 8) * 8)
-    return MemoryImage(_zeroed((tiles.size, width), np.uint8),
-                       _zeroed((tiles.size, -(-width // 64)), np.uint64), tile_row, tile_base,
-                       tile_size)
+    mem, written = image_pool.take(tiles.size, width)
+    return MemoryImage(mem, written, tile_row, tile_base, tile_size)
 
 
-def _zeroed(shape: tuple[int, int], dtype: type) -> np.ndarray:
-    """A zero-filled array on its own anonymous mapping, faulted in lazily
-    with small pages.  (np.zeros asks for transparent huge pages; on a busy
-    machine each first touch of a huge page can stall for milliseconds in
-    memory compaction, and an image is touched sparsely, tile by tile.)"""
-    count = shape[0] * shape[1]
-    nbytes = max(count * np.dtype(dtype).itemsize, 1)
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+def _give_back(image: MemoryImage) -> None:
+    """Hand a run's own image to simulator.image_pool for the next run."""
+    sizes = np.zeros(image.mem.shape[0], dtype=np.int64)
+    used = image.tile_row >= 0
+    sizes[image.tile_row[used]] = image.tile_size[used]
+    image_pool.give(image.mem, image.written, sizes)
 
 
 def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarray, list[Fault]]:

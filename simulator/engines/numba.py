@@ -407,14 +407,19 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     ctr = np.zeros(max(n_steps, 1), dtype=np.int64)
     stack = np.zeros(MAX_DEPTH, dtype=np.int64)
     depth = 0
-    max_items = 1
+    max_vtx, max_xfer = 1, 1
     for s in range(n_steps):
-        max_items = max(max_items, step_vtx[s + 1] - step_vtx[s], step_xfer[s + 1] - step_xfer[s])
-    args = np.zeros((max_items if numerics else 1, N_ARGS), dtype=np.int64)
-    n_reg_max = max_items * 8 if numerics else 1
-    regs = np.zeros((n_reg_max, R_LEN), dtype=np.int64)
-    r_tile = np.zeros(n_reg_max, dtype=np.int64)
-    r_owner = np.zeros(n_reg_max, dtype=np.int64)
+        max_vtx = max(max_vtx, step_vtx[s + 1] - step_vtx[s])
+        max_xfer = max(max_xfer, step_xfer[s + 1] - step_xfer[s])
+    max_items = max(max_vtx, max_xfer)
+    args = np.zeros((max_vtx if numerics else 1, N_ARGS), dtype=np.int64)
+    # the race checks' regions: up to 8 per vertex of a compute step, 2 per
+    # transfer of an exchange step; written before they are read, so left
+    # unzeroed (zeroing tens of MB faults in every page, each run)
+    n_reg_max = max(8 * max_vtx, 2 * max_xfer) if numerics else 1
+    regs = np.empty((n_reg_max, R_LEN), dtype=np.int64)
+    r_tile = np.empty(n_reg_max, dtype=np.int64)
+    r_owner = np.empty(n_reg_max, dtype=np.int64)
     skip = np.zeros(max_items, dtype=np.bool_)
     status = np.zeros(max_items, dtype=np.int64)  # kernel status per vertex of a step
     spent = np.zeros(max_items, dtype=np.int64)  # ticks per vertex of a step
