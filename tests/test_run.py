@@ -7,7 +7,7 @@ import pytest
 
 from kernels.exceptions import ConfigError, SimulationFault
 from simulator import load_device, run, verify
-from simulator.engines.base import F_OUTPUT, F_UNINIT
+from simulator.engines.base import F_ARGS, F_OUTPUT, F_UNINIT
 from simulator.testing import ksplit_matmul, repeat_program, repeat_reference
 
 
@@ -175,3 +175,18 @@ def test_cli_simulate_exits_1_on_faults(ksplit, tmp_path, capsys) -> None:  # ty
     assert main(["simulate", str(path)]) == 1
     out = capsys.readouterr().out
     assert "faults 1" in out and "read of never-written memory at step 2" in out
+
+
+def test_a_compute_steps_faults_come_in_vertex_order(ksplit) -> None:  # type: ignore[no-untyped-def]
+    """The region checks run on the cores, the reports after them: vertex 0's
+    unwritten read still comes before vertex 1's rejected arguments."""
+    pkg, params, inputs, _ = ksplit
+    args = pkg["v_args"].copy()
+    c_at = int(args[0, 4])
+    args[0, 0] = c_at + 8 * 16 * 4  # tile 0 reads A from the landing buffer, unwritten yet
+    args[1, 6] = 0  # tile 1: M = 0
+    res = run(pkg.with_arrays(v_args=args), params=params, inputs=inputs)
+    first, second = res.faults[:2]
+    assert (first.code, first.step, first.tile, first.item) == (F_UNINIT, 0, 0, 0)
+    assert first.address == c_at + 8 * 16 * 4
+    assert (second.code, second.step, second.tile, second.item) == (F_ARGS, 0, 1, 1)

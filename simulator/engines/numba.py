@@ -44,7 +44,7 @@ from kernels.abi import (
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
 )
-from kernels.dispatch import vertex_check, vertex_cost, vertex_regions
+from kernels.dispatch import vertex_check, vertex_cost
 from kernels.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 from simulator.access import (
     B_ADDR,
@@ -84,6 +84,8 @@ from simulator.engines.numba_data import (
     finish_execute,
     first_unwritten,
     mark_parallel,
+    regions_parallel,
+    regions_serial,
 )
 from simulator.engines.numba_exchange import (
     P_XCHECK,
@@ -420,6 +422,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     regs = np.empty((n_reg_max, R_LEN), dtype=np.int64)
     r_tile = np.empty(n_reg_max, dtype=np.int64)
     r_owner = np.empty(n_reg_max, dtype=np.int64)
+    vnr = np.zeros(max_vtx if numerics else 1, dtype=np.int64)  # regions per vertex of a step
+    vbad = np.zeros_like(vnr)  # 1: a vertex's region is out of range or reads unwritten bytes
     skip = np.zeros(max_items, dtype=np.bool_)
     status = np.zeros(max_items, dtype=np.int64)  # kernel status per vertex of a step
     spent = np.zeros(max_items, dtype=np.int64)  # ticks per vertex of a step
@@ -499,7 +503,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
             for v in range(i0, i1):
                 tile = v_tile[v]
                 c = vcost[v]
-                if vflag[v] != 0:
+                if vflag[v] != 0 and not numerics:  # with numerics: below, in order
                     _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults, counters)
                 if not mark[tile]:
                     mark[tile] = True
@@ -509,32 +513,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 if not numerics:
                     continue
                 skip[v - i0] = (vflag[v] & 1) != 0
-                if skip[v - i0]:
-                    continue
-                row = args[v - i0]
-                _fill_args(v, row, prog, ctr)
-                nr = vertex_regions(v_kernel[v], row, vr)
-                trow = tile_row[tile]
-                tb = tile_base[tile]
-                for r in range(nr):
-                    lo, hi = region_span(vr[r])
-                    if hi <= lo:
-                        continue
-                    # inside a live tensor buffer, so inside the image window unless
-                    # the image is not the package's: memory safety all the same
-                    if trow < 0 or lo < tb or hi > tb + tile_size[tile]:
-                        fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
-                        skip[v - i0] = True
-                        continue
-                    if vr[r, 6] == 0:
-                        bad = first_unwritten(written, trow, vr[r, 0] - tb, vr[r])
-                        if bad >= 0:
-                            fault(faults, counters, F_UNINIT, s, tile, bad + tb, loop, it,
-                                   v, 0)
-                    regs[nreg, :] = vr[r]
-                    r_tile[nreg] = tile
-                    r_owner[nreg] = v
-                    nreg += 1
+                if not skip[v - i0]:
+                    _fill_args(v, args[v - i0], prog, ctr)
             step_c = np.int64(0)
             for k in range(n_touched):
                 t = touched[k]
@@ -543,7 +523,40 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 acc[t] = 0
                 mark[t] = False
             counters[C_VERTICES] += i1 - i0
-            if numerics:
+            if numerics:  # regions found and checked on the cores, faults reported in order
+                if i1 - i0 >= parallel_min:
+                    regions_parallel(i0, i1, v_tile, v_kernel, args, skip, image, regs, vnr, vbad)
+                else:
+                    regions_serial(i0, i1, v_tile, v_kernel, args, skip, image, regs, vnr, vbad)
+                for j in range(i1 - i0):
+                    v = i0 + j
+                    if vflag[v] != 0:
+                        _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults, counters)
+                    if skip[j]:
+                        continue
+                    tile = v_tile[v]
+                    trow, tb = tile_row[tile], tile_base[tile]
+                    for r in range(vnr[j]):
+                        k = 8 * j + r
+                        lo, hi = region_span(regs[k])
+                        if hi <= lo:
+                            continue
+                        if vbad[j] != 0:  # inside a live tensor buffer, so inside the
+                            # image window unless the image is not the package's
+                            if trow < 0 or lo < tb or hi > tb + tile_size[tile]:
+                                fault(faults, counters, F_RANGE, s, tile, lo, loop, it, v, hi - lo)
+                                skip[j] = True
+                                continue
+                            if regs[k, 6] == 0:
+                                bad = first_unwritten(written, trow, regs[k, 0] - tb, regs[k])
+                                if bad >= 0:
+                                    fault(faults, counters, F_UNINIT, s, tile, bad + tb, loop,
+                                          it, v, 0)
+                        if nreg != k:  # compacted: nreg <= k, rows ahead stay untouched
+                            regs[nreg, :] = regs[k]
+                        r_tile[nreg] = tile
+                        r_owner[nreg] = v
+                        nreg += 1
                 t2 = ticks()
                 prof[P_CHECK] += t2 - t1
                 if find_race(regs, r_tile, r_owner, nreg, race):

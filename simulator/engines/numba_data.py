@@ -18,8 +18,8 @@ import numba
 import numpy as np
 
 from kernels.dispatch import vertex_execute, vertex_regions
-from kernels.jit import kjit, kjit_parallel
-from simulator.access import R_LEN, bits_first_unset, bits_set
+from kernels.jit import kjit, kjit_inline, kjit_parallel
+from simulator.access import R_LEN, bits_first_unset, bits_set, region_span
 from simulator.engines.base import C_FAULTS, F_KERNEL
 from simulator.engines.ticks import ticks
 
@@ -141,3 +141,46 @@ def finish_execute(i0, i1, s, loop, it, v_tile, v_kernel, args, skip, image, vr,
         elif not parallel:
             _mark_vertex(j, v, v_tile, v_kernel, args, image, vr)
     prof[P_WRITTEN] += ticks() - t0
+
+
+@kjit_inline
+def _regions_of(j, v, v_tile, v_kernel, args, image, regs, vnr):  # type: ignore[no-untyped-def]
+    """Vertex v's (position j of its step) regions into regs[8j:8j + 8] and
+    their number into vnr[j]; returns 1 when one of them lies outside the
+    tile's image window or reads a byte never written, else 0."""
+    t = v_tile[v]
+    trow, tb, size = image.tile_row[t], image.tile_base[t], image.tile_size[t]
+    nr = max(vertex_regions(v_kernel[v], args[j], regs[8 * j:8 * j + 8]), 0)
+    vnr[j] = nr
+    for r in range(nr):
+        reg = regs[8 * j + r]
+        lo, hi = region_span(reg)
+        if hi <= lo:
+            continue
+        if trow < 0 or lo < tb or hi > tb + size:
+            return 1
+        if reg[6] == 0 and first_unwritten(image.written, trow, reg[0] - tb, reg) >= 0:
+            return 1
+    return 0
+
+
+@kjit_parallel
+def regions_parallel(i0, i1, v_tile, v_kernel, args, skip, image, regs, vnr, vbad):  # type: ignore[no-untyped-def]
+    """`regions_serial` over the cores."""
+    for j in numba.prange(i1 - i0):
+        vnr[j] = 0
+        vbad[j] = 0 if skip[j] else _regions_of(j, i0 + j, v_tile, v_kernel, args, image, regs,
+                                                 vnr)
+
+
+@kjit
+def regions_serial(i0, i1, v_tile, v_kernel, args, skip, image, regs, vnr, vbad):  # type: ignore[no-untyped-def]
+    """The numerics checks of a compute step's vertices (i0..i1, args[j]
+    patched, skip[j] those that must not run), without reporting: vertex
+    j's regions in regs[8j:8j + 8] (vnr[j] of them) and vbad[j] = 1 when
+    one is out of the image window or reads unwritten bytes; the engine
+    reports those vertices' faults in order (simulator.engines.numba)."""
+    for j in range(i1 - i0):
+        vnr[j] = 0
+        vbad[j] = 0 if skip[j] else _regions_of(j, i0 + j, v_tile, v_kernel, args, image, regs,
+                                                 vnr)
