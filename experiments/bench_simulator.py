@@ -38,8 +38,12 @@ whole tower): siglip-so400m on c600, the default baseline (no optimizer
 steps), `planner.reference` against `simulator.run(..., numerics=True)` with
 the run-time checks on (they always are with numerics), one untimed warm-up
 of each, then `--repeats` timed runs alternating; medians and their ratio
-(target <= 1.5x).  Peak RSS is the process's high-water mark after that row
-(`resource.getrusage`), so it only grows down the table.  The outputs are
+(target <= 1.5x).  Like any run after a run in one process, the timed runs
+reuse the memory image's mappings (simulator.image_pool); a process's first
+numerics run also faults them in (1 layer: about 70k pages, 0.1-0.2 s
+here).  Peak RSS is the process's high-water mark after that row
+(`resource.getrusage`), so it only grows down the table (the kept mappings
+of the 1-layer image count in the 27-layer row's reference runs).  The outputs are
 checked against the reference (relative Frobenius error).  Then the profile
 of the first row's last run (`SimResult.profile`): host seconds per phase of
 the engine loop, the memory image and reading the outputs back.
