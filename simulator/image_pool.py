@@ -4,8 +4,9 @@ A fresh anonymous mapping is faulted in a 4 KiB page at a time on first
 touch, and unmapping it frees every page again.  The image of siglip-so400m
 1 layer on c600 touches about 60k pages (~240 MB of bytes and their bitmap);
 at about 1.8 us a fault on the 2-core development machine (a touch of one
-byte per page of a new 400 MB mapping: 0.18 s), with the unmapping, that was
-half a second of kernel time on the two cores per run, a third of the run.
+byte per page of a new 400 MB mapping: 0.18 s).  With the unmapping (and the
+engine's own scratch, since trimmed), a run spent 0.6 s of kernel time on
+the two cores, of 2.1 s of CPU time.
 
 So `simulator.run` hands its image back (`give`) once it has read the
 outputs, and the next image that fits in the kept mappings reuses them
@@ -16,11 +17,10 @@ not a write), on both cores when called from the main thread.  Every byte
 outside those windows is still zero, so a reused image is indistinguishable
 from a fresh one.
 
-One slot, and only mappings of at most KEEP_BYTES together (a 27-layer
-siglip image is about 1 GB): a process holds at most that much after its
-runs.  `release()` drops the slot, `kept_bytes()` says what it holds.  An
-image a caller built itself (`simulator.run.build_image`) is never taken
-back: it stays the caller's.
+One slot, and only mappings of at most KEEP_BYTES together (1.5 GiB): a
+process holds at most that much after its runs.  `release()` drops the
+slot, `kept_bytes()` says what it holds.  An image a caller built itself
+(`simulator.run.build_image`) is never taken back: it stays the caller's.
 """
 
 from __future__ import annotations
