@@ -11,8 +11,15 @@
   instructions, so each direction costs the larger of the two.
 - REPEAT_END: `loop_overhead_cycles` per iteration, and before each jump back
   `patch_word_cycles` x the patched words of the loop on its busiest tile
-  (`loop_patch_words`: a vertex patch counts on the vertex's tile, a transfer
-  source patch on the source tile, a destination patch on the destination).
+  (`loop_patch_words`).  A patched word is an address word of the tile's code
+  that the Repeat's patch helper rewrites: a vertex patch is one word on the
+  vertex's tile; a destination patch one word on the destination tile (every
+  receive has its own pointer); a source patch rewrites the address of each
+  send instruction of its send on the source tile, ceil(bytes /
+  `send_max_bytes`) words, and a multicast is one send, so the transfers of
+  one step that share (source tile, source address, bytes) and the same patch
+  (arithmetic stride, or table) count once, as they do for bytes out and
+  send instructions above.
 """
 
 from __future__ import annotations
@@ -39,20 +46,34 @@ def device_scalars(dev: Device) -> np.ndarray:
 
 
 def loop_patch_words(pkg: Package) -> np.ndarray:
-    """int64 [steps]: at each REPEAT_BEGIN, the patches its counter drives on
-    the tile with the most of them (0 elsewhere)."""
+    """int64 [steps]: at each REPEAT_BEGIN, the words its counter patches on
+    the tile with the most of them (0 elsewhere; module docstring)."""
     a = pkg.arrays
     out = np.zeros(pkg.n_steps, dtype=np.int64)
     if pkg.n_patches == 0:
         return out
-    target, index = a["p_target"], a["p_index"]
-    tile = np.where(target == PATCH_VERTEX_ARG, a["v_tile"][np.where(
-        target == PATCH_VERTEX_ARG, index, 0)] if pkg.n_vertices else 0, 0)
-    if pkg.n_transfers:
-        xi = np.where(target != PATCH_VERTEX_ARG, index, 0)
-        tile = np.where(target == PATCH_XFER_SRC, a["x_src_tile"][xi], tile)
-        tile = np.where(target > PATCH_XFER_SRC, a["x_dst_tile"][xi], tile)
-    key = a["p_loop"] * pkg.tiles + tile
-    keys, counts = np.unique(key, return_counts=True)
-    np.maximum.at(out, keys // pkg.tiles, counts)
+    target, index, loop = a["p_target"], a["p_index"], a["p_loop"]
+    src = target == PATCH_XFER_SRC
+    rest = ~src
+    tile = np.zeros(target.size, dtype=np.int64)
+    vm = target == PATCH_VERTEX_ARG
+    tile[vm] = a["v_tile"][index[vm]]
+    dm = target > PATCH_XFER_SRC
+    tile[dm] = a["x_dst_tile"][index[dm]]
+    keys = [loop[rest] * pkg.tiles + tile[rest]]
+    words = [np.ones(int(rest.sum()), dtype=np.int64)]
+    if src.any():
+        x = index[src]
+        step = np.searchsorted(a["step_xfer"], x, side="right") - 1
+        # one send: (loop, step, tile, address, bytes, mode, stride, table address)
+        send = np.stack([loop[src], step, a["x_src_tile"][x], a["x_src_addr"][x],
+                         a["x_bytes"][x], a["p_mode"][src], a["p_stride"][src],
+                         a["p_table_addr"][src]], axis=1)
+        send = np.unique(send, axis=0)
+        keys.append(send[:, 0] * pkg.tiles + send[:, 2])
+        words.append(-(-send[:, 4] // pkg.device.costs.send_max_bytes))
+    key, w = np.concatenate(keys), np.concatenate(words)
+    uk, inv = np.unique(key, return_inverse=True)
+    per = np.bincount(inv, weights=w).astype(np.int64)
+    np.maximum.at(out, uk // pkg.tiles, per)
     return out

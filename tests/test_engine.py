@@ -144,6 +144,39 @@ def test_exchange_step_cycles_follow_the_formula_with_multicast(dev: Device) -> 
     assert res.cycles == c.sync_cycles + c.exchange_setup_cycles + 501  # tile 5: ceil(2001 / 4)
 
 
+def test_patched_words_count_a_multicast_send_once_per_instruction(dev: Device) -> None:
+    """A source patch rewrites each send instruction of its send once: a
+    multicast of one patched source counts ceil(bytes / send_max_bytes) words
+    on the source tile; destination patches count one word per receive."""
+    trips, nbytes = 3, 600  # 600 bytes: 3 send instructions of at most 256
+    assert dev.costs.send_max_bytes == 256
+    b = PackageBuilder(dev)
+    base = dev.memory_base
+    b.buffer("w", 0, base, trips * nbytes, "parameter")
+    for t in (1, 2, 3):
+        b.buffer(f"land{t}", t, base, trips * nbytes, "activation")
+    x = b.io("x", "input", (trips, nbytes // 2), "fp16")
+    b.io_block(x, 0, base, (0, 0), (trips, nbytes // 2), 0, nbytes)
+    loop = b.repeat(trips)
+    ids = b.exchange(*[(0, base, t, base, nbytes) for t in (1, 2, 3)])
+    for i in ids:  # one multicast, its source moving one block per iteration
+        b.patch(1, i, 0, loop, base, nbytes)
+    b.patch(2, ids[0], 0, loop, base, nbytes)  # tile 1 lands each block further on
+    b.end_repeat()
+    pkg = b.build()
+    verify(pkg)
+    # tile 0: one send of 3 instructions (not 3 transfers x 1); tile 1: one receive
+    assert int(loop_patch_words(pkg).max()) == 3
+    c = dev.costs
+    res = run(pkg, numerics=False)
+    one = c.sync_cycles + c.exchange_setup_cycles + max(
+        -(-nbytes // c.exchange_out_bytes_per_cycle), 3 * c.send_cycles,
+        -(-nbytes // c.exchange_in_bytes_per_cycle), c.receive_cycles)
+    assert res.cycles == trips * (one + c.loop_overhead_cycles) \
+        + (trips - 1) * 3 * c.patch_word_cycles
+    assert run(pkg, numerics=False, engine="simpy").cycles == res.cycles
+
+
 def test_many_small_transfers_are_bound_by_their_controls(dev: Device) -> None:
     """The supervisor issues one send and one receive control per transfer:
     200 eight-byte transfers into one tile cost 200 receive controls, more

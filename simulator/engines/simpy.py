@@ -36,7 +36,8 @@ The model (one `simpy.Environment`, time in device cycles):
   when all ports are idle.
 - **REPEAT_END**: a timeout of `loop_overhead_cycles` per iteration, plus,
   before a jump back, `patch_word_cycles` per patched word of the loop on its
-  busiest tile; charged to the END step.
+  busiest tile (a multicast send's source patched once, one word per send
+  instruction); charged to the END step.
 
 Event order is SimPy's: (time, priority, insertion sequence); processes are
 created in tile order, so a run is deterministic.
@@ -256,18 +257,34 @@ class _Machine:
             self.cycles_per_step[s] += self.env.now - t0
             s += 1
 
-    @staticmethod
-    def _loop_patch_words(pkg: Package) -> dict[int, int]:
-        """REPEAT_BEGIN step -> patches it drives on its busiest tile."""
+    def _loop_patch_words(self, pkg: Package) -> dict[int, int]:
+        """REPEAT_BEGIN step -> patched words it drives on its busiest tile: a
+        vertex or destination patch is one word on its tile; a source patch
+        one word per send instruction of its send, each send once (a
+        multicast shares one: same step, source, bytes and patch)."""
         a = pkg.arrays
         per: dict[tuple[int, int], int] = {}
+        sends: set[tuple[int, ...]] = set()
         for p in range(pkg.n_patches):
             i = int(a["p_index"][p])
             target = int(a["p_target"][p])
-            tile = int(a["v_tile"][i] if target == PATCH_VERTEX_ARG else
-                       a["x_src_tile"][i] if target == PATCH_XFER_SRC else a["x_dst_tile"][i])
-            key = (int(a["p_loop"][p]), tile)
-            per[key] = per.get(key, 0) + 1
+            loop = int(a["p_loop"][p])
+            words = 1
+            if target == PATCH_VERTEX_ARG:
+                tile = int(a["v_tile"][i])
+            elif target == PATCH_XFER_SRC:
+                tile = int(a["x_src_tile"][i])
+                step = int(np.searchsorted(a["step_xfer"], i, side="right")) - 1
+                nbytes = int(a["x_bytes"][i])
+                send = (loop, step, tile, int(a["x_src_addr"][i]), nbytes,
+                        int(a["p_mode"][p]), int(a["p_stride"][p]), int(a["p_table_addr"][p]))
+                if send in sends:
+                    continue
+                sends.add(send)
+                words = -(-nbytes // self.send_max)
+            else:
+                tile = int(a["x_dst_tile"][i])
+            per[(loop, tile)] = per.get((loop, tile), 0) + words
         out: dict[int, int] = {}
         for (loop, _), n in per.items():
             out[loop] = max(out.get(loop, 0), n)
