@@ -220,8 +220,13 @@ class _Lowerer:
 
     def recipe_of(self, g: Graph, op: Op) -> cat.Recipe:
         # the first shortlisted recipe is the best estimate whatever the
-        # shortlist's length, so the build needs no search parameter
-        shortlist = cat.catalogue(g, op, self.device, cat.DEFAULT_LIMIT, cache=self.cache)
+        # shortlist's length, so the build needs no search parameter; it is
+        # estimated against the plan's canonical packing (an op the plan names
+        # no recipe for, a materialised Cast, runs where the moves are fewest
+        # under the layouts the plan really has)
+        packing = self.plan.packing
+        shortlist = cat.catalogue(g, op, self.device, cat.DEFAULT_LIMIT, packing,
+                                  cache=self.cache)
         key = self.plan.recipe(self.qual(op.name))
         if key is None:
             return shortlist[0]
@@ -229,7 +234,7 @@ class _Lowerer:
             if r.key == key:
                 return r
         try:
-            return cat.recipe_from_key(g, op, self.device, key, cache=self.cache)
+            return cat.recipe_from_key(g, op, self.device, key, packing, cache=self.cache)
         except KeyError:
             raise BuildFailure("lower", -1, 0, 0,
                                f"op {self.qual(op.name)}: unknown recipe {key!r}") from None
