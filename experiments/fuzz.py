@@ -8,7 +8,8 @@ can be re-run alone.  A case is a model table (hidden = heads x head_dim up to
 64, MLP, patch, channels, tokens up to 17, 1-3 layers, batch 1-3, eps) and a
 device table on a shipped preset (tiles 4-256, memory 32-624 KiB, alignment
 1-64, workers 1-8, and a few cost constants drawn within their ranges; one
-case in twenty carries a deliberately invalid field), planned with 0-2
+case in twenty carries a deliberately invalid field), planned from the
+`default` baseline policy (half the cases), `element` or `capacity`, with 0-2
 optimizer steps.  Every case must end as one of
 
 - ok: the package verifies, simulates with zero faults and its outputs match
@@ -50,6 +51,7 @@ class Case:
     model: dict[str, Any]
     device: dict[str, Any]
     optimization_steps: int
+    baseline: str = "default"
 
     def describe(self) -> str:
         def toml(d: dict[str, Any]) -> str:
@@ -58,8 +60,8 @@ class Case:
                       for k, v in d.items() if isinstance(v, dict)]
             return "\n".join(flat) + "".join(tables)
         return (f"fuzz case {self.index} of seed {self.seed} (optimization_steps "
-                f"{self.optimization_steps})\n# model\n{toml(self.model)}\n# device\n"
-                f"{toml(self.device)}")
+                f"{self.optimization_steps}, baseline {self.baseline})\n"
+                f"# model\n{toml(self.model)}\n# device\n{toml(self.device)}")
 
 
 def draw(seed: int, index: int) -> Case:
@@ -98,7 +100,9 @@ def draw(seed: int, index: int) -> Case:
     if rng.random() < 0.05:
         field, value = BAD_FIELDS[int(rng.integers(len(BAD_FIELDS)))]
         (model if field in model else device)[field] = value
-    return Case(seed, index, model, device, int(pick(0, 0, 0, 1, 2)))
+    steps = int(pick(0, 0, 0, 1, 2))
+    return Case(seed, index, model, device, steps, pick("default", "default", "element",
+                                                        "capacity"))
 
 
 def run_case(case: Case) -> tuple[str, str]:
@@ -112,7 +116,8 @@ def run_case(case: Case) -> tuple[str, str]:
         cfg = parse_config(dict(case.model), f"fuzz model {case.index}")
         dev = Device.from_dict(dict(case.device), f"fuzz device {case.index}")
         out = run_model(build_vit(cfg), dev, PipelineConfig(
-            optimization_steps=case.optimization_steps), numerics=True, seed=case.index)
+            optimization_steps=case.optimization_steps, baseline=case.baseline),
+            numerics=True, seed=case.index)
     except BuildFailure as e:
         return "build-failure", str(e)
     except ConfigError as e:

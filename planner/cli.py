@@ -326,7 +326,8 @@ PLAN_ARGS = (
     arg("--operator-candidate-limit", type=count(1), default=8,
         help="catalogue shortlist length per op; default 8"),
     arg("--baseline", default="default", metavar="NAME",
-        help="baseline policy: default, capacity or a registered one (tileplan extensions)"),
+        help="baseline policy: default, element, capacity or a registered one "
+             "(tileplan extensions)"),
     arg("--optimizer", default="local", metavar="NAME",
         help="optimizer: local (default), none or a registered one"),
     arg("--proposals", default="", metavar="KIND,...",

@@ -28,14 +28,38 @@ def test_baseline_is_deterministic_and_complete(c600: simulator.Device) -> None:
     body = g.op("encoder").body  # type: ignore[attr-defined]
     want = sorted([op.name for op in g.ops if op.kind not in ("Repeat", "Cast")]
                   + [f"encoder/{op.name}" for op in body.ops if op.kind != "Cast"])
-    assert [k for k, _ in a.recipes] == want
-    assert all(order == "after" for _, order in a.cast_order)
+    early = sorted(op for op, order in a.cast_order if order == "before")
+    # every op has a recipe; a cast run early runs on its input's canonical owners
+    assert [k for k, _ in a.recipes] == sorted(want + early)
+    assert all(a.recipe(op).startswith("rows:") for op in early)  # type: ignore[union-attr]
     assert len(a.cast_order) == 5 and a.open_boundaries == ()
+    # the element policy: element packing, every cast after redistribution
+    e = baseline_plan(g, c600, policy="element")
+    assert e.packing == "element" and [k for k, _ in e.recipes] == want
+    assert all(order == "after" for _, order in e.cast_order)
+
+
+def test_default_policy_takes_the_cheaper_packing_and_cast_orders(
+        c600: simulator.Device) -> None:
+    """On siglip-so400m-map (c600) the estimates choose rows packing and every
+    encoder cast early; each draft is the policy at its packing."""
+    from planner.search.context import PlanningContext
+    from planner.search.policies import DEFAULT_PACKINGS, _default_at
+
+    g = planner.load_model("siglip-so400m-map", layers=2)
+    ctx = PlanningContext()
+    drafts = {p: _default_at(g, c600, 8, ctx, p) for p in DEFAULT_PACKINGS}
+    plan = baseline_plan(g, c600, ctx=ctx)
+    assert plan.packing == "rows" and plan == drafts["rows"][0]
+    assert drafts["rows"][1] < drafts["element"][1]
+    for cast in ("cast_ln1", "cast_ln2", "cast_attn", "cast_gelu", "cast_probs"):
+        assert plan.cast_before(f"encoder/{cast}"), cast
+    assert not plan.cast_before("encoder/cast_v")  # read by SplitHeads: not absorbable
 
 
 def test_every_canonical_value_is_row_blocks_of_one_element(c600: simulator.Device) -> None:
     g = planner.load_model("vit-tiny", layers=2)
-    lw = lower(g, c600, baseline_plan(g, c600))
+    lw = lower(g, c600, baseline_plan(g, c600, policy="element"))
     canon = [v for v in lw.values.values() if v.role in ("canonical", "output", "input")]
     assert len(canon) > 10
     for v in canon:
@@ -53,7 +77,8 @@ def test_every_canonical_value_is_row_blocks_of_one_element(c600: simulator.Devi
 
 def test_casts_follow_redistribution(c600: simulator.Device) -> None:
     g = planner.load_model("vit-tiny", layers=1)
-    lw = lower(g, c600, baseline_plan(g, c600))
+    lw = lower(g, c600, baseline_plan(g, c600, policy="element"))
+    assert any(s.kind == "cast" for s in lw.steps)
     for k, s in enumerate(lw.steps):
         if s.kind == "cast":
             src = s.inputs[0]
@@ -61,7 +86,8 @@ def test_casts_follow_redistribution(c600: simulator.Device) -> None:
             assert lw.values[src].dtype == "fp16" and lw.values[s.outputs[0]].dtype == "fp8"
             # the wide value was moved into the consumer's layout first
             assert prev.kind == "redistribute" and prev.outputs == (src,)
-    plan = baseline_plan(g, c600).with_cast_order("encoder/cast_ln1", "before")
+    plan = baseline_plan(g, c600, policy="element").with_cast_order("encoder/cast_ln1",
+                                                                     "before")
     lw2 = lower(g, c600, plan)
     assert any(s.kind == "compute" and s.label == "encoder/cast_ln1" for s in lw2.steps)
 
@@ -90,7 +116,7 @@ def test_parameter_homes_compact_and_balanced_on_siglip(c600: simulator.Device) 
 
 def test_policies(c600: simulator.Device) -> None:
     g = planner.load_model("vit-tiny", layers=1)
-    known = r"baseline policy.*known: \['default', 'capacity'.*greedy"
+    known = r"baseline policy.*known: \['default', 'element', 'capacity'.*greedy"
     with pytest.raises(ConfigError, match=known):
         baseline_plan(g, c600, policy="greedy")
 
@@ -109,7 +135,7 @@ def test_capacity_policy_spreads_whole_rows_and_builds(micro_toml: Path) -> None
             rows = view2d(v.shape)[0]
             assert v.layout.nr == min(rows, -(-rows // -(-rows // dev.tiles)))
             assert max(np.diff(v.layout.row_cuts)) == -(-rows // dev.tiles)
-    default = build(g, dev, baseline_plan(g, dev))
+    default = build(g, dev, baseline_plan(g, dev, policy="element"))
     built = build(g, dev, plan)
     params, inputs = planner.init_params(g, seed=0), planner.init_inputs(g, seed=1)
     want = planner.reference(g, params, inputs)["out"]

@@ -46,14 +46,21 @@ def test_matmul_estimate_is_compute_plus_exchange() -> None:
     r = cat.recipe_from_key(body, body.op("mm_q"), dev, "mm:4x8x1")
     assert r.grid == (4, 8, 1) and r.tiles == 32
     mb, kb, nb = math.ceil(197 / 4), 192, math.ceil(192 / 8)
-    assert r.compute_cycles == cat.matmul_cycles(mb, kb, nb, "fp8", "fp16", dev, bias=True)
+    # the fp16 a block arrives wide and one CAST narrows it on the tile (cast after)
+    cast = cat.call_cycles("CAST", dev, M=mb, N=kb, dtype_x="fp16", dtype_y="fp8")
+    mm = cat.matmul_cycles(mb, kb, nb, "fp8", "fp16", dev, bias=True)
+    assert r.compute_cycles == mm + cast
     assert r.cycles == r.compute_cycles + r.exchange_cycles
+    # cast before: the fp8 block arrives as is, half the bytes, no CAST, no wide copy
+    n = cat.recipe_from_key(body, body.op("mm_q"), dev, "mm:4x8x1", narrow=True)
+    assert n.key == r.key and n.compute_cycles == mm
+    assert n.mem_bytes == r.mem_bytes - mb * kb * 2 and n.exchange_cycles < r.exchange_cycles
     # phases: a in (+bias), weight all-gather, out to canonical
     assert r.syncs == 3
     assert r.in_bytes >= mb * kb and r.out_bytes == mb * nb * 2  # fp8 a in, fp16 result out
     assert r.exchange_cycles >= 3 * dev.exchange_fixed_cycles + (mb * kb) // 4
     # a larger block costs more cycles (monotone cycle model)
-    assert cat.matmul_cycles(2 * mb, kb, nb, "fp8", "fp16", dev) > r.compute_cycles
+    assert cat.matmul_cycles(2 * mb, kb, nb, "fp8", "fp16", dev) > mm
 
 
 def test_every_vit_op_has_recipes() -> None:

@@ -92,8 +92,8 @@ def _stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_build_failure_exits_3_with_one_line(micro_toml: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "never"
-    status = main(["run", str(micro_toml), "--device", "tiny", "--batch", "8", "--out",
-                   str(out)])
+    status = main(["run", str(micro_toml), "--device", "tiny", "--batch", "8",
+                   "--baseline", "element", "--out", str(out)])
     assert status == 3
     err = _stderr_line(capsys)
     assert "allocate: tile " in err and "bytes" in err

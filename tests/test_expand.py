@@ -222,7 +222,7 @@ def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, 
     its canonical move."""
     g = planner.load_model(micro_toml, layers=3)
     dev = simulator.load_device("tiny")
-    base = baseline_plan(g, dev)
+    base = baseline_plan(g, dev, policy="element")  # every cast after, element packing
     kind, arg = change
     if kind == "open":
         plan = base.with_open(arg)

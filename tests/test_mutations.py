@@ -82,11 +82,11 @@ def test_simulate_verifies_first_and_no_verify_reaches_the_engine(
     save_package(bad, path)
     assert main(["simulate", str(path)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "transfer 15 source" in err and "not inside" in err
+    assert err.count("\n") == 1 and re.search(r"transfer \d+ source", err) and "not inside" in err
     assert main(["simulate", str(path), "--no-verify"]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^faults [1-9]", out, re.M), out
-    assert "transfer source outside every live tensor buffer at step 3" in out
+    assert re.search(r"transfer source outside every live tensor buffer at step \d+", out), out
 
 
 def test_verify_names_the_overrun_before_the_footprint(packages: tuple[Package, ...]) -> None:

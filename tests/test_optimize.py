@@ -67,7 +67,7 @@ def packing_graph() -> Graph:
 
 
 def _baseline(g: Graph, dev: Device) -> Incumbent:
-    return evaluate(g, dev, baseline_plan(g, dev))
+    return evaluate(g, dev, baseline_plan(g, dev, policy="element"))
 
 
 def _hash(inc: Incumbent) -> str:
@@ -229,7 +229,7 @@ def test_reduction_overlap_accepted() -> None:
     mm2's partial products.  Narrow pieces packed (row_moves 0): the unpack
     phase after the result moves is what a reduction is delayed past."""
     g = two_matmuls()
-    plan0 = baseline_plan(g, TINY)
+    plan0 = baseline_plan(g, TINY, policy="element")
     assert int(plan0.recipe("mm1").rpartition("x")[2]) > 1  # the baseline K-splits
     base = evaluate(g, TINY, plan0.with_open("y1").with_open("y2").with_row_moves(0))
     final, hist = _accepted_kinds(g, TINY, base, ("overlap",), steps=1)

@@ -85,9 +85,9 @@ def test_optimizer_seam(micro_graph: Graph) -> None:
 
 
 def test_baseline_that_does_not_fit_raises(micro_toml) -> None:
-    g = planner.load_model(micro_toml, batch=8)
+    g = planner.load_model(micro_toml, batch=8)  # fits under the default policy
     with pytest.raises(BuildFailure) as ei:
-        plan(g, TINY, PipelineConfig(optimization_steps=0))
+        plan(g, TINY, PipelineConfig(optimization_steps=0, baseline="element"))
     e = ei.value
     assert e.stage == "allocate" and e.tile >= 0 and e.need > e.have > 0
     assert e.profile["peak_live_tensor"] == e.need

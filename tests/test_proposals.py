@@ -20,7 +20,7 @@ TINY = simulator.load_device("tiny")
 
 @pytest.fixture(scope="module")
 def incumbent(micro_graph: Graph) -> Incumbent:
-    return evaluate(micro_graph, TINY, baseline_plan(micro_graph, TINY))
+    return evaluate(micro_graph, TINY, baseline_plan(micro_graph, TINY, policy="element"))
 
 
 def test_ordered_by_gain_then_kind_and_description(micro_graph: Graph,
@@ -176,7 +176,7 @@ def test_packing_gain_scales_canonical_moves() -> None:
 
     c600 = simulator.load_device("c600")
     g = planner.load_model("vit-tiny", layers=1)
-    plan = baseline_plan(g, c600)
+    plan = baseline_plan(g, c600, policy="element")
     fixed = c600.exchange_fixed_cycles  # one sync and setup per move, not scaled
     to_ln1 = next(st.label for st in lower(g, c600, plan).steps
                   if st.label.startswith("to encoder/ln1@"))
@@ -200,7 +200,7 @@ def test_packing_moves_canonical_row_ops_along() -> None:
 
     c600 = simulator.load_device("c600")
     g = planner.load_model("vit-tiny", layers=1)
-    plan = baseline_plan(g, c600)
+    plan = baseline_plan(g, c600, policy="element")
     prop = next(p for p in proposals(g, c600, plan, Profile({"canon encoder/q": 5000}, {}, 0, ()),
                                      kinds=("packing",))
                 if p.description.endswith("-> rows"))

@@ -41,7 +41,8 @@ def _colliding(g: Graph) -> Plan:
     """g1 in 16 row blocks, g2 in 2: the move of y1 to its canonical owners
     (0, 16, 32, 48) and the move of x2 into g2's blocks (tiles 0 and 32)
     share an exchange step and both bring bytes into tiles 0 and 32."""
-    return baseline_plan(g, SMALL).with_recipes({"g1": "rows:8", "g2": "rows:64"})
+    return baseline_plan(g, SMALL, policy="element").with_recipes({"g1": "rows:8",
+                                                                   "g2": "rows:64"})
 
 
 # ------------------------------------------------------------ the plan field
@@ -116,7 +117,7 @@ def test_shifted_row_op_moves_only_its_own_tiles() -> None:
 def test_shifted_matmul_takes_its_homes_along(micro_graph: Graph) -> None:
     """A matmul's grid moves by the shift with its weight and bias homes (they
     live on its readers); the rotation bases and every other home stay."""
-    plan = baseline_plan(micro_graph, TINY)
+    plan = baseline_plan(micro_graph, TINY, policy="element")
     a = lower(micro_graph, TINY, plan)
     b = lower(micro_graph, TINY, plan.with_tile_shift("encoder/mm_q", 3))
     assert a.rotation == b.rotation
@@ -136,7 +137,8 @@ def test_shifted_matmul_takes_its_homes_along(micro_graph: Graph) -> None:
 @pytest.mark.parametrize("op", ["encoder/split_q", "encoder/nope"])
 def test_shift_of_an_op_without_placement_fails_lowering(micro_graph: Graph, op: str) -> None:
     with pytest.raises(BuildFailure, match="tile shift") as e:
-        lower(micro_graph, TINY, baseline_plan(micro_graph, TINY).with_tile_shift(op, 1))
+        lower(micro_graph, TINY,
+              baseline_plan(micro_graph, TINY, policy="element").with_tile_shift(op, 1))
     assert e.value.stage == "lower"
 
 
@@ -144,7 +146,7 @@ def test_shift_of_an_op_without_placement_fails_lowering(micro_graph: Graph, op:
 
 
 def test_profile_keeps_merged_steps(micro_graph: Graph) -> None:
-    inc = evaluate(micro_graph, TINY, baseline_plan(micro_graph, TINY))
+    inc = evaluate(micro_graph, TINY, baseline_plan(micro_graph, TINY, policy="element"))
     prof = profile(inc)
     sched = inc.built.schedule
     multi = [st for st in sched.steps if len(st.labels) > 1]

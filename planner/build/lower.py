@@ -105,6 +105,22 @@ VECTOR_CHUNK_BYTES = 256
 HOME_SHARD_BYTES = 4096
 
 
+def must_materialise(g: Graph, tensor: str) -> bool:
+    """Graph outputs and Repeat inits/finals need a canonical value."""
+    if tensor in g.outputs:
+        return True
+    return any(isinstance(op, Repeat) and tensor in op.init + op.final for op in g.ops)
+
+
+def absorbable(g: Graph, op: Cast) -> bool:
+    """A Cast its consumers' conversions can absorb (cast order "after"): its
+    result need not be materialised and every consumer is a compute op."""
+    if must_materialise(g, op.out):
+        return False
+    users = g.consumers(op.out)
+    return bool(users) and all(not isinstance(u, (Repeat, Cast, *MOVE_OPS)) for u in users)
+
+
 class _Lowerer:
     def __init__(self, g: Graph, device: Device, plan: Plan,
                  cache: cat.CatalogueCache) -> None:
@@ -199,22 +215,8 @@ class _Lowerer:
             else:
                 self.lower_compute(g, op)
 
-    def must_materialise(self, g: Graph, tensor: str) -> bool:
-        """Graph outputs and Repeat inits/finals need a canonical value."""
-        if tensor in g.outputs:
-            return True
-        for op in g.ops:
-            if isinstance(op, Repeat) and tensor in op.init + op.final:
-                return True
-        return False
-
     def absorb_cast(self, g: Graph, op: Cast) -> bool:
-        if self.plan.cast_before(self.qual(op.name)) or self.must_materialise(g, op.out):
-            return False
-        users = g.consumers(op.out)
-        return bool(users) and all(
-            not isinstance(u, (Repeat, Cast, *MOVE_OPS)) for u in users
-        )
+        return not self.plan.cast_before(self.qual(op.name)) and absorbable(g, op)
 
     # ------------------------------------------------------------ ops
 
@@ -326,7 +328,7 @@ class _Lowerer:
         """Make `value` (the producer's layout) the source of tensor `name`:
         directly when its boundary is open, else via its canonical value."""
         q = self.qual(name)
-        if self.plan.is_open(q) and not self.must_materialise(g, name) and \
+        if self.plan.is_open(q) and not must_materialise(g, name) and \
                 name not in g.outputs:
             self.source[q] = value
             return

@@ -36,6 +36,13 @@ the op needs while it runs (operand blocks, partials, landing buffers);
 `home_bytes` the per-tile bytes of one layer of its parameter homes
 (persistent; the baseline multiplies by trips).  `xbytes` is the per-tile exchange-landing storage.
 
+An fp8 `a` operand of a MatMul or BatchMatMul is, by default, estimated as
+it arrives under cast order "after" (`narrow=False`): the wide fp16 value
+lands on the recipe's tile (its bytes in the input phase and in `mem_bytes`)
+and one CAST vertex per tile narrows it (in the compute cycles).  With
+`narrow=True` the estimate is for cast order "before": the fp8 value lands as
+is.  Recipe keys do not depend on it.
+
 `catalogue(g, op, device, limit, packing)` returns the shortlist: the
 `limit` best estimates, always including the smallest-`mem_bytes` recipe and
 the exchange-storage extreme (smallest `xbytes`).  Estimates are against the
@@ -175,19 +182,20 @@ class CatalogueCache:
 
 
 def catalogue(g: Graph, op: Op, device: Device, limit: int = DEFAULT_LIMIT,
-              packing: str = "element", cache: CatalogueCache | None = None
-              ) -> tuple[Recipe, ...]:
+              packing: str = "element", cache: CatalogueCache | None = None,
+              narrow: bool = False) -> tuple[Recipe, ...]:
     """The shortlisted recipes of `op` in graph `g` (best estimate first),
-    estimated against the canonical layout of `packing` (plan.packing);
-    remembered in `cache` when given."""
+    estimated against the canonical layout of `packing` (plan.packing) and,
+    with `narrow`, an fp8 `a` operand that arrives narrow (module
+    docstring); remembered in `cache` when given."""
     cache = cache if cache is not None else CatalogueCache()
-    key = (op_signature(g, op), device, limit, packing)
+    key = (op_signature(g, op), device, limit, packing, narrow)
     hit = cache.shortlists.get(key)
     if hit is not None:
         cache.hits += 1
         return hit
     cache.misses += 1
-    recipes = _generate(g, op, device, packing, cache.cycles)
+    recipes = _generate(g, op, device, packing, cache.cycles, narrow)
     if not recipes:
         raise Unsupported(op.name, f"no recipe fits a {device.name} tile")
     out = shortlist(recipes, limit)
@@ -216,21 +224,23 @@ def find(recipes: tuple[Recipe, ...], key: str) -> Recipe:
 
 
 def recipe_from_key(g: Graph, op: Op, device: Device, key: str,
-                    packing: str = "element", cache: CatalogueCache | None = None) -> Recipe:
+                    packing: str = "element", cache: CatalogueCache | None = None,
+                    narrow: bool = False) -> Recipe:
     """Any recipe of `op` by key, shortlisted or not (plans and proposals may
     name grids the enumeration skipped).  Raises KeyError for a key that does
     not parse, belongs to another family or does not fit the op/device."""
     cache = cache if cache is not None else CatalogueCache()
-    ck = (op_signature(g, op), device, key, packing)
+    ck = (op_signature(g, op), device, key, packing, narrow)
     hit = cache.by_key.get(ck)
     if hit is None:
-        hit = cache.by_key[ck] = _recipe_from_key(g, op, device, key, packing, cache.cycles)
+        hit = cache.by_key[ck] = _recipe_from_key(g, op, device, key, packing, cache.cycles,
+                                                  narrow)
     return hit
 
 
 def _recipe_from_key(g: Graph, op: Op, device: Device, key: str, packing: str,
-                     memo: dict) -> Recipe:
-    for r in _generate(g, op, device, packing, memo):
+                     memo: dict, narrow: bool = False) -> Recipe:
+    for r in _generate(g, op, device, packing, memo, narrow):
         if r.key == key:
             return r
     family, _, rest = key.partition(":")
@@ -245,7 +255,7 @@ def _recipe_from_key(g: Graph, op: Op, device: Device, key: str, packing: str,
         if 1 <= gm <= m and 1 <= gn <= n and 1 <= gk <= k and gm * gn * gk <= device.tiles:
             return _matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                   DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype],
-                                  op.bias is not None, device, packing, memo)
+                                  op.bias is not None, device, packing, memo, narrow)
     if isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)) and family == "rows" \
             and len(grid) in (1, 2):
         rows, cols = view2d(g.tensor(op.inputs[0]).shape)
@@ -258,13 +268,13 @@ def _recipe_from_key(g: Graph, op: Op, device: Device, key: str, packing: str,
 
 
 def _generate(g: Graph, op: Op, device: Device, packing: str,
-              memo: dict | None = None) -> list[Recipe]:
+              memo: dict | None = None, narrow: bool = False) -> list[Recipe]:
     memo = memo if memo is not None else {}
     budget = device.memory_size - device.fixed_bytes
     if isinstance(op, MatMul):
-        out = _matmul_recipes(g, op, device, packing, memo)
+        out = _matmul_recipes(g, op, device, packing, memo, narrow)
     elif isinstance(op, BatchMatMul):
-        out = _bmm_recipes(g, op, device, packing, memo)
+        out = _bmm_recipes(g, op, device, packing, memo, narrow)
     elif isinstance(op, (LayerNorm, Gelu, Softmax, Add, Cast)):
         out = _row_recipes(g, op, device, packing, memo)
     elif isinstance(op, MOVE_OPS):
@@ -299,7 +309,7 @@ def canonical_bytes(rows: int, cols: int, elem: int, device: Device,
 
 
 def _matmul_recipes(g: Graph, op: MatMul, device: Device, packing: str,
-                    memo: dict) -> list[Recipe]:
+                    memo: dict, narrow: bool = False) -> list[Recipe]:
     a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     m, k = a.shape
     n = b.shape[1]
@@ -314,18 +324,21 @@ def _matmul_recipes(g: Graph, op: MatMul, device: Device, packing: str,
             for gn in sorted({gn_max, max(1, gn_max // 2), max(1, gn_max // 4), 1}):
                 recipes.append(_matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                               e_in, e_out, op.bias is not None, device,
-                                              packing, memo))
+                                              packing, memo, narrow))
     return recipes
 
 
 def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str, out_dt: str,
                    e_in: int, e_out: int, bias: bool, device: Device,
-                   packing: str = "element", memo: dict | None = None) -> Recipe:
+                   packing: str = "element", memo: dict | None = None,
+                   narrow: bool = False) -> Recipe:
     mb, kb, nb = math.ceil(m / gm), math.ceil(k / gk), math.ceil(n / gn)
     a_bytes, b_bytes = mb * kb * e_in, kb * nb * e_in
-    # the a operand usually arrives as fp16 and is cast on the tile (cast after)
-    a_wide = mb * kb * 2 if in_dt == "fp8" else 0
-    a_canon = canonical_bytes(m, k, 2 if in_dt == "fp8" else e_in, device, packing)
+    # an fp8 a operand arrives as fp16 and is cast on the tile (cast after)
+    # unless `narrow` (cast before)
+    wide = in_dt == "fp8" and not narrow
+    a_wide = mb * kb * 2 if wide else 0
+    a_canon = canonical_bytes(m, k, 2 if wide else e_in, device, packing)
     out_canon = canonical_bytes(m, n, e_out, device, packing)
     phases = [max(a_canon, max(a_bytes, a_wide) + (nb * 2 if bias and gm > 1 else 0))]
     mem = a_bytes + a_wide + (b_bytes if gm > 1 else 0)
@@ -345,6 +358,9 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
         xbytes += land
         compute += reduce_cycles(slice_rows, nb, gk, out_dt, device, bias, memo)
         out_block = slice_rows * nb * e_out
+    if wide:
+        compute += call_cycles("CAST", device, memo, M=mb, N=kb, dtype_x="fp16",
+                               dtype_y="fp8")
     phases.append(max(out_block, out_canon))
     xcyc = sum(exchange_cycles(p, device) for p in phases)
     return Recipe(
@@ -357,11 +373,13 @@ def _matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str
 
 
 def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str,
-                 memo: dict) -> list[Recipe]:
+                 memo: dict, narrow: bool = False) -> list[Recipe]:
     a, _b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
     bt, m, k = a.shape
     n = out.shape[2]
     e, e_out = DTYPE_BYTES[a.dtype], DTYPE_BYTES[out.dtype]
+    # an fp8 a operand arrives wide and is cast on the tile unless `narrow`
+    e_a = 2 if a.dtype == "fp8" and not narrow else e
     tiles = device.tiles
     grids = set()
     for gr in _steps(m) + [min(m, tiles // bt)]:
@@ -372,16 +390,19 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str,
                                              or math.ceil(bt / bg) == tiles):
             grids.add((bg, 1))
     recipes = [_bmm_split_recipe(op, bt, m, k, n, gr, gc, a.dtype, out.dtype, device,
-                                 packing, memo)
+                                 packing, memo, e_a)
                for gc in (2, 4, 8) if gc <= n
                for gr in sorted({min(m, tiles // (bt * gc)), min(m, tiles // (bt * gc)) // 2})
                if gr >= 1]
     for bg, gr in sorted(grids):
         mb = math.ceil(m / gr)
-        a_bytes, b_bytes, o_bytes = bg * mb * k * e, bg * k * n * e, bg * mb * n * e_out
+        a_bytes, b_bytes, o_bytes = bg * mb * k * e_a, bg * k * n * e, bg * mb * n * e_out
         compute = call_cycles("BATCH_MATMUL", device, memo, M=mb, K=k, N=n, in_dtype=a.dtype,
                               out_dtype=out.dtype, transpose_b=int(op.transpose_b), batch=bg)
-        phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
+        if e_a != e:
+            compute += call_cycles("CAST", device, memo, M=bg * mb, N=k, dtype_x="fp16",
+                                   dtype_y=a.dtype)
+        phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e_a, device, packing)),
                   max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
         xcyc = sum(exchange_cycles(p, device) for p in phases)
         recipes.append(Recipe(
@@ -395,16 +416,20 @@ def _bmm_recipes(g: Graph, op: BatchMatMul, device: Device, packing: str,
 
 def _bmm_split_recipe(op: BatchMatMul, bt: int, m: int, k: int, n: int, gr: int, gc: int,
                       in_dt: str, out_dt: str, device: Device, packing: str,
-                      memo: dict) -> Recipe:
+                      memo: dict, e_a: int = 0) -> Recipe:
     """bmm:1x<gr>x<gc>: one batch's row block × output column block per tile;
     the tile receives only its 1/gc of the other operand (keys for QKᵀ, value
-    columns for PV) instead of the whole head."""
+    columns for PV) instead of the whole head.  `e_a`: bytes per element of
+    the a operand as it arrives (0: its own dtype's; wider: cast on the tile)."""
     e, e_out = DTYPE_BYTES[in_dt], DTYPE_BYTES[out_dt]
+    e_a = e_a or e
     mb, nb = math.ceil(m / gr), math.ceil(n / gc)
-    a_bytes, b_bytes, o_bytes = mb * k * e, k * nb * e, mb * nb * e_out
+    a_bytes, b_bytes, o_bytes = mb * k * e_a, k * nb * e, mb * nb * e_out
     compute = call_cycles("BATCH_MATMUL", device, memo, M=mb, K=k, N=nb, in_dtype=in_dt,
                           out_dtype=out_dt, transpose_b=int(op.transpose_b), batch=1)
-    phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e, device, packing)),
+    if e_a != e:
+        compute += call_cycles("CAST", device, memo, M=mb, N=k, dtype_x="fp16", dtype_y=in_dt)
+    phases = [max(a_bytes + b_bytes, canonical_bytes(bt * m, k, e_a, device, packing)),
               max(o_bytes, canonical_bytes(bt * m, n, e_out, device, packing))]
     xcyc = sum(exchange_cycles(p, device) for p in phases)
     return Recipe(
