@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.jit import kjit
 from kernels.registry import KERNELS
 from simulator.device import Device
 
@@ -58,23 +59,16 @@ def xtable_bytes(dev: Device, x_step: np.ndarray, src_tile: np.ndarray, src_key:
     buffer * 2**32 + offset): transfers of one step with equal (src tile,
     src_key, bytes) are one send."""
     c = dev.costs
-    tiles = dev.tiles
-    out = np.zeros(tiles, dtype=np.int64)
+    out = np.zeros(dev.tiles, dtype=np.int64)
     if x_step.size == 0:
         return out
-    order = np.lexsort((nbytes, src_key, src_tile, x_step))
-    k = (x_step[order], src_tile[order], src_key[order], nbytes[order])
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = (k[0][1:] != k[0][:-1]) | (k[1][1:] != k[1][:-1]) | (k[2][1:] != k[2][:-1]) \
-        | (k[3][1:] != k[3][:-1])
-    send_tile, send_bytes = k[1][first], k[3][first]
-    out += np.bincount(send_tile, minlength=tiles) * c.xt_send_bytes
-    out += np.bincount(send_tile[send_bytes > c.xt_long_bytes], minlength=tiles) \
-        * c.xt_send_long_bytes
-    out += np.bincount(dst_tile, minlength=tiles) * c.xt_receive_bytes
-    out += np.bincount(dst_tile[~follows], minlength=tiles) * c.xt_jump_bytes
-    phases = np.unique(np.concatenate([x_step * tiles + src_tile, x_step * tiles + dst_tile]))
-    out += np.bincount(phases % tiles, minlength=tiles) * c.xt_phase_bytes
+    i64 = np.int64
+    _xtable(x_step.astype(i64, copy=False), src_tile.astype(i64, copy=False),
+            src_key.astype(i64, copy=False), dst_tile.astype(i64, copy=False),
+            nbytes.astype(i64, copy=False), follows.astype(np.bool_, copy=False),
+            np.array([c.xt_send_bytes, c.xt_send_long_bytes, c.xt_long_bytes,
+                      c.xt_receive_bytes, c.xt_jump_bytes, c.xt_phase_bytes], dtype=i64),
+            out)
     return out
 
 
@@ -84,15 +78,109 @@ def follows_previous(x_step: np.ndarray, dst_tile: np.ndarray, dst_key: np.ndarr
     its step ended (transfers in their given order).  `dst_key` is the start
     and `dst_end` the end of each destination in one address space (absolute
     addresses, or buffer * 2**32 + offset)."""
-    n = x_step.size
-    out = np.zeros(n, dtype=bool)
-    if n == 0:
+    out = np.zeros(x_step.size, dtype=np.bool_)
+    if x_step.size == 0:
         return out
-    order = np.lexsort((np.arange(n), dst_tile, x_step))
-    s, t = x_step[order], dst_tile[order]
-    same = np.zeros(n, dtype=bool)
-    same[1:] = (s[1:] == s[:-1]) & (t[1:] == t[:-1])
-    cont = np.zeros(n, dtype=bool)
-    cont[1:] = same[1:] & (dst_key[order][1:] == dst_end[order][:-1])
-    out[order] = cont
+    i64 = np.int64
+    _follows(x_step.astype(i64, copy=False), dst_tile.astype(i64, copy=False),
+             dst_key.astype(i64, copy=False), dst_end.astype(i64, copy=False), out)
     return out
+
+
+@kjit
+def _group_order(step, tile):  # type: ignore[no-untyped-def]
+    """Stable order of the transfers by (step, tile) — a counting sort over
+    the (step, tile) pairs that occur — and the start of each group in it
+    (int64 [groups + 1])."""
+    n = step.shape[0]
+    s_lo, s_hi, t_hi = step.min(), step.max(), tile.max() + 1
+    width = t_hi
+    nkeys = (s_hi - s_lo + 1) * width
+    count = np.zeros(nkeys + 1, dtype=np.int64)
+    for x in range(n):
+        count[(step[x] - s_lo) * width + tile[x] + 1] += 1
+    groups = 0
+    for k in range(1, nkeys + 1):
+        if count[k] > 0:
+            groups += 1
+        count[k] += count[k - 1]
+    order = np.empty(n, dtype=np.int64)
+    pos = count[:nkeys].copy()
+    for x in range(n):
+        k = (step[x] - s_lo) * width + tile[x]
+        order[pos[k]] = x
+        pos[k] += 1
+    starts = np.empty(groups + 1, dtype=np.int64)
+    g = 0
+    for k in range(nkeys):
+        if count[k + 1] > count[k]:
+            starts[g] = count[k]
+            g += 1
+    starts[groups] = n
+    return order, starts
+
+
+@kjit
+def _xtable(step, src_tile, src_key, dst_tile, nbytes, follows, xt, out):  # type: ignore[no-untyped-def]
+    """`xtable_bytes` into `out`; xt = (send, send long, long bytes, receive,
+    jump, phase) bytes."""
+    n = step.shape[0]
+    # sends: distinct (src_key, bytes) within each (step, src tile) group
+    order, starts = _group_order(step, src_tile)
+    for g in range(starts.shape[0] - 1):
+        a, b = starts[g], starts[g + 1]
+        idx = order[a:b]
+        keys = src_key[idx]
+        byo = np.argsort(keys, kind="mergesort")
+        t = src_tile[idx[0]]
+        r = 0
+        while r < b - a:
+            q = r
+            while q + 1 < b - a and keys[byo[q + 1]] == keys[byo[r]]:
+                q += 1
+            for u in range(r, q + 1):  # distinct sizes among equal keys (a handful)
+                nb = nbytes[idx[byo[u]]]
+                seen = False
+                for w in range(r, u):
+                    if nbytes[idx[byo[w]]] == nb:
+                        seen = True
+                        break
+                if not seen:
+                    out[t] += xt[0]
+                    if nb > xt[2]:
+                        out[t] += xt[1]
+            r = q + 1
+        out[t] += xt[5]  # the tile sends in this phase
+    # receives; and the phase entry of a tile that only receives in a step
+    for x in range(n):
+        out[dst_tile[x]] += xt[3]
+        if not follows[x]:
+            out[dst_tile[x]] += xt[4]
+    s_order, s_starts = order, starts
+    order, starts = _group_order(step, dst_tile)
+    si = 0
+    for g in range(starts.shape[0] - 1):
+        x = order[starts[g]]
+        st, t = step[x], dst_tile[x]
+        # was tile t a sender in step st? (both group lists ascend by (step, tile))
+        while si < s_starts.shape[0] - 1:
+            y = s_order[s_starts[si]]
+            if step[y] < st or (step[y] == st and src_tile[y] < t):
+                si += 1
+            else:
+                break
+        sent = False
+        if si < s_starts.shape[0] - 1:
+            y = s_order[s_starts[si]]
+            sent = step[y] == st and src_tile[y] == t
+        if not sent:
+            out[t] += xt[5]
+
+
+@kjit
+def _follows(step, dst_tile, dst_key, dst_end, out):  # type: ignore[no-untyped-def]
+    """`follows_previous` into `out`."""
+    order, starts = _group_order(step, dst_tile)
+    for g in range(starts.shape[0] - 1):
+        for k in range(starts[g] + 1, starts[g + 1]):
+            out[order[k]] = dst_key[order[k]] == dst_end[order[k - 1]]
