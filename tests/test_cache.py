@@ -45,8 +45,14 @@ def test_unchanged_recipes_skip_catalogue_generation(micro_graph: Graph) -> None
     assert delta["implementation"]["misses"] == 0  # every op's shortlist came from the cache
     assert delta["implementation"]["hits"] > 0
     assert delta["expansion"] == {"hits": 0, "misses": 1}
+    # the context remembers the outcome, not the build (planner.search.trials)
     again = trials.evaluate(c, micro_graph, TINY, changed)
-    assert again is trial and c.trials.hits == 1
+    assert c.trials.hits == 1 and again.incumbent is None
+    assert (again.cycles, again.profile) == (trial.cycles, trial.profile)
+    complete = trials.evaluate(c, micro_graph, TINY, changed, complete=True)
+    assert complete.incumbent is not None and complete.cycles == trial.cycles
+    assert complete.incumbent.built.package.content_hash() == \
+        trial.incumbent.built.package.content_hash()
 
 
 def test_failed_trial_is_cached_with_its_reason(micro_graph: Graph) -> None:
@@ -54,7 +60,8 @@ def test_failed_trial_is_cached_with_its_reason(micro_graph: Graph) -> None:
     bad = baseline_plan(micro_graph, TINY).with_recipe("encoder/mm_q", "mm:bogus")
     t1 = trials.evaluate(c, micro_graph, TINY, bad)
     t2 = trials.evaluate(c, micro_graph, TINY, bad)
-    assert t1.incumbent is None and "unknown recipe" in t1.failure and t2 is t1
+    assert t1.incumbent is None and "unknown recipe" in t1.failure
+    assert t2.failure == t1.failure and c.trials.hits == 1
 
 
 def test_lru_bound(micro_graph: Graph) -> None:
@@ -65,6 +72,27 @@ def test_lru_bound(micro_graph: Graph) -> None:
     assert len(c.expansions.data) == 1
     trials.build(c, micro_graph, TINY, p)
     assert c.expansions.misses == 3
+
+
+def test_lru_weight_bound(micro_graph: Graph) -> None:
+    from planner.build.state import LRU
+    from planner.search.context import program_rows
+
+    lru: LRU[str, int] = LRU(8, 10, weigh=lambda v: v)
+    for k, v in (("a", 4), ("b", 4), ("c", 4)):
+        lru.put(k, v)
+    assert list(lru.data) == ["b", "c"]  # 12 > 10: the least recent goes
+    lru.put("d", 11)
+    assert not lru.data  # heavier than the bound alone: not kept
+    # a context whose row budget holds one micro program keeps one expansion
+    p = baseline_plan(micro_graph, TINY)
+    c = PlanningContext()
+    trials.build(c, micro_graph, TINY, p)
+    rows = program_rows(next(iter(c.expansions.data.values())))
+    c = PlanningContext(max_rows=rows + 1)
+    trials.build(c, micro_graph, TINY, p)
+    trials.build(c, micro_graph, TINY, p.with_packing("half"))
+    assert len(c.expansions.data) == 1 and len(c.prefixes.entries) == 1
 
 
 def test_counters_arithmetic() -> None:

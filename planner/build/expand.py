@@ -496,15 +496,19 @@ def common_prefix(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
 
 
 class PrefixStore:
-    """The last `max_entries` expansions of this process.  `expand` resumes
+    """The last `max_entries` expansions of this process, fewer while their
+    programs' vertices and transfer rows sum to more than `max_rows` (the
+    newest always stays).  `expand` resumes
     from the one sharing the longest step prefix with the new lowering
     (ties: the most recent), so a proposal that changes one op re-expands
     only from the first step whose signature differs (`max_entries` 0: every
     expansion from scratch).  `steps_reused` /
     `steps_expanded` count steps over all calls."""
 
-    def __init__(self, max_entries: int = 4) -> None:
+    def __init__(self, max_entries: int = 4, max_rows: int = 1 << 62) -> None:
         self.max_entries = max_entries
+        self.max_rows = max_rows
+        self.rows: list[int] = []
         self.entries: list[Expansion] = []
         self.steps_reused = 0
         self.steps_expanded = 0
@@ -528,11 +532,18 @@ class PrefixStore:
         base, reuse = self.best(device, sig)
         with gc_paused():
             exp = Expander(lw, device).run(base, reuse, sig)
+        rows = sum(len(p.vertices) + len(p.transfers) for p in exp.program.items
+                   if isinstance(p, Phase))
         with self.lock:
             self.steps_reused += max(reuse, 0)
             self.steps_expanded += len(sig.steps) - max(reuse, 0)
             self.entries.append(exp)
-            del self.entries[:max(0, len(self.entries) - self.max_entries)]
+            self.rows.append(rows)
+            drop = max(0, len(self.entries) - self.max_entries)
+            while drop < len(self.entries) - 1 and sum(self.rows[drop:]) > self.max_rows:
+                drop += 1
+            del self.entries[:drop]
+            del self.rows[:drop]
         return exp
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from planner.build.columns import BufMemo, PhaseMemo
@@ -35,11 +36,18 @@ PHASE_WEIGHT = 200_000
 
 class LRU(Generic[K, V]):
     """A small least-recently-used map counting hits and misses (thread-safe:
-    a thread-pool optimizer shares one between its workers)."""
+    a thread-pool optimizer shares one between its workers).  It keeps at
+    most `max_entries` values and, with a `weigh` function, drops the least
+    recently used ones while their summed weight exceeds `max_weight` (a
+    value heavier than that on its own is not kept)."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_weight: int = 0,
+                 weigh: Callable[[V], int] | None = None) -> None:
         self.max_entries = max_entries
+        self.max_weight = max_weight
+        self.weigh = weigh
         self.data: OrderedDict[K, V] = OrderedDict()
+        self.weights: dict[K, int] = {}
         self.hits = 0
         self.misses = 0
         self.lock = threading.Lock()
@@ -55,20 +63,25 @@ class LRU(Generic[K, V]):
             return value
 
     def put(self, key: K, value: V) -> None:
+        w = self.weigh(value) if self.weigh is not None else 0
         with self.lock:
             self.data[key] = value
+            self.weights[key] = w
             self.data.move_to_end(key)
-            while len(self.data) > self.max_entries:
-                self.data.popitem(last=False)
+            while self.data and (len(self.data) > self.max_entries or (
+                    self.weigh is not None and sum(self.weights.values()) > self.max_weight)):
+                old, _ = self.data.popitem(last=False)
+                del self.weights[old]
 
 
 class BuildState:
     """The build layer's caches (module docstring); `prefix_entries` = 0
-    makes every expansion start from scratch."""
+    makes every expansion start from scratch; `max_rows` bounds the
+    expansions kept to resume from by their vertices and transfer rows."""
 
-    def __init__(self, prefix_entries: int = 4) -> None:
+    def __init__(self, prefix_entries: int = 4, max_rows: int = 1 << 62) -> None:
         self.catalogue = CatalogueCache()
         self.lowerings: LRU[tuple, Lowered] = LRU(RECENT_LOWERINGS)
-        self.prefixes = PrefixStore(prefix_entries)
+        self.prefixes = PrefixStore(prefix_entries, max_rows)
         self.phases: PhaseMemo = PhaseMemo(PHASE_WEIGHT)
         self.bufs = BufMemo(4)

@@ -23,12 +23,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.build.program import Program
+from planner.build.program import Phase, Program
 from planner.build.schedule import Schedule
 from planner.build.state import LRU, BuildState
 
 CACHES = ("implementation", "expansion", "schedule", "trial")
 MAX_ENTRIES = 8
+# expansions and schedules kept while their vertices and transfer rows sum to
+# at most this many: a 27-layer siglip-so400m-map program holds ~2.6M rows
+# (about 0.2 GB each for its Program and its Schedule), so it is one
+PROGRAM_ROWS = 3_000_000
+# schedules kept by the same measure: a hit needs the very plan again, which
+# the trial cache already answers, so only small programs' are worth keeping
+SCHEDULE_ROWS = 500_000
+# trial outcomes kept (without their builds: planner.search.trials)
+TRIAL_ENTRIES = 64
+
+
+def program_rows(program: Program) -> int:
+    """Vertices and transfer rows of an expanded program (its cache weight)."""
+    return sum(len(p.vertices) + len(p.transfers) for p in program.items
+               if isinstance(p, Phase))
+
+
+def schedule_rows(sched: Schedule) -> int:
+    """Vertices and transfer rows of a schedule (its cache weight)."""
+    return sum(len(st.vertices) + len(st.transfers) for st in sched.steps)
 
 
 @dataclass
@@ -56,15 +76,19 @@ class Counters:
 
 class PlanningContext(BuildState):
     """The caches of one planning run (module docstring).  `max_entries`
-    bounds the expansion and schedule caches (full-size programs are large),
-    four times that the trials; `prefix_entries` the expansions a new build
-    may resume from (0: every expansion from scratch)."""
+    bounds the expansion and schedule caches and so does `max_rows`, their
+    summed vertices and transfer rows (full-size programs are large);
+    TRIAL_ENTRIES the trial outcomes; `prefix_entries` and `max_rows` the
+    expansions a new build may resume from (0 entries: every expansion from
+    scratch)."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, prefix_entries: int = 4) -> None:
-        super().__init__(prefix_entries)
-        self.expansions: LRU[tuple, Program] = LRU(max_entries)
-        self.schedules: LRU[tuple, Schedule] = LRU(max_entries)
-        self.trials: LRU[tuple, Any] = LRU(max_entries * 4)
+    def __init__(self, max_entries: int = MAX_ENTRIES, prefix_entries: int = 4,
+                 max_rows: int = PROGRAM_ROWS) -> None:
+        super().__init__(prefix_entries, max_rows)
+        self.expansions: LRU[tuple, Program] = LRU(max_entries, max_rows, program_rows)
+        self.schedules: LRU[tuple, Schedule] = LRU(max_entries, min(max_rows, SCHEDULE_ROWS),
+                                                   schedule_rows)
+        self.trials: LRU[tuple, Any] = LRU(TRIAL_ENTRIES)
         # increments reported by worker processes (their contexts are their own)
         self.remote = Counters()
 

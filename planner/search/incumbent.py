@@ -5,7 +5,8 @@ plan into one (build + timing simulation)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from kernels.exceptions import ConfigError
 from planner.build.stages import Built, build
@@ -61,6 +62,9 @@ class Incumbent:
     cycles: int
     simulate_seconds: float
     faults: int = 0
+    # the simulated cycles of each step (int64 [steps]) when kept: the
+    # optimizer's step profile reads them instead of simulating again
+    cycles_per_step: Any = field(default=None, compare=False, repr=False)
 
 
 def evaluate(graph: Graph, device: Device, plan: Plan,
@@ -70,6 +74,7 @@ def evaluate(graph: Graph, device: Device, plan: Plan,
     built = build(graph, device, plan, state)
     t0 = time.perf_counter()
     sim = run(built.package, numerics=False)
-    return Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t0, int(sim.n_faults))
+    return Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t0, int(sim.n_faults),
+                     sim.cycles_per_step)
 
 
