@@ -72,16 +72,18 @@ def fused_graph(g: Graph, ops: tuple[MatMul, ...]) -> tuple[Graph, MatMul]:
 
 def fused_recipe(g: Graph, ops: tuple[MatMul, ...], device: Device,
                  cache: cat.CatalogueCache, key: str | None = None,
-                 packing: str = "element") -> cat.Recipe | None:
+                 packing: str = "element", narrow: bool = False) -> cat.Recipe | None:
     """The recipe a fused group runs under: `key` when given (KeyError if
     unknown), else the best shortlisted grid whose column blocks divide
     among the members, else the best grid with its column blocks rounded
-    down to a multiple of the members; None when that is not a valid grid."""
+    down to a multiple of the members; None when that is not a valid grid.
+    Estimated against canonical `packing`, the shared input arriving narrow
+    when `narrow` (catalogue module docstring)."""
     fg, fop = fused_graph(g, ops)
     if key is not None:
-        return cat.recipe_from_key(fg, fop, device, key, packing, cache)
+        return cat.recipe_from_key(fg, fop, device, key, packing, cache, narrow)
     n = len(ops)
-    short = cat.catalogue(fg, fop, device, FUSED_LIMIT, packing, cache)
+    short = cat.catalogue(fg, fop, device, FUSED_LIMIT, packing, cache, narrow)
     for r in short:
         gm, gn, gk = r.grid
         if gn % n == 0 and gn // n <= g.tensor(ops[0].b).shape[1]:
@@ -89,6 +91,6 @@ def fused_recipe(g: Graph, ops: tuple[MatMul, ...], device: Device,
     gm, gn, gk = short[0].grid  # the best grid, its column blocks rounded down to n·x
     try:
         return cat.recipe_from_key(fg, fop, device, f"mm:{gm}x{max(n, gn // n * n)}x{gk}",
-                                   packing, cache)
+                                   packing, cache, narrow)
     except KeyError:
         return None

@@ -97,7 +97,16 @@ from planner.decide import catalogue as cat
 from planner.decide import fusion
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import PACKINGS, Plan
-from planner.ir.graph import DTYPE_BYTES, MOVE_OPS, Cast, Graph, Op, Repeat
+from planner.ir.graph import (
+    DTYPE_BYTES,
+    MOVE_OPS,
+    BatchMatMul,
+    Cast,
+    Graph,
+    MatMul,
+    Op,
+    Repeat,
+)
 from planner.search.registry import PROPOSALS
 from planner.search.tileload import MergedStep, Placement, phase_load, shift_gain
 from simulator.device import Device
@@ -259,10 +268,20 @@ class Around:
         in `role` (planner.build.provenance.move_role)."""
         return sum(self.measured(label) for label in self.moves.get((role, tensor), ()))
 
+    def narrow(self, site: OpSite) -> bool:
+        """True when `site` is a (Batch)MatMul whose `a` operand is the result
+        of a Cast the plan runs before redistribution: it arrives narrow
+        (catalogue module docstring)."""
+        if not isinstance(site.op, (MatMul, BatchMatMul)):
+            return False
+        return any(isinstance(p, Cast) and p.out == site.op.a
+                   and self.plan.cast_before(f"{site.scope}{p.name}") for p in site.graph.ops)
+
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
         packing = self.plan.packing
+        narrow = self.narrow(site)
         short = cat.catalogue(site.graph, site.op, self.device, self.limit, packing,
-                              self.cache)
+                              self.cache, narrow)
         key = self.plan.recipe(site.name)
         if key is None:
             return short, short[0]
@@ -270,7 +289,7 @@ class Around:
             if r.key == key:
                 return short, r
         return short, cat.recipe_from_key(site.graph, site.op, self.device, key, packing,
-                                          self.cache)
+                                          self.cache, narrow)
 
     def op_gain(self, site: OpSite, cur: cat.Recipe, alt: cat.Recipe) -> int:
         est = site.trips * cur.cycles
@@ -434,10 +453,11 @@ class Around:
                 key = fusion.group_key(scope, grp)
                 if self.plan.is_fused(key):
                     continue
-                r = fusion.fused_recipe(g, grp, self.device, self.cache)
+                sites = [s for s in self.sites if s.graph is g and s.op in grp]
+                r = fusion.fused_recipe(g, grp, self.device, self.cache,
+                                        packing=self.plan.packing, narrow=self.narrow(sites[0]))
                 if r is None:
                     continue
-                sites = [s for s in self.sites if s.graph is g and s.op in grp]
                 est = sum(self.current(s)[1].cycles for s in sites)
                 meas = sum(self.costs.get(s.name, 0) for s in sites)
                 calib = min(4.0, max(0.25, meas / (trips * est))) if est and meas else 1.0
