@@ -14,6 +14,18 @@ def test_estimate_accuracy_small(tmp_path: Path) -> None:
     assert (tmp_path / "estimate_accuracy.txt").read_text().strip() == text.strip()
     assert (tmp_path / "estimate_accuracy.png").stat().st_size > 1000
     assert "vit-tiny, 1 layer(s)" in text and "all cases" in text
+    assert "proposals evaluated on vit-tiny" in text and "Kendall tau-b" in text
+
+
+def test_kendall_tau_of_proposals() -> None:
+    row = mod.ProposalRow
+    same = [row("k", str(i), e, s, True) for i, (e, s) in enumerate([(9, 90), (5, 50), (1, 10)])]
+    assert mod.kendall_tau(same) == 1.0
+    flipped = [row("k", str(i), e, s, True) for i, (e, s) in enumerate([(9, 10), (5, 50),
+                                                                        (1, 90)])]
+    assert mod.kendall_tau(flipped) == -1.0
+    # a proposal that did not build has no simulated gain and is left out
+    assert mod.kendall_tau(same + [row("k", "x", 100, None, False)]) == 1.0
 
 
 def test_rows_account_for_the_simulated_cycles() -> None:

@@ -226,9 +226,13 @@ class _Lowerer:
         # estimated against the plan's canonical packing (an op the plan names
         # no recipe for, a materialised Cast, runs where the moves are fewest
         # under the layouts the plan really has)
+        # and (its estimate) with an early-cast `a` operand arriving narrow
         packing = self.plan.packing
+        narrow = isinstance(op, (MatMul, BatchMatMul)) and any(
+            isinstance(c, Cast) and c.out == op.a and self.plan.cast_before(self.qual(c.name))
+            for c in g.ops)
         shortlist = cat.catalogue(g, op, self.device, cat.DEFAULT_LIMIT, packing,
-                                  cache=self.cache)
+                                  cache=self.cache, narrow=narrow)
         key = self.plan.recipe(self.qual(op.name))
         if key is None:
             return shortlist[0]
@@ -236,7 +240,8 @@ class _Lowerer:
             if r.key == key:
                 return r
         try:
-            return cat.recipe_from_key(g, op, self.device, key, packing, cache=self.cache)
+            return cat.recipe_from_key(g, op, self.device, key, packing, cache=self.cache,
+                                       narrow=narrow)
         except KeyError:
             raise BuildFailure("lower", -1, 0, 0,
                                f"op {self.qual(op.name)}: unknown recipe {key!r}") from None
