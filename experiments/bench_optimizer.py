@@ -26,6 +26,15 @@ longest common lowered-step prefix of a recent expansion (the A/B baseline
 of incremental expansion; both give identical packages); `--compare` runs
 each case both ways in one process.
 
+Then the workload measured on hardware (ANCHOR_CASES: siglip-so400m-map, 27
+layers, batch 1 and 2, STEPS proposals, serial and with two jobs), each
+planned by `tileplan plan`'s pipeline in a fresh Python process of its own,
+so that its peak RSS (`resource.getrusage`, the planning process; with jobs
+the largest worker beside it) is its own and its seconds (the `planner.plan`
+call) pay no compilation (the warm-up above fills the Numba cache).  Targets:
+each case planned in under 30 s with a peak RSS of at most 2.5 GB, and the
+same package hash with two jobs as serial.
+
 Usage: python experiments/bench_optimizer.py [--small] [--jobs N]
        [--executor process|thread] [--scratch | --compare] [--out-dir DIR]
 Prints the table and writes DIR/bench_optimizer.txt (experiments.common).
@@ -34,11 +43,14 @@ Prints the table and writes DIR/bench_optimizer.txt (experiments.common).
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
-from experiments.common import ARTIFACTS, publish, setup
+from experiments.common import ARTIFACTS, ROOT, publish, setup
 from kernels.exceptions import BuildFailure
 from planner.ir.models import load_model
 from planner.pipeline import plan
@@ -54,6 +66,12 @@ CASES = (("vit-tiny", 2), ("siglip-so400m", 1))
 SMALL_CASES = (("vit-tiny", 1),)
 SMALL_STEPS = 2
 WARMUP = ("vit-tiny", 1)
+# (model, layers, batch, jobs) planned in processes of their own
+ANCHOR_CASES = (("siglip-so400m-map", 27, 1, 1), ("siglip-so400m-map", 27, 2, 1),
+                ("siglip-so400m-map", 27, 1, 2))
+SMALL_ANCHOR_CASES = (("vit-tiny", 1, 1, 1), ("vit-tiny", 1, 1, 2))
+ANCHOR_HEADER = ("model", "layers", "batch", "jobs", "steps", "cycles", "plan s",
+                 "peak RSS GB", "worker RSS GB", "package")
 HEADER = ("model", "layers", "steps", "baseline cycles", "final cycles", "improvement",
           "plan s", "evaluated", "accepted", "discarded", "accepted kinds")
 
@@ -100,6 +118,35 @@ def compare(cases: tuple[tuple[str, int], ...], device: Device, steps: int) -> s
         + table(HEADER, rows, left=(0, -1))
 
 
+def anchor_child(model: str, layers: int, batch: int, jobs: int, steps: int) -> dict:
+    """Plan one case in this process; its cycles, seconds, peak RSS (GB) of
+    this process and of its largest child (a speculative-build worker), hash."""
+    import resource
+
+    graph = load_model(model, layers=layers, batch=batch)
+    t0 = time.perf_counter()
+    res = plan(graph, load_device(DEVICE), PipelineConfig(optimization_steps=steps, jobs=jobs))
+    secs = time.perf_counter() - t0
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB -> GB
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
+    return {"cycles": res.cycles, "seconds": secs, "rss": own, "worker_rss": kids,
+            "hash": res.package.content_hash()}
+
+
+def anchor_rows(cases: tuple[tuple[str, int, int, int], ...], steps: int) -> list[tuple[str, ...]]:
+    """ANCHOR_HEADER rows, each case in a fresh interpreter (module docstring)."""
+    rows = []
+    for model, layers, batch, jobs in cases:
+        out = subprocess.run([sys.executable, "-m", "experiments.bench_optimizer", "--child",
+                              model, str(layers), str(batch), str(jobs), str(steps)],
+                             capture_output=True, text=True, check=True, cwd=ROOT)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append((model, str(layers), str(batch), str(jobs), str(steps), f"{r['cycles']:,}",
+                     f"{r['seconds']:.1f}", f"{r['rss']:.2f}",
+                     f"{r['worker_rss']:.2f}" if jobs > 1 else "-", r["hash"][:12]))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="run SMALL_CASES with SMALL_STEPS")
@@ -111,8 +158,14 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--compare", action="store_true",
                     help="each case from scratch, then incremental, in this one process")
     ap.add_argument("--out-dir", type=Path, default=ARTIFACTS)
+    ap.add_argument("--child", nargs=5, metavar=("MODEL", "LAYERS", "BATCH", "JOBS", "STEPS"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     setup()
+    if args.child:
+        model, *nums = args.child
+        print(json.dumps(anchor_child(model, *(int(x) for x in nums))))
+        return ""
     device = load_device(DEVICE)
     cases, steps = (SMALL_CASES, SMALL_STEPS) if args.small else (CASES, STEPS)
     bench_case(*WARMUP, device, 0, 1, fresh(False))  # numba compiles or loads, untimed
@@ -134,6 +187,10 @@ def main(argv: list[str] | None = None) -> str:
     text = (f"local optimizer on {DEVICE}, jobs {args.jobs} ({mode}), expansion {reuse}: "
             f"{store.steps_reused} lowered steps reused, {store.steps_expanded} expanded\n"
             + table(HEADER, rows, left=(0, -1)))
+    anchor = anchor_rows(SMALL_ANCHOR_CASES if args.small else ANCHOR_CASES, steps)
+    text += ("\n\nplanning the hardware-anchor workload, each case in a process of its own "
+             "(targets: < 30 s, peak RSS <= 2.5 GB, the same package with 2 jobs)\n"
+             + table(ANCHOR_HEADER, anchor, left=(0, -1)))
     print(text)
     publish("bench_optimizer", "Local optimizer: gain and planning time", text, args.out_dir)
     return text
