@@ -33,3 +33,12 @@ def test_a_micro_map_model_row(tmp_path: Path) -> None:
     shares = [float(c.rstrip("%")) for c in cells[8:12]]
     assert abs(sum(shares) - 100) < 0.5  # compute + exchange + sync + loop
     assert (tmp_path / "hardware_anchor.txt").read_text().startswith("run")
+    # where the cycles went: the families' cycles add up to the run's, and the tau line
+    fam = [x.split() for x in text.split("where the cycles went")[1].splitlines()[2:]
+           if x.split() and x.split()[0] == "2"]
+    assert {"MatMul", "LayerNorm"} <= {f[1] for f in fam}
+    per_layer = sum(int(f[3].replace(",", "")) for f in fam)
+    assert abs(per_layer - cycles // 2) <= len(fam)  # integer division per family
+    for f in fam:
+        assert int(f[3].replace(",", "")) >= sum(int(c.replace(",", "")) for c in f[4:7]) - 2
+    assert "Kendall tau-b" in text
