@@ -65,13 +65,23 @@ def loop_patch_words(pkg: Package) -> np.ndarray:
     if src.any():
         x = index[src]
         step = np.searchsorted(a["step_xfer"], x, side="right") - 1
-        # one send: (loop, step, tile, address, bytes, mode, stride, table address)
-        send = np.stack([loop[src], step, a["x_src_tile"][x], a["x_src_addr"][x],
-                         a["x_bytes"][x], a["p_mode"][src], a["p_stride"][src],
-                         a["p_table_addr"][src]], axis=1)
-        send = np.unique(send, axis=0)
-        keys.append(send[:, 0] * pkg.tiles + send[:, 2])
-        words.append(-(-send[:, 4] // pkg.device.costs.send_max_bytes))
+        # one send: (loop, step, tile, address, bytes, mode, stride, table
+        # address); packed into five sort keys (loop and step, tile and
+        # address, bytes and mode fit 64 bits) and kept where one differs
+        tile = a["x_src_tile"][x]
+        nbytes = a["x_bytes"][x]
+        cols = (a["p_table_addr"][src], a["p_stride"][src], nbytes * 2 + a["p_mode"][src],
+                (tile << 32) | (a["x_src_addr"][x] & 0xFFFFFFFF), (loop[src] << 32) | step)
+        order = np.lexsort(cols)
+        first = np.ones(order.size, dtype=bool)
+        for c in cols:
+            sc = c[order]
+            first[1:] &= sc[1:] == sc[:-1]
+        first = ~first
+        first[0] = True
+        sel = order[first]
+        keys.append(loop[src][sel] * pkg.tiles + tile[sel])
+        words.append(-(-nbytes[sel] // pkg.device.costs.send_max_bytes))
     key, w = np.concatenate(keys), np.concatenate(words)
     uk, inv = np.unique(key, return_inverse=True)
     per = np.bincount(inv, weights=w).astype(np.int64)
