@@ -14,7 +14,8 @@ def test_the_study_sweeps_parse() -> None:
     assert sorted(got) == ["baseline-policies", "scaling-batch", "scaling-devices",
                            "scaling-layers"]
     assert [c["layers"] for c in got["scaling-layers"].cases] == [1, 2, 4, 8, 27]
-    assert {c["baseline"] for c in got["baseline-policies"].cases} == {"default", "capacity"}
+    assert {c["baseline"] for c in got["baseline-policies"].cases} == {"default", "element",
+                                                                       "capacity"}
     devices = {Path(c["device"]).name for c in got["scaling-devices"].cases}
     assert devices == {"c600-368.toml", "c600-736.toml", "c600"}
     assert all(Path(c["device"]).is_file() for c in got["scaling-devices"].cases
