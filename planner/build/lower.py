@@ -121,6 +121,16 @@ def absorbable(g: Graph, op: Cast) -> bool:
     return bool(users) and all(not isinstance(u, (Repeat, Cast, *MOVE_OPS)) for u in users)
 
 
+def arrives_narrow(g: Graph, op: Op, plan: Plan, scope: str = "") -> bool:
+    """True when `op` (in graph `g`, ops named under `scope`) is a MatMul or
+    BatchMatMul whose `a` operand is the result of a Cast that `plan` runs
+    before redistribution: it arrives as fp8, not as the wide value its
+    estimate otherwise assumes (catalogue module docstring)."""
+    return isinstance(op, (MatMul, BatchMatMul)) and any(
+        isinstance(c, Cast) and c.out == op.a and plan.cast_before(f"{scope}{c.name}")
+        for c in g.ops)
+
+
 class _Lowerer:
     def __init__(self, g: Graph, device: Device, plan: Plan,
                  cache: cat.CatalogueCache) -> None:
@@ -222,15 +232,12 @@ class _Lowerer:
 
     def recipe_of(self, g: Graph, op: Op) -> cat.Recipe:
         # the first shortlisted recipe is the best estimate whatever the
-        # shortlist's length, so the build needs no search parameter; it is
-        # estimated against the plan's canonical packing (an op the plan names
-        # no recipe for, a materialised Cast, runs where the moves are fewest
-        # under the layouts the plan really has)
-        # and (its estimate) with an early-cast `a` operand arriving narrow
+        # shortlist's length, so the build needs no search parameter; recipes
+        # are estimated against the plan's canonical packing and cast orders
+        # (an op the plan names no recipe for, a materialised Cast, runs where
+        # the moves are fewest under the layouts the plan really has)
         packing = self.plan.packing
-        narrow = isinstance(op, (MatMul, BatchMatMul)) and any(
-            isinstance(c, Cast) and c.out == op.a and self.plan.cast_before(self.qual(c.name))
-            for c in g.ops)
+        narrow = arrives_narrow(g, op, self.plan, self.scope)
         shortlist = cat.catalogue(g, op, self.device, cat.DEFAULT_LIMIT, packing,
                                   cache=self.cache, narrow=narrow)
         key = self.plan.recipe(self.qual(op.name))

@@ -89,7 +89,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner.build.lower import Lowered, lower
+from planner.build.lower import Lowered, arrives_narrow, lower
 from planner.build.lowered import Step
 from planner.build.provenance import CONTROL, move_role
 from planner.build.schedule import EXCHANGE
@@ -97,16 +97,7 @@ from planner.decide import catalogue as cat
 from planner.decide import fusion
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import PACKINGS, Plan
-from planner.ir.graph import (
-    DTYPE_BYTES,
-    MOVE_OPS,
-    BatchMatMul,
-    Cast,
-    Graph,
-    MatMul,
-    Op,
-    Repeat,
-)
+from planner.ir.graph import DTYPE_BYTES, MOVE_OPS, Cast, Graph, Op, Repeat
 from planner.search.registry import PROPOSALS
 from planner.search.tileload import MergedStep, Placement, phase_load, shift_gain
 from simulator.device import Device
@@ -269,13 +260,9 @@ class Around:
         return sum(self.measured(label) for label in self.moves.get((role, tensor), ()))
 
     def narrow(self, site: OpSite) -> bool:
-        """True when `site` is a (Batch)MatMul whose `a` operand is the result
-        of a Cast the plan runs before redistribution: it arrives narrow
-        (catalogue module docstring)."""
-        if not isinstance(site.op, (MatMul, BatchMatMul)):
-            return False
-        return any(isinstance(p, Cast) and p.out == site.op.a
-                   and self.plan.cast_before(f"{site.scope}{p.name}") for p in site.graph.ops)
+        """`site`'s `a` operand arrives narrow under the incumbent's cast
+        orders (planner.build.lower.arrives_narrow)."""
+        return arrives_narrow(site.graph, site.op, self.plan, site.scope)
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:
         packing = self.plan.packing
