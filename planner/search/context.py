@@ -8,9 +8,15 @@ caches, keyed by content:
   `reduction_overlap` flag, shortlist limit) → the expanded `Program`; two
   plans that differ only in reduction overlap share one expansion;
 - `schedules` — (expansion key, reduction_overlap) → its `Schedule`;
-- `trials` — (graph, device, plan, limit) → the complete evaluated build or
-  why it did not build: a plan already built (for instance speculatively) is
-  never built twice.
+- `trials` — (graph, device, plan, limit) → the outcome of its evaluation
+  (cycles and step profile, or why it did not build), without the build
+  itself: a plan already evaluated (for instance speculatively) is not
+  evaluated again, and one accepted from there is rebuilt
+  (planner.search.trials.evaluate `complete`).
+
+The expansion and schedule caches (and the expansion prefixes) are bounded by
+entries and by their programs' vertices and transfer rows (PROGRAM_ROWS,
+SCHEDULE_ROWS): a 27-layer full-size program is hundreds of MB.
 
 `planner.plan` makes a fresh context per call unless one is passed in; a
 benchmark that wants a cold start makes a new one.  Worker processes of a
