@@ -164,9 +164,8 @@ def _cast_readers(g: Graph, op: Op) -> list[MatMul | BatchMatMul]:
     if not isinstance(op, Cast) or not absorbable(g, op):
         return []
     users = g.consumers(op.out)
-    if all(isinstance(u, (MatMul, BatchMatMul)) and u.a == op.out for u in users):
-        return [u for u in users if isinstance(u, (MatMul, BatchMatMul))]
-    return []
+    readers = [u for u in users if isinstance(u, (MatMul, BatchMatMul)) and u.a == op.out]
+    return readers if len(readers) == len(users) else []
 
 
 def default_row_moves(device: Device) -> int:

@@ -95,6 +95,7 @@ from simulator.engines.numba_exchange import (
     cycles_and_checks,
     exchange_checks,
     exchange_cycles,
+    keep_exchange_row,
     mark_copied,
     patch_value,
     xfer_one,
@@ -427,22 +428,6 @@ def _step_regions(i0, i1, s, loop, it, prog, ctr, desc, vbuf, vflag, skip, image
     return nreg
 
 
-@kjit
-def _keep_exchange_row(i0, i1, r, x_src_tile, x_dst_tile, x_bytes, xflag, xout, agg_in,
-                       agg_out):  # type: ignore[no-untyped-def]
-    """Row r of `agg_in` / `agg_out`: the per-tile bytes in and out (each
-    multicast once: `xout`) of transfers i0..i1, if none of them was flagged
-    by its checks (`xflag`, by position in the step); False (no row) else."""
-    for x in range(i0, i1):
-        if xflag[x - i0] != 0:
-            return False
-    for x in range(i0, i1):
-        agg_in[r, x_dst_tile[x]] += x_bytes[x]
-        if xout[x]:
-            agg_out[r, x_src_tile[x]] += x_bytes[x]
-    return True
-
-
 @kjit_host
 def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # type: ignore[no-untyped-def]
     step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
@@ -689,8 +674,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
             if xcyc[s] < 0 and xp_ptr[i0] == xp_ptr[i1]:
                 xcyc[s] = step_c
             if xrow_of[s] >= 0 and depth > 0 and xcyc[s] >= 0:
-                xclean[s] = _keep_exchange_row(i0, i1, xrow_of[s], x_src_tile, x_dst_tile,
-                                               x_bytes, xflag, xout, agg_in, agg_out)
+                xclean[s] = keep_exchange_row(i0, i1, xrow_of[s], x_src_tile, x_dst_tile,
+                                              x_bytes, xflag, xout, agg_in, agg_out)
             counters[C_TRANSFERS] += n
             t2 = ticks()
             if checked:  # both phases ran at once: the checks charged their own ticks

@@ -200,6 +200,22 @@ def exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark, 
 
 
 @kjit
+def keep_exchange_row(i0, i1, r, x_src_tile, x_dst_tile, x_bytes, xflag, xout, agg_in,
+                      agg_out):  # type: ignore[no-untyped-def]
+    """Row r of `agg_in` / `agg_out`: the per-tile bytes in and out (each
+    multicast once: `xout`) of transfers i0..i1, if none of them was flagged
+    by its checks (`xflag`, by position in the step); False (no row) else."""
+    for x in range(i0, i1):
+        if xflag[x - i0] != 0:
+            return False
+    for x in range(i0, i1):
+        agg_in[r, x_dst_tile[x]] += x_bytes[x]
+        if xout[x]:
+            agg_out[r, x_src_tile[x]] += x_bytes[x]
+    return True
+
+
+@kjit
 def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, rstamp, rend,
                     rflag, serial, exact, regs, r_tile, r_owner, race, faults, counters,
                     prof):  # type: ignore[no-untyped-def]
