@@ -145,7 +145,7 @@ def run(
                 outputs[t.name] = arr
                 faults += bad
                 n_faults += len(bad)
-        _give_back(image)
+        _give_back(image, out.n_faults == 0)
         image = None
     profile = {"package: structure check": t_check, "image: build": t_image, **out.profile,
                "outputs: read": time.perf_counter() - t0}
@@ -214,12 +214,13 @@ def _empty_image(pkg: Package) -> MemoryImage:
     return MemoryImage(mem, written, tile_row, tile_base, tile_size)
 
 
-def _give_back(image: MemoryImage) -> None:
-    """Hand a run's own image to simulator.image_pool for the next run."""
+def _give_back(image: MemoryImage, marked: bool) -> None:
+    """Hand a run's own image to simulator.image_pool for the next run
+    (`marked`: the run had no fault, so its bitmap marks every byte written)."""
     sizes = np.zeros(image.mem.shape[0], dtype=np.int64)
     used = image.tile_row >= 0
     sizes[image.tile_row[used]] = image.tile_size[used]
-    image_pool.give(image.mem, image.written, sizes)
+    image_pool.give(image.mem, image.written, sizes, marked)
 
 
 def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarray, list[Fault]]:

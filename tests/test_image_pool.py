@@ -45,6 +45,26 @@ def test_a_kept_image_comes_back_zeroed_in_a_new_geometry(rows: int, width: int)
     assert not again.any() and not again_bits.any()
 
 
+def test_a_marked_image_is_zeroed_where_its_bitmap_says() -> None:
+    """After a run without faults only the 64-byte blocks under non-zero
+    bitmap words are zeroed; a byte written but not marked (only a failed
+    kernel leaves one) would survive, which is why a faulted run is given
+    back unmarked."""
+    mem, bits = image_pool.take(3, 300)
+    for r, (a, n) in enumerate([(5, 200), (64, 1), (130, 170)]):
+        mem[r, a:a + n] = 0xA5
+        for b in range(a, a + n):
+            bits[r, b // 64] |= np.uint64(1 << (b % 64))
+    mem[2, 0] = 0x11  # written, never marked
+    image_pool.give(mem, bits, np.array([300, 300, 300]), marked=True)
+    again, again_bits = image_pool.take(3, 300)
+    assert np.shares_memory(again, mem) and not again_bits.any()
+    assert np.flatnonzero(again).tolist() == [2 * 300]  # the unmarked byte only
+    again[2, 0] = 0x11
+    image_pool.give(again, again_bits, np.array([300, 300, 300]), marked=False)
+    assert not image_pool.take(3, 300)[0].any()
+
+
 def test_an_image_larger_than_the_kept_one_is_a_new_mapping() -> None:
     mem, bits = image_pool.take(2, 64)
     dirty(mem, bits, [64, 64])

@@ -77,6 +77,7 @@ from simulator.engines.base import (
 from simulator.engines.numba_data import (
     P_KERNEL,
     P_WRITTEN,
+    P_XCHECK,
     PARALLEL_CHUNKS,
     execute_parallel,
     execute_serial,
@@ -88,16 +89,18 @@ from simulator.engines.numba_data import (
     regions_serial,
 )
 from simulator.engines.numba_exchange import (
-    P_XCHECK,
     check_transfer,
     copy_parallel,
     copy_serial,
-    cycles_and_checks,
+    ends_serial,
     exchange_checks,
-    exchange_cycles,
+    in_cycles,
     keep_exchange_row,
     mark_copied,
+    out_cycles,
+    out_cycles_parallel,
     patch_value,
+    send_segments,
     xfer_one,
     xfer_pass_parallel,
 )
@@ -106,6 +109,7 @@ from simulator.package import Package
 from simulator.timing import (
     DV_LOOP,
     DV_PATCH,
+    DV_SYNC,
     device_scalars,
     loop_patch_words,
 )
@@ -119,7 +123,7 @@ PARALLEL_VERTICES = 512
 SERIAL = 1 << 62  # the threshold that keeps a run out of the thread pool
 OPT_PARALLEL_MIN, OPT_CHECKS, OPT_OVERLAP = 0, 1, 2  # run options of _superstep_loop
 # the profile (Outputs.prof, in time-stamp ticks): where the loop's time went;
-# P_WRITTEN, P_XCHECK and P_KERNEL + kernel id are charged in numba_data
+# P_WRITTEN and P_KERNEL + kernel id are charged in numba_data
 P_COST = 0  # compute: cycles and run-time checks of every vertex (_vertex_pass)
 P_CHECK = 1  # compute, numerics: regions in the image, reads of unwritten bytes
 P_RACE = 2  # compute, numerics: the step's race check
@@ -443,9 +447,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
     acc = np.zeros(n_tiles, dtype=np.int64)
-    acc2 = np.zeros(n_tiles, dtype=np.int64)
     n_in = np.zeros(n_tiles, dtype=np.int64)  # receives per tile in an exchange step
-    n_out = np.zeros(n_tiles, dtype=np.int64)  # send instructions per tile
     touched = np.zeros(n_tiles, dtype=np.int64)
     mark = np.zeros(n_tiles, dtype=np.bool_)
     ctr = np.zeros(max(n_steps, 1), dtype=np.int64)
@@ -472,8 +474,6 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     xflag = np.zeros(max_items, dtype=np.int64)  # _check_transfer bits per transfer of a step
     x_src = np.zeros(max_items, dtype=np.int64)
     x_dst = np.zeros(max_items, dtype=np.int64)
-    keys = np.zeros(max_items, dtype=np.int64)  # source address per transfer of a step
-    ktile = np.zeros(max_items, dtype=np.int64)  # source tile per transfer of a step
     vr = np.zeros((8, R_LEN), dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     vcyc = np.full(v_tile.shape[0], -1, dtype=np.int64)  # cycles of unpatched vertices
@@ -482,24 +482,30 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     # [start, end) of the buffer each region / transfer end was found in last
     # time (int32: addresses of one tile's memory); empty until found
     vbuf = np.zeros(v_tile.shape[0] * 16, dtype=np.int32)
-    xbuf = np.zeros(x_bytes.shape[0] * 4, dtype=np.int32)
     if parallel_min < SERIAL:  # large (8 regions per vertex); the prange also keeps
         for k in numba.prange(v_tile.shape[0] * 8):  # kjit_host's pipeline in use
             vbuf[2 * k] = 1
     else:  # not from the main thread: never enter the thread pool (execute)
         vbuf[0::2] = 1
-    xbuf[0::2] = 1
-    # the access-index row each transfer end was found in (_check_transfer),
-    # and per row the state of the exchange race check (exchange_checks)
-    xrow = np.full(x_bytes.shape[0] * 2, -1, dtype=np.int32)
+    # the access-index row each transfer end was found in (check_transfer;
+    # written by a step's first run, so read only once `xseen[step]`), and per
+    # row the state of the exchange race check (exchange_checks)
+    xrow = np.empty(x_bytes.shape[0] * 2, dtype=np.int32)
+    xseen = np.zeros(max(n_steps, 1), dtype=np.bool_)
     rstamp = np.zeros(prog.b_table.shape[0] if numerics else 1, dtype=np.int64)
     rend = np.zeros_like(rstamp)
     rflag = np.zeros_like(rstamp)
     xserial = np.int64(0)
     exact = opts[OPT_OVERLAP] != 0
-    xres = np.zeros(3, dtype=np.int64)  # an exchange step's (cycles, race, self-overlaps)
+    # an exchange step's sends by source tile (send_segments, out_cycles)
+    order = np.empty(max_xfer, dtype=np.int64)
+    tmp = np.empty(max_xfer, dtype=np.int64)
+    start = np.empty(n_tiles + 1, dtype=np.int64)
+    cur = np.empty(n_tiles, dtype=np.int64)
+    per_tile = np.empty(n_tiles, dtype=np.int64)
+    xbits = np.empty(max_xfer if numerics else 1, dtype=np.int8)  # check_ends per transfer
     xok = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # unpatched transfers checked clean
-    xhint = np.full(2, -1, dtype=np.int64)  # buffer rows the last transfer's ends were in
+    xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
     vflag = np.zeros(v_tile.shape[0], dtype=np.int64)  # its run-time check bits
     b_ptr, b_table = prog.b_ptr, prog.b_table
@@ -625,16 +631,16 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
             # once); a timing-only step's transfers mostly hit the bounds cache
             xpar = numerics and n >= parallel_min
             if xpar:
-                xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf,
-                                    xrow, xok, faults, counters, checks)
+                xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
+                                    xrow, xok, faults, counters, checks, image, skip, xbits)
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
-                    xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow,
+                    xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s], xrow,
                               xhint, xok, faults, counters, checks, True)
             for x in range(i0, i1):
                 if xpar and xflag[x - i0] != 0:  # its faults, in order
                     check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0], x_dst_tile[x],
-                                    x_dst[x - i0], x_bytes[x], b_ptr, b_table, xbuf, xrow, xhint,
+                                    x_dst[x - i0], x_bytes[x], b_ptr, b_table, False, xrow, xhint,
                                     faults, counters, True)
                 skip[x - i0] = (xflag[x - i0] & 1) != 0
                 nb = x_bytes[x]
@@ -646,12 +652,9 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                 acc[d] += nb
                 n_in[d] += 1
                 bytes_in[d] += nb
-                keys[x - i0] = x_src[x - i0]
-                ktile[x - i0] = x_src_tile[x]
+            xseen[s] = True
             t1 = ticks()
             prof[P_XFER] += t1 - t0
-            checked = False
-            xcheck0 = prof[P_XCHECK]
             if xcyc[s] >= 0:  # no patched transfer: same cycles and multicast groups
                 step_c = xcyc[s]
                 for x in range(i0, i1):
@@ -660,17 +663,16 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                     mark[x_dst_tile[x]] = False
                     if xout[x]:
                         bytes_out[x_src_tile[x]] += x_bytes[x]
-            elif numerics and n >= parallel_min:  # the cycles beside the checks
-                xserial += 1
-                cycles_and_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow,
-                                  rstamp, rend, rflag, xserial, exact, regs, r_tile, r_owner,
-                                  race, faults, counters, prof, keys, ktile, acc, acc2, n_in,
-                                  n_out, mark, touched, n_touched, bytes_out, xout, devv, xres)
-                step_c = xres[0]
-                checked = True
             else:
-                step_c = exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out,
-                                         mark, touched, n_touched, bytes_out, xout, devv)
+                packed = send_segments(x_src_tile[i0:i1], x_src, n, order, start, cur)
+                if n >= parallel_min:
+                    c_out = out_cycles_parallel(i0, order, tmp, start, x_src, x_bytes, xout,
+                                                bytes_out, devv, packed, per_tile)
+                else:
+                    c_out = out_cycles(i0, order, tmp, start, x_src, x_bytes, xout, bytes_out,
+                                       devv, packed)
+                step_c = max(c_out, in_cycles(acc, n_in, mark, touched, n_touched, devv)) \
+                    + devv[DV_SYNC]
             if xcyc[s] < 0 and xp_ptr[i0] == xp_ptr[i1]:
                 xcyc[s] = step_c
             if xrow_of[s] >= 0 and depth > 0 and xcyc[s] >= 0:
@@ -678,25 +680,23 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
                                               x_bytes, xflag, xout, agg_in, agg_out)
             counters[C_TRANSFERS] += n
             t2 = ticks()
-            if checked:  # both phases ran at once: the checks charged their own ticks
-                prof[P_XCYCLES] += max(0, t2 - t1 - (prof[P_XCHECK] - xcheck0))
-            else:
-                prof[P_XCYCLES] += t2 - t1
+            prof[P_XCYCLES] += t2 - t1
             if numerics:
-                if not checked:
-                    xserial += 1
-                    xres[1], xres[2] = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst,
-                                                       skip, image, xrow, rstamp, rend, rflag,
-                                                       xserial, exact, regs, r_tile, r_owner,
-                                                       race, faults, counters, prof)
-                raced, n_self = xres[1] != 0, xres[2]
-                t2 = ticks()
+                if not xpar:  # else the pass on the cores checked them
+                    ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits)
+                xserial += 1
+                raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
+                                                image, xrow, xbits, rstamp, rend, rflag, xserial,
+                                                exact, regs, r_tile, r_owner, race, faults,
+                                                counters)
+                t3 = ticks()
+                prof[P_XCHECK] += t3 - t2
                 if not raced and n_self == 0 and n >= parallel_min:
                     copy_parallel(i0, i1, prog, x_src, x_dst, skip, image)  # and marks
                 else:
                     copy_serial(i0, i1, prog, x_src, x_dst, skip, image, stage, raced)
                     mark_copied(i0, i1, prog, x_dst, skip, image)
-                prof[P_XCOPY] += ticks() - t2
+                prof[P_XCOPY] += ticks() - t3
         else:
             step_c = np.int64(0)
         cycles_per_step[s] += step_c

@@ -25,7 +25,7 @@ from simulator.engines.ticks import ticks
 
 # the profile's phases (Outputs.prof) this module charges
 P_WRITTEN = 3  # compute: marking written bytes
-P_XCHECK = 6  # exchange: ranges, unwritten reads, race
+P_XCHECK = 6  # exchange: ranges, unwritten reads, race (charged by the loop)
 P_KERNEL = 8  # + kernel id: executing that kernel's vertices
 PARTS = 4  # tile classes of a parallel marking pass (`part_of`)
 # chunks of a step's items in a parallel pass, each with its own scratch: a

@@ -3,14 +3,17 @@ loop): its transfers' patched addresses and run-time buffer checks, its
 cycles (simulator.timing), the numerics checks of its transfers and their
 copies in the memory image.
 
-With numerics, a large step's cycles and its checks are independent (the
-cycles read only the transfers' sizes and tiles, the checks only the image
-and the transfers' addresses), so `cycles_and_checks` runs them on the two
-cores at once.  Copies run on all cores when the step is race-free (its
-transfers then touch disjoint bytes, so their order cannot change a result)
-and as row-slice loops (vectorized), not byte loops; each core copies the
-transfers into its own class of tiles and marks them written, as no other
-core touches those tiles' bitmap rows (whose words several transfers share).
+A large step runs each per-transfer pass on the machine's cores, in chunks
+of consecutive transfers (every write goes to the transfer's own entries;
+faults are recorded as bits and reported afterwards, in program order):
+the patches and buffer checks, with numerics the image checks
+(`check_ends`: the image is not written before the copies); the cycles
+after one counting sort of the transfers by source tile (each tile's sends
+sorted and de-duplicated on its own, `out_cycles_parallel`); the race check
+in this thread; then the copies, when the step is race-free (its transfers
+then touch disjoint bytes, so their order cannot change a result), as
+row-slice loops (vectorized), their destinations marked written with the
+bitmap words two chunks may share updated atomically (`bits_set_shared`).
 A step with a race, or one run outside the main thread
 (simulator.engines.numba.execute), runs in program order in this thread.
 """
@@ -28,10 +31,11 @@ from simulator.access import (
     B_END,
     bits_first_unset,
     bits_set,
+    bits_set_shared,
     find_race,
     granule_of,
     live_buffer,
-    tile_order,
+    sort_segment,
 )
 from simulator.engines.base import (
     F_DST_BUFFER,
@@ -41,43 +45,40 @@ from simulator.engines.base import (
     F_UNINIT,
     F_XFER_RANGE,
 )
-from simulator.engines.numba_data import PARALLEL_CHUNKS, PARTS, fault, part_of
-from simulator.engines.ticks import ticks
-from simulator.timing import DV_IN_BW, DV_OUT_BW, DV_RECV, DV_SEND, DV_SEND_MAX, DV_SYNC
-
-P_XCHECK = 6  # the profile's phase (Outputs.prof) of exchange_checks
+from simulator.engines.numba_data import PARALLEL_CHUNKS, fault
+from simulator.timing import DV_IN_BW, DV_OUT_BW, DV_RECV, DV_SEND, DV_SEND_MAX
 
 
 @kjit_inline
-def check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, xrow, xhint,
+def check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, cached, xrow, xhint,
                     faults, counters, emit):  # type: ignore[no-untyped-def]
     """The run-time invariants of transfer x at step s, source then
     destination: in a live tensor buffer (else F_SRC_BUFFER / F_DST_BUFFER),
     aligned (else F_MISALIGNED).  Returns the bit set of `simulator.engines.numba._check_regions`;
-    the access-index row an end was found in goes to `xrow[2x + side]`.
-    `xhint[side]` is the buffer row the previous transfer's end on that side
-    was found in: consecutive transfers mostly read one buffer and fill
-    another, so the lookup tries it first when it is a row of the same tile."""
+    the access-index row an end was found in goes to `xrow[2x + side]`
+    (-1 when none was).  When `cached` (the step ran before, so its rows
+    were written), the row found last time is tried first; else
+    `xhint[side * tiles + tile]`, the buffer row the last end on that side
+    and tile was found in: a tile's transfers mostly read one buffer or
+    fill another, so the lookup tries it first."""
     bad = 0
     g = granule_of(1, 0, 1, 0, nb)
     for side in range(2):
         tile = st if side == 0 else dt
         addr = src if side == 0 else dst
-        k = 4 * x + 2 * side  # the bounds of the buffer found last time (as _check_regions does)
-        if not (xbuf[k] <= addr and addr + nb <= xbuf[k + 1]):
-            h = xhint[side]
-            if not (b_ptr[tile] <= h and h < b_ptr[tile + 1]):
-                h = -1
-            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, h)
+        k = 2 * x + side
+        j = xrow[k] if cached else -1
+        if not (j >= 0 and b_table[j, B_ADDR] <= addr and addr + nb <= b_table[j, B_END]):
+            hk = side * (b_ptr.shape[0] - 1) + tile
+            j = live_buffer(tile, addr, addr + nb, 1, s, b_ptr, b_table, xhint[hk])
+            xrow[k] = j
             if j < 0:
                 if emit:
                     fault(faults, counters, F_SRC_BUFFER if side == 0 else F_DST_BUFFER, s,
                           tile, addr, loop, it, x, nb)
                 bad |= 1
                 continue
-            xbuf[k], xbuf[k + 1] = b_table[j, B_ADDR], b_table[j, B_END]
-            xrow[2 * x + side] = j
-            xhint[side] = j
+            xhint[hk] = j
         if addr & (g - 1) != 0:  # g is 1, 2 or 4
             if emit:
                 fault(faults, counters, F_MISALIGNED, s, tile, addr, loop, it, x, g)
@@ -86,7 +87,7 @@ def check_transfer(s, loop, it, x, st, src, dt, dst, nb, b_ptr, b_table, xbuf, x
 
 
 @kjit_inline
-def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint, xok,
+def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint, xok,
               faults, counters, checks, emit):  # type: ignore[no-untyped-def]
     """Transfer x of a step (its j-th): patched addresses into x_src[j] /
     x_dst[j], the bits of `check_transfer` into xflag[j] (faults recorded
@@ -105,7 +106,7 @@ def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhin
     xflag[j] = 0
     if checks and not xok[x]:
         xbad = check_transfer(s, loop, it, x, prog.x_src_tile[x], src, prog.x_dst_tile[x], dst,
-                               prog.x_bytes[x], prog.b_ptr, prog.b_table, xbuf, xrow, xhint,
+                               prog.x_bytes[x], prog.b_ptr, prog.b_table, cached, xrow, xhint,
                                faults, counters, emit)
         xflag[j] = xbad
         if xbad == 0 and prog.xp_ptr[x] == prog.xp_ptr[x + 1]:
@@ -113,18 +114,25 @@ def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhin
 
 
 @kjit_parallel
-def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xok,
-                        faults, counters, checks):  # type: ignore[no-untyped-def]
+def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xok,
+                        faults, counters, checks, image, skip, xbits):  # type: ignore[no-untyped-def]
     """`xfer_one` for transfers i0..i1 over the cores, recording no fault
     (every write goes to the transfer's own entries; the caller reports the
-    flagged ones)."""
+    flagged ones), then, with numerics (`xbits` as long as the step), each
+    transfer's `check_ends` into xbits[j] (the image is not written until
+    the step's copies, so they may run here)."""
     n = i1 - i0
     chunks = min(n, PARALLEL_CHUNKS)
+    ends = xbits.shape[0] >= n
     for ch in numba.prange(chunks):
-        xhint = np.full(2, -1, dtype=np.int64)
+        xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)
         for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
-            xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xbuf, xrow, xhint,
+            j = x - i0
+            xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint,
                       xok, faults, counters, checks, False)
+            if ends:
+                skip[j] = (xflag[j] & 1) != 0
+                xbits[j] = check_ends(x, j, prog, x_src, x_dst, skip, image)
 
 
 @kjit_inline
@@ -136,67 +144,109 @@ def patch_value(p, ctr, prog):  # type: ignore[no-untyped-def]
     return prog.table_values[prog.p_table[p] + i]
 
 
-@kjit_parallel
-def cycles_and_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, rstamp,
-                      rend, rflag, serial, exact, regs, r_tile, r_owner, race, faults, counters,
-                      prof, keys, ktile, acc, acc2, n_in, n_out, mark, touched, n_touched,
-                      bytes_out, xout, devv, res):  # type: ignore[no-untyped-def]
-    """`exchange_cycles` on one core while `exchange_checks` runs on the
-    other: res = (cycles, race found, transfers overlapping themselves)."""
-    for task in numba.prange(2):
-        if task == 0:
-            res[0] = exchange_cycles(i0, i1, keys, ktile, prog.x_bytes, acc, acc2, n_in, n_out,
-                                     mark, touched, n_touched, bytes_out, xout, devv)
-        else:
-            raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
-                                            image, xrow, rstamp, rend, rflag, serial, exact,
-                                            regs, r_tile, r_owner, race, faults, counters, prof)
-            res[1] = raced
-            res[2] = n_self
+PACK = 32  # send_segments: a transfer's source address above its step index
 
 
 @kjit
-def exchange_cycles(i0, i1, keys, ktile, x_bytes, acc, acc2, n_in, n_out, mark, touched,
-                     n_touched, bytes_out, xout, devv):  # type: ignore[no-untyped-def]
-    """Cycles of one exchange step (simulator.timing) from the bytes in and
-    receives already in `acc` / `n_in`; counts bytes out and send instructions
-    once per distinct (src tile, src addr, bytes) and records in `xout` which
-    transfers counted; resets the per-tile scratch."""
-    n = i1 - i0
-    order = tile_order(ktile, keys, n)
+def send_segments(ktile, keys, n, order, start, cur):  # type: ignore[no-untyped-def]
+    """Counting sort of a step's transfers 0..n by source tile `ktile`
+    (stable): tile t's come at order[start[t]:start[t + 1]]; `start` has
+    one entry more than there are tiles, `cur` as many as tiles.  An entry
+    is the transfer's source address `keys[j]` << PACK | j, so sorting a
+    segment by value sorts it by address, stably, in place; returns False
+    (and entries j alone) if some address does not fit."""
+    start[:] = 0
+    packed = True
     for j in range(n):
-        x = i0 + order[j]
+        start[ktile[j] + 1] += 1
+        if keys[j] < 0 or keys[j] >= 1 << (63 - PACK):
+            packed = False
+    for t in range(start.shape[0] - 1):
+        start[t + 1] += start[t]
+        cur[t] = start[t]
+    for j in range(n):
+        order[cur[ktile[j]]] = (keys[j] << PACK | j) if packed else j
+        cur[ktile[j]] += 1
+    return packed
+
+
+@kjit_inline
+def tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out, devv,
+                    packed):  # type: ignore[no-untyped-def]
+    """The out side of source tile t in a step (`send_segments`): its
+    transfers sorted by source address, each counted once per distinct
+    (address, bytes) (a multicast is one send; `xout` records which
+    transfer counted), bytes out added to `bytes_out[t]`; returns
+    max(bytes / out bandwidth, sends x send cycles)."""
+    a, b = start[t], start[t + 1]
+    if a == b:
+        return 0
+    if packed:
+        order[a:b].sort()
+    else:
+        sort_segment(order, a, b, keys, tmp)
+    low = (1 << PACK) - 1
+    nbytes = 0
+    sends = 0
+    run = a  # the first entry with this entry's address
+    last = np.int64(-1)
+    for j in range(a, b):
+        v = order[j]
+        key = v >> PACK if packed else keys[v]
+        if packed:
+            v &= low
+            order[j] = v
+        if key != last:
+            run, last = j, key
+        x = i0 + v
         dup = False
-        k = j - 1
-        while (k >= 0 and keys[order[k]] == keys[order[j]]
-               and ktile[order[k]] == ktile[order[j]]):
+        for k in range(run, j):
             if x_bytes[i0 + order[k]] == x_bytes[x]:
                 dup = True
                 break
-            k -= 1
         xout[x] = not dup
-        if dup:
-            continue
-        t = ktile[order[j]]
-        if not mark[t]:
-            mark[t] = True
-            touched[n_touched] = t
-            n_touched += 1
-        acc2[t] += x_bytes[x]
-        n_out[t] += (x_bytes[x] + devv[DV_SEND_MAX] - 1) // devv[DV_SEND_MAX]
-        bytes_out[t] += x_bytes[x]
-    step_c = np.int64(0)
+        if not dup:
+            nbytes += x_bytes[x]
+            sends += (x_bytes[x] + devv[DV_SEND_MAX] - 1) // devv[DV_SEND_MAX]
+    bytes_out[t] += nbytes
+    return max((nbytes + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW], sends * devv[DV_SEND])
+
+
+@kjit
+def out_cycles(i0, order, tmp, start, keys, x_bytes, xout, bytes_out, devv, packed):  # type: ignore[no-untyped-def]
+    """The largest `tile_out_cycles` of a step, tile after tile."""
+    c = np.int64(0)
+    for t in range(start.shape[0] - 1):
+        c = max(c, tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out,
+                                   devv, packed))
+    return c
+
+
+@kjit_parallel
+def out_cycles_parallel(i0, order, tmp, start, keys, x_bytes, xout, bytes_out, devv, packed,
+                        per):  # type: ignore[no-untyped-def]
+    """`out_cycles` over the cores (each tile's sends are its own: its
+    segment of `order`, `bytes_out[t]`, its transfers' `xout`); `per`: a
+    scratch entry per tile."""
+    for t in numba.prange(start.shape[0] - 1):
+        per[t] = tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out,
+                                 devv, packed)
+    return per.max()
+
+
+@kjit
+def in_cycles(acc, n_in, mark, touched, n_touched, devv):  # type: ignore[no-untyped-def]
+    """The in side of a step (bytes in `acc`, receives `n_in` of each
+    touched tile): the largest max(bytes / in bandwidth, receives x receive
+    cycles); resets the per-tile scratch."""
+    c = np.int64(0)
     for k in range(n_touched):
         t = touched[k]
-        c_in = max((acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], n_in[t] * devv[DV_RECV])
-        c_out = max((acc2[t] + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW], n_out[t] * devv[DV_SEND])
-        step_c = max(step_c, c_in, c_out)
+        c = max(c, (acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], n_in[t] * devv[DV_RECV])
         acc[t] = 0
-        acc2[t] = 0
         n_in[t] = 0
-        n_out[t] = 0
         mark[t] = False
-    return step_c + devv[DV_SYNC]
+    return c
 
 
 @kjit
@@ -215,15 +265,55 @@ def keep_exchange_row(i0, i1, r, x_src_tile, x_dst_tile, x_bytes, xflag, xout, a
     return True
 
 
+# bits of `check_ends`
+E_SRC_RANGE, E_DST_RANGE, E_UNINIT, E_SELF = 1, 2, 4, 8
+
+
+@kjit_inline
+def check_ends(x, j, prog, x_src, x_dst, skip, image):  # type: ignore[no-untyped-def]
+    """The image checks of transfer x (the j-th of its step, at patched
+    addresses x_src[j] / x_dst[j]), unless skipped: each end inside its
+    tile's image window (E_SRC_RANGE / E_DST_RANGE: the transfer is then
+    skipped), else its source written before (E_UNINIT) and whether its
+    own source and destination overlap (E_SELF)."""
+    if skip[j]:  # an endpoint outside every live buffer (check_transfer)
+        return 0
+    nb = prog.x_bytes[x]
+    st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
+    sa, da = x_src[j], x_dst[j]
+    srow, drow = image.tile_row[st], image.tile_row[dt]
+    sb, db = image.tile_base[st], image.tile_base[dt]
+    bits = 0
+    if srow < 0 or sa < sb or sa + nb > sb + image.tile_size[st]:
+        bits |= E_SRC_RANGE
+    if drow < 0 or da < db or da + nb > db + image.tile_size[dt]:
+        bits |= E_DST_RANGE
+    if bits != 0:
+        skip[j] = True
+        return bits
+    if srow == drow and sa - sb < da - db + nb and da - db < sa - sb + nb:
+        bits |= E_SELF
+    if bits_first_unset(image.written, srow, sa - sb, nb) >= 0:
+        bits |= E_UNINIT
+    return bits
+
+
 @kjit
-def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, rstamp, rend,
-                    rflag, serial, exact, regs, r_tile, r_owner, race, faults, counters,
-                    prof):  # type: ignore[no-untyped-def]
+def ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits):  # type: ignore[no-untyped-def]
+    """`check_ends` of transfers i0..i1 in this thread, into xbits[j]."""
+    for j in range(i1 - i0):
+        xbits[j] = check_ends(i0 + j, j, prog, x_src, x_dst, skip, image)
+
+
+@kjit
+def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, xbits, rstamp,
+                    rend, rflag, serial, exact, regs, r_tile, r_owner, race, faults,
+                    counters):  # type: ignore[no-untyped-def]
     """The numerics checks of exchange step s (transfers at patched addresses
-    x_src / x_dst): each end inside its tile's image window (else
-    F_XFER_RANGE, and the transfer is skipped), sources written before
-    (F_UNINIT), no race (F_RACE).  Returns (race found, number of
-    transfers whose own source and destination overlap).
+    x_src / x_dst) once `check_ends` put its bits in `xbits`: the faults of
+    those bits, in transfer order (F_XFER_RANGE, F_UNINIT), and no race
+    (F_RACE).  Returns (race found, number of transfers whose own source
+    and destination overlap).
 
     The race check works on the buffer rows the ends were found in
     (`xrow[2x]` source, `xrow[2x + 1]` destination, rows of the access
@@ -238,42 +328,35 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
     `find_race`: a race needs a destination and a second end in its buffer,
     so no other end can take part in one."""
     x_src_tile, x_dst_tile, x_bytes = prog.x_src_tile, prog.x_dst_tile, prog.x_bytes
-    written, tile_row = image.written, image.tile_row
-    tile_base, tile_size = image.tile_base, image.tile_size
-    t0 = ticks()
     n_self = 0
     clash = exact
     for x in range(i0, i1):
         j = x - i0
-        nb = x_bytes[x]
-        st, dt = x_src_tile[x], x_dst_tile[x]
-        sa, da = x_src[j], x_dst[j]
-        srow, drow = tile_row[st], tile_row[dt]
-        sb, db = tile_base[st], tile_base[dt]
-        if skip[j]:  # an endpoint outside every live buffer (_check_transfer)
-            continue
-        if srow < 0 or sa < sb or sa + nb > sb + tile_size[st]:
-            fault(faults, counters, F_XFER_RANGE, s, st, sa, loop, it, x, nb)
-            skip[j] = True
-        if drow < 0 or da < db or da + nb > db + tile_size[dt]:
-            fault(faults, counters, F_XFER_RANGE, s, dt, da, loop, it, x, nb)
-            skip[j] = True
+        bits = xbits[j]
+        if bits & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT) != 0:
+            st, dt, nb = x_src_tile[x], x_dst_tile[x], x_bytes[x]
+            if bits & E_SRC_RANGE:
+                fault(faults, counters, F_XFER_RANGE, s, st, x_src[j], loop, it, x, nb)
+            if bits & E_DST_RANGE:
+                fault(faults, counters, F_XFER_RANGE, s, dt, x_dst[j], loop, it, x, nb)
+            if bits & E_UNINIT:
+                sb = image.tile_base[st]
+                bad = bits_first_unset(image.written, image.tile_row[st], x_src[j] - sb, nb)
+                fault(faults, counters, F_UNINIT, s, st, bad + sb, loop, it, x, 0)
         if skip[j]:
             continue
-        if srow == drow and sa - sb < da - db + nb and da - db < sa - sb + nb:
+        if bits & E_SELF:
             n_self += 1
         k = xrow[2 * x + 1]
+        end = x_dst[j] + x_bytes[x]
         if rstamp[k] != serial:
             rstamp[k] = serial
-            rend[k] = da + nb
+            rend[k] = end
         else:
-            if da < rend[k]:
+            if x_dst[j] < rend[k]:
                 rflag[k] = serial
                 clash = True
-            rend[k] = max(rend[k], da + nb)
-        bad = bits_first_unset(written, srow, sa - sb, nb)
-        if bad >= 0:
-            fault(faults, counters, F_UNINIT, s, st, bad + sb, loop, it, x, 0)
+            rend[k] = max(rend[k], end)
     for x in range(i0, i1):
         k = xrow[2 * x]
         if not skip[x - i0] and rstamp[k] == serial:
@@ -297,7 +380,6 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
     if raced:
         fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
               r_owner[race[1]], r_owner[race[0]])
-    prof[P_XCHECK] += ticks() - t0
     return raced, n_self
 
 
@@ -313,21 +395,23 @@ def _copy(mem, srow, so, drow, do, nb):  # type: ignore[no-untyped-def]
 @kjit_parallel
 def copy_parallel(i0, i1, prog, x_src, x_dst, skip, image):  # type: ignore[no-untyped-def]
     """The copies of exchange transfers i0..i1 not skipped, with their
-    destinations marked written, over the cores (a race-free step without
-    self-overlapping transfers only): part p takes the transfers into tiles
-    of class p, whose bitmap rows no other part touches
-    (simulator.engines.numba_data.part_of)."""
-    for p in numba.prange(PARTS):
-        for j in range(i1 - i0):
-            x = i0 + j
-            dt = prog.x_dst_tile[x]
-            if skip[j] or part_of(dt) != p:
+    destinations marked written, over the cores in chunks of consecutive
+    transfers (a race-free step without self-overlapping transfers only:
+    its copies touch disjoint bytes; bitmap words two chunks share are
+    updated atomically, `bits_set_shared`)."""
+    n = i1 - i0
+    chunks = min(n, PARALLEL_CHUNKS)
+    mem, written = image.mem, image.written
+    for ch in numba.prange(chunks):
+        for j in range(ch * n // chunks, (ch + 1) * n // chunks):
+            if skip[j]:
                 continue
-            st = prog.x_src_tile[x]
+            x = i0 + j
+            st, dt, nb = prog.x_src_tile[x], prog.x_dst_tile[x], prog.x_bytes[x]
             do = x_dst[j] - image.tile_base[dt]
-            _copy(image.mem, image.tile_row[st], x_src[j] - image.tile_base[st],
-                  image.tile_row[dt], do, prog.x_bytes[x])
-            bits_set(image.written, image.tile_row[dt], do, prog.x_bytes[x])
+            _copy(mem, image.tile_row[st], x_src[j] - image.tile_base[st], image.tile_row[dt],
+                  do, nb)
+            bits_set_shared(written, image.tile_row[dt], do, nb)
 
 
 @kjit
