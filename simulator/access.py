@@ -460,7 +460,7 @@ def find_race(regs, tiles, owner, n, out):  # type: ignore[no-untyped-def]
 ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@kjit
+@kjit_inline
 def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
     """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set."""
     width = hi - lo + 1
@@ -520,6 +520,27 @@ def bits_set_shared(bits, row, a, n):  # type: ignore[no-untyped-def]
     for k in range(wa + 1, wb):
         bits[row, k] = ALL_BITS
     _atomic_or(bits, row, wb, _word_mask(0, e & 63))
+
+
+@kjit_inline
+def bits_all_set(bits, row, a, n):  # type: ignore[no-untyped-def]
+    """Whether every byte in [a, a + n) of row `row` was written
+    (`bits_first_unset(...) < 0`, word at a time, for the hot checks)."""
+    if n <= 0:
+        return True
+    e = a + n - 1
+    wa, wb = a >> 6, e >> 6
+    if wa == wb:
+        m = _word_mask(a & 63, e & 63)
+        return (bits[row, wa] & m) == m
+    m = _word_mask(a & 63, 63)
+    if (bits[row, wa] & m) != m:
+        return False
+    for k in range(wa + 1, wb):
+        if bits[row, k] != ALL_BITS:
+            return False
+    m = _word_mask(0, e & 63)
+    return (bits[row, wb] & m) == m
 
 
 @kjit

@@ -56,6 +56,7 @@ from simulator.access import (
     region_span,
     span_of,
 )
+from simulator.engines import numba_scratch
 from simulator.engines.base import (
     C_CYCLES,
     C_FAULTS,
@@ -227,9 +228,14 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
     opts[OPT_CHECKS] = bool(checks) or numerics  # numerics needs the checks for memory safety
     prog, overlap = program_arrays(pkg)
     opts[OPT_OVERLAP] = overlap
+    sx = a["step_xfer"]
+    scratch = numba_scratch.take(int(np.diff(sx).max(initial=0)), pkg.n_transfers)
     t0 = time.perf_counter()
-    _superstep_loop(prog, dev.tile_desc().as_array(), device_scalars(dev),
-                    numerics, image, np.zeros(stage_bytes, dtype=np.uint8), out, opts)
+    try:
+        _superstep_loop(prog, dev.tile_desc().as_array(), device_scalars(dev), numerics, image,
+                        np.zeros(stage_bytes, dtype=np.uint8), out, opts, scratch)
+    finally:
+        numba_scratch.give(scratch)
     wall = time.perf_counter() - t0
     per_tick = wall / max(int(out.prof[P_TOTAL]), 1)
     counters = out.counters
@@ -433,7 +439,7 @@ def _step_regions(i0, i1, s, loop, it, prog, ctr, desc, vbuf, vflag, skip, image
 
 
 @kjit_host
-def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # type: ignore[no-untyped-def]
+def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch):  # type: ignore[no-untyped-def]
     step_kind, step_vtx, step_xfer = prog.step_kind, prog.step_vtx, prog.step_xfer
     step_trips, step_match = prog.step_trips, prog.step_match
     v_tile, v_kernel = prog.v_tile, prog.v_kernel
@@ -469,16 +475,16 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     vnr = np.zeros(max_vtx if numerics else 1, dtype=np.int64)  # regions per vertex of a step
     vbad = np.zeros_like(vnr)  # 1: a vertex's region is out of range or reads unwritten bytes
     skip = np.zeros(max_items, dtype=np.bool_)
-    status = np.zeros(max_items, dtype=np.int64)  # kernel status per vertex of a step
-    spent = np.zeros(max_items, dtype=np.int64)  # ticks per vertex of a step
-    xflag = np.zeros(max_items, dtype=np.int64)  # _check_transfer bits per transfer of a step
-    x_src = np.zeros(max_items, dtype=np.int64)
-    x_dst = np.zeros(max_items, dtype=np.int64)
+    status = np.zeros(max_vtx, dtype=np.int64)  # kernel status per vertex of a step
+    spent = np.zeros(max_vtx, dtype=np.int64)  # ticks per vertex of a step
+    # per transfer of a step: patched addresses, check_transfer bits (written
+    # by the step's patch pass before any read)
+    x_src, x_dst, xflag = scratch.x_src, scratch.x_dst, scratch.xflag
     vr = np.zeros((8, R_LEN), dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     vcyc = np.full(v_tile.shape[0], -1, dtype=np.int64)  # cycles of unpatched vertices
     xcyc = np.full(max(n_steps, 1), -1, dtype=np.int64)  # cycles of unpatched exchanges
-    xout = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # counts on the out side (cached)
+    xout = scratch.xout  # counts on the out side (written with the step's cycles, then cached)
     # [start, end) of the buffer each region / transfer end was found in last
     # time (int32: addresses of one tile's memory); empty until found
     vbuf = np.zeros(v_tile.shape[0] * 16, dtype=np.int32)
@@ -490,7 +496,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     # the access-index row each transfer end was found in (check_transfer;
     # written by a step's first run, so read only once `xseen[step]`), and per
     # row the state of the exchange race check (exchange_checks)
-    xrow = np.empty(x_bytes.shape[0] * 2, dtype=np.int32)
+    xrow = scratch.xrow
     xseen = np.zeros(max(n_steps, 1), dtype=np.bool_)
     rstamp = np.zeros(prog.b_table.shape[0] if numerics else 1, dtype=np.int64)
     rend = np.zeros_like(rstamp)
@@ -498,13 +504,12 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
     xserial = np.int64(0)
     exact = opts[OPT_OVERLAP] != 0
     # an exchange step's sends by source tile (send_segments, out_cycles)
-    order = np.empty(max_xfer, dtype=np.int64)
-    tmp = np.empty(max_xfer, dtype=np.int64)
+    order, tmp = scratch.order, scratch.tmp
     start = np.empty(n_tiles + 1, dtype=np.int64)
     cur = np.empty(n_tiles, dtype=np.int64)
     per_tile = np.empty(n_tiles, dtype=np.int64)
-    xbits = np.empty(max_xfer if numerics else 1, dtype=np.int8)  # check_ends per transfer
-    xok = np.zeros(x_bytes.shape[0], dtype=np.bool_)  # unpatched transfers checked clean
+    xbits = scratch.xbits  # check_ends per transfer (written by the step's image checks)
+    xok = scratch.xok  # unpatched transfers checked clean (cleared by numba_scratch.take)
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
     vflag = np.zeros(v_tile.shape[0], dtype=np.int64)  # its run-time check bits
@@ -632,7 +637,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts):  # typ
             xpar = numerics and n >= parallel_min
             if xpar:
                 xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
-                                    xrow, xok, faults, counters, checks, image, skip, xbits)
+                                    xrow, xok, faults, counters, checks, numerics, image, skip,
+                                    xbits)
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
                     xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s], xrow,

@@ -29,6 +29,7 @@ from kernels.jit import kjit, kjit_inline, kjit_parallel
 from simulator.access import (
     B_ADDR,
     B_END,
+    bits_all_set,
     bits_first_unset,
     bits_set,
     bits_set_shared,
@@ -115,15 +116,14 @@ def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xh
 
 @kjit_parallel
 def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xok,
-                        faults, counters, checks, image, skip, xbits):  # type: ignore[no-untyped-def]
+                        faults, counters, checks, ends, image, skip, xbits):  # type: ignore[no-untyped-def]
     """`xfer_one` for transfers i0..i1 over the cores, recording no fault
     (every write goes to the transfer's own entries; the caller reports the
-    flagged ones), then, with numerics (`xbits` as long as the step), each
-    transfer's `check_ends` into xbits[j] (the image is not written until
-    the step's copies, so they may run here)."""
+    flagged ones), then, if `ends` (with numerics), each transfer's
+    `check_ends` into xbits[j] (the image is not written until the step's
+    copies, so they may run here)."""
     n = i1 - i0
     chunks = min(n, PARALLEL_CHUNKS)
-    ends = xbits.shape[0] >= n
     for ch in numba.prange(chunks):
         xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)
         for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
@@ -293,7 +293,7 @@ def check_ends(x, j, prog, x_src, x_dst, skip, image):  # type: ignore[no-untype
         return bits
     if srow == drow and sa - sb < da - db + nb and da - db < sa - sb + nb:
         bits |= E_SELF
-    if bits_first_unset(image.written, srow, sa - sb, nb) >= 0:
+    if not bits_all_set(image.written, srow, sa - sb, nb):
         bits |= E_UNINIT
     return bits
 
