@@ -32,7 +32,6 @@ from simulator.access import (
     bits_all_set,
     bits_first_unset,
     bits_set,
-    bits_set_shared,
     find_race,
     granule_of,
     live_buffer,
@@ -46,7 +45,7 @@ from simulator.engines.base import (
     F_UNINIT,
     F_XFER_RANGE,
 )
-from simulator.engines.numba_data import PARALLEL_CHUNKS, fault
+from simulator.engines.numba_data import PARALLEL_CHUNKS, PARTS, fault, part_of
 from simulator.timing import DV_IN_BW, DV_OUT_BW, DV_RECV, DV_SEND, DV_SEND_MAX
 
 
@@ -394,24 +393,24 @@ def _copy(mem, srow, so, drow, do, nb):  # type: ignore[no-untyped-def]
 
 @kjit_parallel
 def copy_parallel(i0, i1, prog, x_src, x_dst, skip, image):  # type: ignore[no-untyped-def]
-    """The copies of exchange transfers i0..i1 not skipped, with their
-    destinations marked written, over the cores in chunks of consecutive
-    transfers (a race-free step without self-overlapping transfers only:
-    its copies touch disjoint bytes; bitmap words two chunks share are
-    updated atomically, `bits_set_shared`)."""
+    """The copies of exchange transfers i0..i1 not skipped, over the cores in
+    chunks of consecutive transfers (a race-free step without
+    self-overlapping transfers only: its copies touch disjoint bytes), then
+    their destinations marked written, each core the tiles of its class
+    (`part_of`: bitmap words several transfers share are one core's)."""
     n = i1 - i0
     chunks = min(n, PARALLEL_CHUNKS)
-    mem, written = image.mem, image.written
+    mem = image.mem
     for ch in numba.prange(chunks):
         for j in range(ch * n // chunks, (ch + 1) * n // chunks):
             if skip[j]:
                 continue
             x = i0 + j
-            st, dt, nb = prog.x_src_tile[x], prog.x_dst_tile[x], prog.x_bytes[x]
-            do = x_dst[j] - image.tile_base[dt]
+            st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
             _copy(mem, image.tile_row[st], x_src[j] - image.tile_base[st], image.tile_row[dt],
-                  do, nb)
-            bits_set_shared(written, image.tile_row[dt], do, nb)
+                  x_dst[j] - image.tile_base[dt], prog.x_bytes[x])
+    for p in numba.prange(PARTS):
+        mark_runs(i0, i1, prog, x_dst, skip, image, p, PARTS)
 
 
 @kjit
@@ -453,9 +452,26 @@ def copy_serial(i0, i1, prog, x_src, x_dst, skip, image, stage, staged):  # type
 @kjit
 def mark_copied(i0, i1, prog, x_dst, skip, image):  # type: ignore[no-untyped-def]
     """Mark the destinations of the exchange transfers not skipped written."""
+    mark_runs(i0, i1, prog, x_dst, skip, image, 0, 1)
+
+
+@kjit_inline
+def mark_runs(i0, i1, prog, x_dst, skip, image, p, parts):  # type: ignore[no-untyped-def]
+    """Mark written the destinations of the transfers i0..i1 not skipped into
+    tiles of class p of `parts` (`part_of`; all tiles when parts is 1), a
+    run of transfers filling consecutive bytes of one tile at a time (a row
+    split over sources lands that way: fewer partial bitmap words)."""
+    rt, ra, re = np.int64(-1), np.int64(0), np.int64(0)
     for x in range(i0, i1):
         j = x - i0
-        if not skip[j]:
-            t = prog.x_dst_tile[x]
-            bits_set(image.written, image.tile_row[t], x_dst[j] - image.tile_base[t],
-                     prog.x_bytes[x])
+        t = prog.x_dst_tile[x]
+        if skip[j] or (parts > 1 and part_of(t) != p):
+            continue
+        if t == rt and x_dst[j] == re:
+            re += prog.x_bytes[x]
+            continue
+        if rt >= 0:
+            bits_set(image.written, image.tile_row[rt], ra - image.tile_base[rt], re - ra)
+        rt, ra, re = t, x_dst[j], x_dst[j] + prog.x_bytes[x]
+    if rt >= 0:
+        bits_set(image.written, image.tile_row[rt], ra - image.tile_base[rt], re - ra)
