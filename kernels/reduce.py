@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.abi import ARGS
-from kernels.blocks import read_row, write_row
+from kernels.blocks import read_block, read_row, write_block
 from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
 from kernels.jit import kjit, kjit_inline
@@ -52,19 +52,22 @@ def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
     bias = np.zeros(n, dtype=np.float32)
     if args[RED.bias] != 0:
         read_row(mem, args[RED.bias] - base, n, DT_FP16, bias)
-    acc = np.empty(n, dtype=np.float32)
-    part = np.empty(n, dtype=np.float32)
-    for i in range(m):
-        row = args[RED.parts] - base + i * args[RED.ld_parts]
-        read_row(mem, row, n, DT_FP32, acc)
-        for j in range(1, k):
-            read_row(mem, row + j * args[RED.part_stride], n, DT_FP32, part)
+    # whole blocks (one flat pass each when dense), element order as a row loop
+    parts = args[RED.parts] - base
+    acc = np.empty((m, n), dtype=np.float32)
+    read_block(mem, parts, m, n, args[RED.ld_parts], DT_FP32, acc)
+    part = np.empty((m, n), dtype=np.float32)
+    for j in range(1, k):
+        read_block(mem, parts + j * args[RED.part_stride], m, n, args[RED.ld_parts], DT_FP32,
+                   part)
+        for i in range(m):
             for c in range(n):
-                acc[c] = acc[c] + part[c]
-        if args[RED.bias] != 0:
+                acc[i, c] = acc[i, c] + part[i, c]
+    if args[RED.bias] != 0:
+        for i in range(m):
             for c in range(n):
-                acc[c] = acc[c] + bias[c]
-        write_row(mem, args[RED.out] - base + i * args[RED.ldo], n, out_dt, acc)
+                acc[i, c] = acc[i, c] + bias[c]
+    write_block(mem, args[RED.out] - base, m, n, args[RED.ldo], out_dt, acc)
     return OK
 
 
