@@ -22,17 +22,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from kernels import status
 from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from kernels.exceptions import PackageInvalid, SimulationFault
-from kernels.jit import kjit
+from kernels.jit import kjit, kjit_inline, kjit_parallel
 from simulator import image_pool
 from simulator.access import bits_set
 from simulator.engines.base import (
@@ -47,6 +49,7 @@ from simulator.engines.base import (
     MemoryImage,
 )
 from simulator.engines.base import engine as engine_named
+from simulator.engines.numba_data import PARTS, part_of
 from simulator.package import IoTensor, Package
 from simulator.verify import check_structure
 
@@ -191,7 +194,10 @@ def build_image(pkg: Package, params: dict[str, np.ndarray],
         rows, geo, bad = _block_geometry(pkg, image, ids, t)
         if bad.any():
             raise _outside(pkg, int(ids[np.argmax(bad)]), t)
-        _scatter(image.mem, image.written, rows, geo, codes)
+        if threading.current_thread() is threading.main_thread():
+            _scatter_parallel(image.mem, image.written, rows, geo, codes)
+        else:  # the thread pool is entered from the main thread only (kernels.jit)
+            _scatter(image.mem, image.written, rows, geo, codes)
     return image
 
 
@@ -200,11 +206,17 @@ def _empty_image(pkg: Package) -> MemoryImage:
     tens = np.isin(a["buf_kind"], TENSOR_KINDS)
     bt, lo_b = a["buf_tile"][tens], a["buf_addr"][tens]
     hi_b = (a["buf_addr"] + a["buf_bytes"])[tens]
-    tiles = np.unique(bt)
+    # per tile the lowest start and highest end of its tensor buffers (one
+    # sort: ufunc.at took longer than the rest of the image together)
+    order = np.argsort(bt, kind="stable")
+    bts = bt[order]
+    first = np.flatnonzero(np.r_[True, bts[1:] != bts[:-1]]) if bts.size else bts
+    tiles = bts[first]
     lo = np.full(pkg.tiles, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.zeros(pkg.tiles, dtype=np.int64)
-    np.minimum.at(lo, bt, lo_b)
-    np.maximum.at(hi, bt, hi_b)
+    if tiles.size:
+        lo[tiles] = np.minimum.reduceat(lo_b[order], first)
+        hi[tiles] = np.maximum.reduceat(hi_b[order], first)
     tile_row = np.full(pkg.tiles, -1, dtype=np.int64)
     tile_row[tiles] = np.arange(tiles.size)
     tile_base = np.where(tile_row >= 0, lo, -1)
@@ -296,8 +308,24 @@ def _outside(pkg: Package, i: int, t: IoTensor) -> PackageInvalid:
 def _scatter(mem, written, rows, geo, src):  # type: ignore[no-untyped-def]
     """Copy the blocks of logical bytes `src` (geometry rows of
     `_block_geometry`) into their image rows and mark them written."""
+    _scatter_part(mem, written, rows, geo, src, 0, 1)
+
+
+@kjit_parallel
+def _scatter_parallel(mem, written, rows, geo, src):  # type: ignore[no-untyped-def]
+    """`_scatter` over the cores by classes of rows (`part_of`: blocks on one
+    row may share bitmap words)."""
+    for p in numba.prange(PARTS):
+        _scatter_part(mem, written, rows, geo, src, p, PARTS)
+
+
+@kjit_inline
+def _scatter_part(mem, written, rows, geo, src, p, parts):  # type: ignore[no-untyped-def]
+    """The blocks of `_scatter` on rows of class p of `parts` (all if 1)."""
     for i in range(rows.shape[0]):
         row = rows[i]
+        if parts > 1 and part_of(row) != p:
+            continue
         off, ld0, ld1, ext0, ext1, rb = geo[i, 0], geo[i, 1], geo[i, 2], geo[i, 3], geo[i, 4], \
             geo[i, 5]
         src_off, s_ld0, s_ld1 = geo[i, 6], geo[i, 7], geo[i, 8]
