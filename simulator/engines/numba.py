@@ -213,9 +213,10 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
     if image is None:
         image = no_image(pkg.tiles)
     stage_bytes = 1
-    if numerics and pkg.n_transfers:
-        csum = np.concatenate([[0], np.cumsum(a["x_bytes"])])
-        stage_bytes = max(1, int((csum[a["step_xfer"][1:]] - csum[a["step_xfer"][:-1]]).max()))
+    if numerics and pkg.n_transfers:  # the most bytes one exchange step moves
+        sx = a["step_xfer"]
+        starts = sx[:-1][sx[1:] > sx[:-1]]
+        stage_bytes = max(1, int(np.add.reduceat(a["x_bytes"], starts).max()))
     out = Outputs(np.zeros(pkg.n_steps, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64),
@@ -500,6 +501,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     xseen = np.zeros(max(n_steps, 1), dtype=np.bool_)
     rstamp = np.zeros(prog.b_table.shape[0] if numerics else 1, dtype=np.int64)
     rend = np.zeros_like(rstamp)
+    rsrc = np.zeros_like(rstamp)
     rflag = np.zeros_like(rstamp)
     xserial = np.int64(0)
     exact = opts[OPT_OVERLAP] != 0
@@ -692,9 +694,9 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                     ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits)
                 xserial += 1
                 raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
-                                                image, xrow, xbits, rstamp, rend, rflag, xserial,
-                                                exact, regs, r_tile, r_owner, race, faults,
-                                                counters)
+                                                image, xrow, xbits, rstamp, rend, rsrc, rflag,
+                                                xserial, exact, regs, r_tile, r_owner, race,
+                                                faults, counters)
                 t3 = ticks()
                 prof[P_XCHECK] += t3 - t2
                 if not raced and n_self == 0 and n >= parallel_min:

@@ -306,7 +306,7 @@ def ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits):  # type: ignore
 
 @kjit
 def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, xbits, rstamp,
-                    rend, rflag, serial, exact, regs, r_tile, r_owner, race, faults,
+                    rend, rsrc, rflag, serial, exact, regs, r_tile, r_owner, race, faults,
                     counters):  # type: ignore[no-untyped-def]
     """The numerics checks of exchange step s (transfers at patched addresses
     x_src / x_dst) once `check_ends` put its bits in `xbits`: the faults of
@@ -321,7 +321,9 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
     lies in a buffer some destination of the step lies in, and within each
     destination buffer the destinations come in increasing address order
     without overlap (`rend[row]`: the end of the last one, valid while
-    `rstamp[row] == serial`, a number no other step execution uses).
+    `rstamp[row] == serial`, a number no other step execution uses;
+    `rsrc[row] == serial`: a source lies in the row; one pass finds a
+    source and a destination in one buffer in either order).
     A buffer where either fails is flagged (`rflag[row] = serial`), and the
     transfer ends in flagged buffers are sorted and swept exactly by
     `find_race`: a race needs a destination and a second end in its buffer,
@@ -346,7 +348,15 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
             continue
         if bits & E_SELF:
             n_self += 1
+        k = xrow[2 * x]
+        if rstamp[k] == serial:  # a source in a destination buffer
+            rflag[k] = serial
+            clash = True
+        rsrc[k] = serial
         k = xrow[2 * x + 1]
+        if rsrc[k] == serial:  # a destination in a source's buffer (or its own)
+            rflag[k] = serial
+            clash = True
         end = x_dst[j] + x_bytes[x]
         if rstamp[k] != serial:
             rstamp[k] = serial
@@ -356,11 +366,6 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
                 rflag[k] = serial
                 clash = True
             rend[k] = max(rend[k], end)
-    for x in range(i0, i1):
-        k = xrow[2 * x]
-        if not skip[x - i0] and rstamp[k] == serial:
-            rflag[k] = serial  # a source in a destination buffer (or its own)
-            clash = True
     raced = False
     if clash:  # the exact check, over the ends in flagged buffers (all if `exact`)
         nreg = 0
