@@ -469,7 +469,7 @@ def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
     return ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
 
 
-@kjit
+@kjit_inline
 def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
     """Mark bytes [a, a + n) of image row `row` as written."""
     if n <= 0:

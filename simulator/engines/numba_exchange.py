@@ -387,9 +387,10 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
     return raced, n_self
 
 
-@kjit
+@kjit_inline
 def _copy(mem, srow, so, drow, do, nb):  # type: ignore[no-untyped-def]
-    """mem[drow, do:do+nb] = mem[srow, so:so+nb] for ranges that do not overlap."""
+    """mem[drow, do:do+nb] = mem[srow, so:so+nb] for ranges that do not overlap
+    (inlined: a call per transfer cost a fifth of the copies' time)."""
     src = mem[srow, so:so + nb]
     dst = mem[drow, do:do + nb]
     for b in range(nb):
