@@ -462,14 +462,16 @@ ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 @kjit_inline
 def _word_mask(lo, hi):  # type: ignore[no-untyped-def]
-    """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set."""
+    """uint64 with bits lo..hi (inclusive, 0 <= lo <= hi <= 63) set (one
+    exit: it is inlined)."""
     width = hi - lo + 1
-    if width == 64:
-        return ALL_BITS
-    return ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
+    m = ALL_BITS
+    if width < 64:
+        m = ((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(lo)
+    return m
 
 
-@kjit_inline
+@kjit
 def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
     """Mark bytes [a, a + n) of image row `row` as written."""
     if n <= 0:
@@ -525,22 +527,25 @@ def bits_set_shared(bits, row, a, n):  # type: ignore[no-untyped-def]
 @kjit_inline
 def bits_all_set(bits, row, a, n):  # type: ignore[no-untyped-def]
     """Whether every byte in [a, a + n) of row `row` was written
-    (`bits_first_unset(...) < 0`, word at a time, for the hot checks)."""
-    if n <= 0:
-        return True
-    e = a + n - 1
-    wa, wb = a >> 6, e >> 6
-    if wa == wb:
-        m = _word_mask(a & 63, e & 63)
-        return (bits[row, wa] & m) == m
-    m = _word_mask(a & 63, 63)
-    if (bits[row, wa] & m) != m:
-        return False
-    for k in range(wa + 1, wb):
-        if bits[row, k] != ALL_BITS:
-            return False
-    m = _word_mask(0, e & 63)
-    return (bits[row, wb] & m) == m
+    (`bits_first_unset(...) < 0`, word at a time, for the hot checks).  One
+    exit: it is inlined into parallel loops."""
+    ok = True
+    if n > 0:
+        e = a + n - 1
+        wa, wb = a >> 6, e >> 6
+        if wa == wb:
+            m = _word_mask(a & 63, e & 63)
+            ok = (bits[row, wa] & m) == m
+        else:
+            m = _word_mask(a & 63, 63)
+            ok = (bits[row, wa] & m) == m
+            k = wa + 1
+            while ok and k < wb:
+                ok = bits[row, k] == ALL_BITS
+                k += 1
+            m = _word_mask(0, e & 63)
+            ok = ok and (bits[row, wb] & m) == m
+    return ok
 
 
 @kjit

@@ -451,6 +451,23 @@ def test_written_bitmap_agrees_with_a_byte_mask() -> None:
         want = a + int(unset[0]) if unset.size else -1
         assert bits_first_unset(bits, row, a, n) == want
     assert mask.any() and not mask.all()
+    # the word-at-a-time test the exchange's image checks inline into their
+    # parallel pass, inlined into one here
+    import numba
+
+    from simulator.access import bits_all_set
+
+    @numba.njit(parallel=True)
+    def all_set(bits, q, out):  # type: ignore[no-untyped-def]
+        for i in numba.prange(q.shape[0]):
+            out[i] = bits_all_set(bits, q[i, 0], q[i, 1], q[i, 2])
+
+    q = np.array([(r, a, n) for r in range(2) for a in range(0, 512, 7)
+                  for n in (0, 1, 5, 63, 64, 65, 130) if a + n <= 512], dtype=np.int64)
+    got = np.zeros(len(q), dtype=np.bool_)
+    all_set(bits, q, got)
+    want_all = np.array([mask[r, a:a + n].all() for r, a, n in q])
+    assert (got == want_all).all() and got.any() and not got.all()
 
 
 def test_exchange_race_of_a_source_with_another_destination_is_reported(dev: Device) -> None:
