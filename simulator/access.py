@@ -22,8 +22,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from kernels.jit import kjit, kjit_inline
 from simulator.package import Package
@@ -485,43 +483,6 @@ def bits_set(bits, row, a, n):  # type: ignore[no-untyped-def]
     for k in range(wa + 1, wb):
         bits[row, k] = ALL_BITS
     bits[row, wb] |= _word_mask(0, e & 63)
-
-
-@intrinsic
-def _atomic_or(typingctx, bits, row, k, mask):  # type: ignore[no-untyped-def]
-    """bits[row, k] |= mask as one atomic read-modify-write (LLVM
-    `atomicrmw or`, monotonic): for words two threads may update at once."""
-    sig = types.void(bits, row, k, mask)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        aty = signature.args[0]
-        ary = context.make_array(aty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aty, ary, [args[1], args[2]],
-                                       wraparound=False)
-        val = context.cast(builder, args[3], signature.args[3], aty.dtype)
-        builder.atomic_rmw("or", ptr, val, "monotonic")
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@kjit_inline
-def bits_set_shared(bits, row, a, n):  # type: ignore[no-untyped-def]
-    """`bits_set` where other threads may mark bytes of the same row at the
-    same time: the partial words at either end (which bytes of a neighbour
-    may share) are or-ed atomically; whole words are set to all ones, which
-    no concurrent update can undo."""
-    if n <= 0:
-        return
-    e = a + n - 1
-    wa, wb = a >> 6, e >> 6
-    if wa == wb:
-        _atomic_or(bits, row, wa, _word_mask(a & 63, e & 63))
-        return
-    _atomic_or(bits, row, wa, _word_mask(a & 63, 63))
-    for k in range(wa + 1, wb):
-        bits[row, k] = ALL_BITS
-    _atomic_or(bits, row, wb, _word_mask(0, e & 63))
 
 
 @kjit_inline

@@ -12,8 +12,9 @@ after one counting sort of the transfers by source tile (each tile's sends
 sorted and de-duplicated on its own, `out_cycles_parallel`); the race check
 in this thread; then the copies, when the step is race-free (its transfers
 then touch disjoint bytes, so their order cannot change a result), as
-row-slice loops (vectorized), their destinations marked written with the
-bitmap words two chunks may share updated atomically (`bits_set_shared`).
+row-slice loops (vectorized), and their destinations marked written by
+classes of tiles (`part_of`: the bitmap words several transfers share are
+one core's), a run of transfers filling consecutive bytes at a time.
 A step with a race, or one run outside the main thread
 (simulator.engines.numba.execute), runs in program order in this thread.
 """
