@@ -19,7 +19,7 @@ import numpy as np
 
 from kernels.dispatch import vertex_execute, vertex_regions
 from kernels.jit import kjit, kjit_inline, kjit_parallel
-from simulator.access import R_LEN, bits_first_unset, bits_set, region_span
+from simulator.access import R_LEN, bits_all_set, bits_first_unset, bits_set, region_span
 from simulator.engines.base import C_FAULTS, F_KERNEL
 from simulator.engines.ticks import ticks
 
@@ -52,12 +52,13 @@ def fault(faults, counters, code, step, tile, addr, loop, it, item, detail):  # 
 @kjit
 def first_unwritten(written, row, off, reg):  # type: ignore[no-untyped-def]
     """Offset of the first never-written byte of region `reg` (offsets relative
-    to the image row), or -1."""
+    to the image row), or -1.  A row is tested word at a time first
+    (`bits_all_set`); only a row with a gap is searched bit by bit."""
     for o in range(reg[1]):
         for r in range(reg[3]):
-            bad = bits_first_unset(written, row, off + o * reg[2] + r * reg[4], reg[5])
-            if bad >= 0:
-                return bad
+            a = off + o * reg[2] + r * reg[4]
+            if not bits_all_set(written, row, a, reg[5]):
+                return bits_first_unset(written, row, a, reg[5])
     return -1
 
 
