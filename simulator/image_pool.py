@@ -128,13 +128,13 @@ def _zero_serial(mem, bits, width, sizes, marked):  # type: ignore[no-untyped-de
 
 @kjit_inline
 def _zero_row(mem, bits, width, sizes, marked, r):  # type: ignore[no-untyped-def]
-    """Row r of `_zero_serial`."""
+    """Row r of `_zero_serial` (one exit: it is inlined into a parallel loop)."""
     words = (width + 63) // 64
     if not marked:
         mem[r * width:r * width + sizes[r]] = 0
         bits[r * words:r * words + (sizes[r] + 63) // 64] = 0
-        return
-    for k in range((sizes[r] + 63) // 64):
-        if bits[r * words + k] != 0:
-            bits[r * words + k] = 0
-            mem[r * width + 64 * k:r * width + min(64 * k + 64, sizes[r])] = 0
+    else:
+        for k in range((sizes[r] + 63) // 64):
+            if bits[r * words + k] != 0:
+                bits[r * words + k] = 0
+                mem[r * width + 64 * k:r * width + min(64 * k + 64, sizes[r])] = 0

@@ -213,8 +213,8 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
     if image is None:
         image = no_image(pkg.tiles)
     stage_bytes = 1
+    sx = a["step_xfer"]
     if numerics and pkg.n_transfers:  # the most bytes one exchange step moves
-        sx = a["step_xfer"]
         starts = sx[:-1][sx[1:] > sx[:-1]]
         stage_bytes = max(1, int(np.add.reduceat(a["x_bytes"], starts).max()))
     out = Outputs(np.zeros(pkg.n_steps, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
@@ -229,7 +229,6 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
     opts[OPT_CHECKS] = bool(checks) or numerics  # numerics needs the checks for memory safety
     prog, overlap = program_arrays(pkg)
     opts[OPT_OVERLAP] = overlap
-    sx = a["step_xfer"]
     scratch = numba_scratch.take(int(np.diff(sx).max(initial=0)), pkg.n_transfers)
     t0 = time.perf_counter()
     try:
@@ -635,12 +634,12 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             n = i1 - i0
             t0 = ticks()
             # on the cores with numerics only (their checks look every buffer up
-            # once); a timing-only step's transfers mostly hit the bounds cache
+            # once); a timing-only step's transfers mostly hit the rows found
+            # last time (xrow) or are clean (xok)
             xpar = numerics and n >= parallel_min
             if xpar:
                 xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
-                                    xrow, xok, faults, counters, checks, numerics, image, skip,
-                                    xbits)
+                                    xrow, xok, faults, counters, checks, image, skip, xbits)
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
                     xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s], xrow,

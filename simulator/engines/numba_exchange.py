@@ -116,12 +116,12 @@ def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xh
 
 @kjit_parallel
 def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xok,
-                        faults, counters, checks, ends, image, skip, xbits):  # type: ignore[no-untyped-def]
-    """`xfer_one` for transfers i0..i1 over the cores, recording no fault
-    (every write goes to the transfer's own entries; the caller reports the
-    flagged ones), then, if `ends` (with numerics), each transfer's
-    `check_ends` into xbits[j] (the image is not written until the step's
-    copies, so they may run here)."""
+                        faults, counters, checks, image, skip, xbits):  # type: ignore[no-untyped-def]
+    """With numerics: `xfer_one` for transfers i0..i1 over the cores,
+    recording no fault (every write goes to the transfer's own entries; the
+    caller reports the flagged ones), then each transfer's `check_ends` into
+    xbits[j] (the image is not written until the step's copies, so they may
+    run here)."""
     n = i1 - i0
     chunks = min(n, PARALLEL_CHUNKS)
     for ch in numba.prange(chunks):
@@ -130,9 +130,8 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
             j = x - i0
             xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint,
                       xok, faults, counters, checks, False)
-            if ends:
-                skip[j] = (xflag[j] & 1) != 0
-                xbits[j] = check_ends(x, j, prog, x_src, x_dst, skip, image)
+            skip[j] = (xflag[j] & 1) != 0
+            xbits[j] = check_ends(x, j, prog, x_src, x_dst, skip, image)
 
 
 @kjit_inline
@@ -177,10 +176,9 @@ def tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out, de
     transfers sorted by source address, each counted once per distinct
     (address, bytes) (a multicast is one send; `xout` records which
     transfer counted), bytes out added to `bytes_out[t]`; returns
-    max(bytes / out bandwidth, sends x send cycles)."""
+    max(bytes / out bandwidth, sends x send cycles) (0 for no transfers).
+    One exit: it is inlined into a parallel loop."""
     a, b = start[t], start[t + 1]
-    if a == b:
-        return 0
     if packed:
         order[a:b].sort()
     else:
@@ -275,26 +273,26 @@ def check_ends(x, j, prog, x_src, x_dst, skip, image):  # type: ignore[no-untype
     addresses x_src[j] / x_dst[j]), unless skipped: each end inside its
     tile's image window (E_SRC_RANGE / E_DST_RANGE: the transfer is then
     skipped), else its source written before (E_UNINIT) and whether its
-    own source and destination overlap (E_SELF)."""
-    if skip[j]:  # an endpoint outside every live buffer (check_transfer)
-        return 0
-    nb = prog.x_bytes[x]
-    st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
-    sa, da = x_src[j], x_dst[j]
-    srow, drow = image.tile_row[st], image.tile_row[dt]
-    sb, db = image.tile_base[st], image.tile_base[dt]
+    own source and destination overlap (E_SELF).  One exit: it is inlined
+    into a parallel loop."""
     bits = 0
-    if srow < 0 or sa < sb or sa + nb > sb + image.tile_size[st]:
-        bits |= E_SRC_RANGE
-    if drow < 0 or da < db or da + nb > db + image.tile_size[dt]:
-        bits |= E_DST_RANGE
-    if bits != 0:
-        skip[j] = True
-        return bits
-    if srow == drow and sa - sb < da - db + nb and da - db < sa - sb + nb:
-        bits |= E_SELF
-    if not bits_all_set(image.written, srow, sa - sb, nb):
-        bits |= E_UNINIT
+    if not skip[j]:  # else an endpoint outside every live buffer (check_transfer)
+        nb = prog.x_bytes[x]
+        st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
+        sa, da = x_src[j], x_dst[j]
+        srow, drow = image.tile_row[st], image.tile_row[dt]
+        sb, db = image.tile_base[st], image.tile_base[dt]
+        if srow < 0 or sa < sb or sa + nb > sb + image.tile_size[st]:
+            bits |= E_SRC_RANGE
+        if drow < 0 or da < db or da + nb > db + image.tile_size[dt]:
+            bits |= E_DST_RANGE
+        if bits != 0:
+            skip[j] = True
+        else:
+            if srow == drow and sa - sb < da - db + nb and da - db < sa - sb + nb:
+                bits |= E_SELF
+            if not bits_all_set(image.written, srow, sa - sb, nb):
+                bits |= E_UNINIT
     return bits
 
 
