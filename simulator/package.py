@@ -21,12 +21,16 @@ dtype or shape, or content whose hash differs from the recorded one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
+import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -310,6 +314,40 @@ class Package:
 
     def __hash__(self) -> int:
         return int(self.content_hash()[:16], 16)
+
+
+T = TypeVar("T")
+_derived: dict[tuple[int, str], tuple[weakref.ref[Package], Any]] = {}
+_derived_lock = threading.Lock()
+
+
+def per_package(fn: Callable[[Package], T]) -> Callable[[Package], T]:
+    """`fn(pkg)` computed once per Package object while it lives, like its
+    content hash: for what a pure function of the (read-only) package
+    derives, such as the structure check and the engine's indexes, which a
+    build's verification and the runs of one package would otherwise each
+    redo (siglip-so400m 1 layer: 23 ms a run; 27 layers: 0.35 s).  A call
+    that raises caches nothing."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    def forget(key: tuple[int, str]) -> None:
+        with _derived_lock:
+            _derived.pop(key, None)
+
+    @functools.wraps(fn)
+    def cached(pkg: Package) -> T:
+        key = (id(pkg), name)
+        with _derived_lock:
+            hit = _derived.get(key)
+        if hit is not None and hit[0]() is pkg:
+            return hit[1]  # type: ignore[no-any-return]
+        value = fn(pkg)
+        ref = weakref.ref(pkg, lambda _ref: forget(key))
+        with _derived_lock:
+            _derived[key] = (ref, value)
+        return value
+
+    return cached
 
 
 def _provenance(prov: Any, n_steps: int) -> tuple[tuple[tuple[str, str, str], ...], ...]:

@@ -61,7 +61,7 @@ from kernels.registry import KERNELS
 from simulator.access import R_LEN, BufferIndex, find_buffers
 from simulator.device import Device
 from simulator.footprint import code_bytes, follows_previous, xtable_bytes
-from simulator.package import Package
+from simulator.package import Package, per_package
 from simulator.verify_scan import (
     E_ALIGN_V,
     E_ALIGN_X,
@@ -108,9 +108,11 @@ def item_steps(offsets: np.ndarray, items: np.ndarray) -> np.ndarray:
     return np.searchsorted(offsets, items, side="right") - 1
 
 
+@per_package
 def check_structure(pkg: Package) -> None:
     """What the engine relies on for memory safety: kinds, ownership, loops,
-    tile/kernel ids, patch targets and table lengths.  Raises PackageInvalid."""
+    tile/kernel ids, patch targets and table lengths.  Raises PackageInvalid
+    (checked once per package object: `per_package`)."""
     a = pkg.arrays
     kind, trips, match = a["step_kind"], a["step_trips"], a["step_match"]
     _fail_at("step_kind: unknown step kind", (kind < 0) | (kind > STEP_REPEAT_END), kind)

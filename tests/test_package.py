@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from kernels.exceptions import PackageInvalid
 from simulator import load_device, load_package, save_package
-from simulator.package import ARRAYS_FILE, MANIFEST_FILE, Package
+from simulator.package import ARRAYS_FILE, MANIFEST_FILE, Package, _derived, per_package
 from simulator.testing import ksplit_matmul, repeat_program
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,32 @@ def test_failed_save_leaves_nothing(pkg: Package, tmp_path: Path) -> None:
         save_package(pkg, tmp_path / "notapkg")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notapkg"]
     assert (tmp_path / "notapkg" / "keep.txt").read_text() == "x"
+
+
+def test_per_package_computes_once_per_package_object(pkg: Package) -> None:
+    calls: list[int] = []
+
+    @per_package
+    def steps(p: Package) -> int:
+        calls.append(p.n_steps)
+        if p.n_steps > 100:
+            raise PackageInvalid("too many steps")
+        return p.n_steps
+
+    assert steps(pkg) == steps(pkg) == pkg.n_steps and len(calls) == 1
+    other = pkg.with_arrays(step_trips=pkg.arrays["step_trips"])  # equal, another object
+    assert steps(other) == pkg.n_steps and len(calls) == 2
+    big = repeat_program(load_device("tiny"), 3)
+    object.__setattr__(big, "arrays", dict(big.arrays, step_kind=np.zeros(101, np.int64)))
+    for _ in range(2):  # a call that raises caches nothing
+        with pytest.raises(PackageInvalid):
+            steps(big)
+    assert len(calls) == 4
+    keys = [k for k in _derived if k[1].endswith("steps")]
+    assert len(keys) == 2
+    del other
+    gc.collect()  # a dropped package's entry goes with it
+    assert [k for k in _derived if k[1].endswith("steps")] == [(id(pkg), keys[0][1])]
 
 
 def test_arrays_are_read_only(pkg: Package) -> None:

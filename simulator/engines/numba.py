@@ -106,7 +106,7 @@ from simulator.engines.numba_exchange import (
     xfer_pass_parallel,
 )
 from simulator.engines.ticks import ticks
-from simulator.package import Package
+from simulator.package import Package, per_package
 from simulator.timing import (
     DV_LOOP,
     DV_PATCH,
@@ -186,10 +186,12 @@ class Outputs(NamedTuple):
     prof: np.ndarray  # int64 [PROFILE_LEN]: ticks per P_* phase
 
 
+@per_package
 def program_arrays(pkg: Package) -> tuple[Program, bool]:
     """The `Program` of `pkg`, and whether two of its tensor buffers on a tile
     overlap in address while both are live (verify rejects such a package;
-    the engine's exchange race check then takes its exact path)."""
+    the engine's exchange race check then takes its exact path).  Built once
+    per package object (`per_package`); the engine only reads it."""
     a = pkg.arrays
     vp_ptr, vp_list, xp_ptr, xp_list = patch_index(pkg)
     bi = access_index(pkg)
