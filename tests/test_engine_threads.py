@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from experiments.bench_simulator import build_package
 from simulator import load_device, run
 from simulator.engines import numba as engine
+from simulator.engines.base import F_DST_BUFFER, F_SRC_BUFFER
 
 
 def test_concurrent_runs_from_threads_match_the_main_thread() -> None:
@@ -51,3 +52,33 @@ def test_numerics_on_the_cores_match_a_run_in_one_thread() -> None:
     assert main.ok and side.ok
     assert main.outputs["C"].tobytes() == side.outputs["C"].tobytes()
     assert np.abs(main.outputs["C"]).max() > 0
+    for name in ("cycles_per_step", "tile_busy", "tile_bytes_in", "tile_bytes_out"):
+        assert (getattr(main, name) == getattr(side, name)).all(), name
+
+
+def test_flagged_transfers_of_a_parallel_pass_fault_in_program_order() -> None:
+    # the parallel exchange pass only flags; the main thread then reports the
+    # flagged transfers in order, and a source address too wide for the
+    # packed send sort takes the plain one: all as a worker thread's run
+    import numpy as np
+
+    from experiments.bench_simulator import random_operands
+
+    dev = load_device("c600")
+    pkg = build_package(dev, 2, shape=(4, 32, 16))
+    src, dst = pkg.arrays["x_src_addr"].copy(), pkg.arrays["x_dst_addr"].copy()
+    src[5] = 1 << 40  # in no buffer, and wider than the packed sort's keys
+    dst[900] = dst[900] + 1  # past its buffer's end
+    dst[77] = 3  # in no buffer
+    bad = pkg.with_arrays(x_src_addr=src, x_dst_addr=dst)
+    a, w = random_operands(dev, np.random.default_rng(5), (4, 32, 16))
+    main = run(bad, params={"W": w}, inputs={"A": a})
+    with ThreadPoolExecutor(1) as pool:
+        side = pool.submit(lambda: run(bad, params={"W": w}, inputs={"A": a})).result()
+    assert main.faults == side.faults and main.n_faults == side.n_faults
+    first = main.faults[0]
+    firsts = [f for f in main.faults if (f.step, f.iteration) == (first.step, first.iteration)]
+    assert [(f.code, f.item) for f in firsts] == \
+        [(F_SRC_BUFFER, 5), (F_DST_BUFFER, 77), (F_DST_BUFFER, 900)]
+    for name in ("cycles_per_step", "tile_bytes_in", "tile_bytes_out"):
+        assert (getattr(main, name) == getattr(side, name)).all(), name

@@ -90,18 +90,24 @@ from simulator.engines.numba_data import (
     regions_serial,
 )
 from simulator.engines.numba_exchange import (
+    C_FLAGGED,
+    C_WIDE,
+    X_CHUNKS,
     check_transfer,
     copy_parallel,
     copy_serial,
     ends_serial,
     exchange_checks,
     in_cycles,
+    in_cycles_hist,
     keep_exchange_row,
     mark_copied,
     out_cycles,
     out_cycles_parallel,
     patch_value,
     send_segments,
+    send_segments_parallel,
+    x_chunks,
     xfer_one,
     xfer_pass_parallel,
 )
@@ -512,6 +518,9 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     cur = np.empty(n_tiles, dtype=np.int64)
     per_tile = np.empty(n_tiles, dtype=np.int64)
     xbits = scratch.xbits  # check_ends per transfer (written by the step's image checks)
+    # per chunk of a parallel exchange pass: per-tile counts, flagged transfers
+    xhist = np.empty((X_CHUNKS, 3, n_tiles), dtype=np.int64)
+    xcnt = np.empty((X_CHUNKS, 2), dtype=np.int64)
     xok = scratch.xok  # unpatched transfers checked clean (cleared by numba_scratch.take)
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
@@ -639,49 +648,56 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             # once); a timing-only step's transfers mostly hit the rows found
             # last time (xrow) or are clean (xok)
             xpar = numerics and n >= parallel_min
-            if xpar:
+            c_in = np.int64(0)
+            if xpar:  # per-tile counts by chunk in xhist, flagged transfers in xcnt
                 xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
-                                    xrow, xok, faults, counters, checks, image, skip, xbits)
+                                   xrow, xok, faults, counters, checks, image, skip, xbits,
+                                   xhist, xcnt)
+                chunks = x_chunks(n)
+                if xcnt[:chunks, C_FLAGGED].sum() > 0:  # their faults, in order
+                    for x in range(i0, i1):
+                        if xflag[x - i0] != 0:
+                            check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0],
+                                           x_dst_tile[x], x_dst[x - i0], x_bytes[x], b_ptr,
+                                           b_table, False, xrow, xhint, faults, counters, True)
+                c_in = in_cycles_hist(xhist, chunks, bytes_in, devv)
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
                     xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s], xrow,
-                              xhint, xok, faults, counters, checks, True)
-            for x in range(i0, i1):
-                if xpar and xflag[x - i0] != 0:  # its faults, in order
-                    check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0], x_dst_tile[x],
-                                    x_dst[x - i0], x_bytes[x], b_ptr, b_table, False, xrow, xhint,
-                                    faults, counters, True)
-                skip[x - i0] = (xflag[x - i0] & 1) != 0
-                nb = x_bytes[x]
-                d = x_dst_tile[x]
-                if not mark[d]:
-                    mark[d] = True
-                    touched[n_touched] = d
-                    n_touched += 1
-                acc[d] += nb
-                n_in[d] += 1
-                bytes_in[d] += nb
+                             xhint, xok, faults, counters, checks, True)
+                    skip[x - i0] = (xflag[x - i0] & 1) != 0
+                    nb = x_bytes[x]
+                    d = x_dst_tile[x]
+                    if not mark[d]:
+                        mark[d] = True
+                        touched[n_touched] = d
+                        n_touched += 1
+                    acc[d] += nb
+                    n_in[d] += 1
+                    bytes_in[d] += nb
+                c_in = in_cycles(acc, n_in, mark, touched, n_touched, devv)
             xseen[s] = True
             t1 = ticks()
             prof[P_XFER] += t1 - t0
             if xcyc[s] >= 0:  # no patched transfer: same cycles and multicast groups
                 step_c = xcyc[s]
                 for x in range(i0, i1):
-                    acc[x_dst_tile[x]] = 0
-                    n_in[x_dst_tile[x]] = 0
-                    mark[x_dst_tile[x]] = False
                     if xout[x]:
                         bytes_out[x_src_tile[x]] += x_bytes[x]
             else:
-                packed = send_segments(x_src_tile[i0:i1], x_src, n, order, start, cur)
+                if xpar:
+                    packed = xcnt[:x_chunks(n), C_WIDE].sum() == 0
+                    send_segments_parallel(x_src_tile[i0:i1], x_src, n, order, start, xhist,
+                                           packed)
+                else:
+                    packed = send_segments(x_src_tile[i0:i1], x_src, n, order, start, cur)
                 if n >= parallel_min:
                     c_out = out_cycles_parallel(i0, order, tmp, start, x_src, x_bytes, xout,
                                                 bytes_out, devv, packed, per_tile)
                 else:
                     c_out = out_cycles(i0, order, tmp, start, x_src, x_bytes, xout, bytes_out,
                                        devv, packed)
-                step_c = max(c_out, in_cycles(acc, n_in, mark, touched, n_touched, devv)) \
-                    + devv[DV_SYNC]
+                step_c = max(c_out, c_in) + devv[DV_SYNC]
             if xcyc[s] < 0 and xp_ptr[i0] == xp_ptr[i1]:
                 xcyc[s] = step_c
             if xrow_of[s] >= 0 and depth > 0 and xcyc[s] >= 0:

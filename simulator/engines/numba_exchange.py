@@ -114,24 +114,93 @@ def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xh
             xok[x] = True
 
 
+PACK = 32  # send_segments: a transfer's source address above its step index
+# chunks of a parallel exchange pass: a row of per-tile counts each
+# (`xhist`), so few; the thread pool hands each core consecutive chunks
+X_CHUNKS = 8
+H_IN_BYTES, H_IN_N, H_SRC = 0, 1, 2  # xhist channels
+C_FLAGGED, C_WIDE = 0, 1  # xcnt columns
+
+
 @kjit_parallel
 def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xok,
-                        faults, counters, checks, image, skip, xbits):  # type: ignore[no-untyped-def]
-    """With numerics: `xfer_one` for transfers i0..i1 over the cores,
-    recording no fault (every write goes to the transfer's own entries; the
-    caller reports the flagged ones), then each transfer's `check_ends` into
-    xbits[j] (the image is not written until the step's copies, so they may
-    run here)."""
+                        faults, counters, checks, image, skip, xbits, xhist,
+                        xcnt):  # type: ignore[no-untyped-def]
+    """With numerics: `xfer_one` for transfers i0..i1 over the cores in
+    `x_chunks(n)` chunks, recording no fault (every write goes to the
+    transfer's own entries or its chunk's; the caller reports the flagged
+    ones), each transfer's `check_ends` into xbits[j] (the image is not
+    written until the step's copies, so they may run here), and per chunk
+    ch: bytes in and receives per destination tile and transfers per source
+    tile (`xhist[ch]`), how many transfers were flagged and how many source
+    addresses do not fit `PACK` (`xcnt[ch]`)."""
     n = i1 - i0
-    chunks = min(n, PARALLEL_CHUNKS)
+    chunks = x_chunks(n)
     for ch in numba.prange(chunks):
         xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)
+        h = xhist[ch]
+        h[:, :] = 0
+        flagged, wide = 0, 0
         for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
             j = x - i0
             xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint,
                       xok, faults, counters, checks, False)
             skip[j] = (xflag[j] & 1) != 0
             xbits[j] = check_ends(x, j, prog, x_src, x_dst, skip, image)
+            d = prog.x_dst_tile[x]
+            h[H_IN_BYTES, d] += prog.x_bytes[x]
+            h[H_IN_N, d] += 1
+            h[H_SRC, prog.x_src_tile[x]] += 1
+            flagged += xflag[j] != 0
+            wide += x_src[j] < 0 or x_src[j] >= 1 << (63 - PACK)
+        xcnt[ch, C_FLAGGED] = flagged
+        xcnt[ch, C_WIDE] = wide
+
+
+@kjit_inline
+def x_chunks(n):  # type: ignore[no-untyped-def]
+    """Chunks of a parallel exchange pass over n transfers (chunk ch: the
+    step's transfers ch * n // chunks up to (ch + 1) * n // chunks)."""
+    return max(min(n, X_CHUNKS), 1)
+
+
+@kjit
+def in_cycles_hist(xhist, chunks, bytes_in, devv):  # type: ignore[no-untyped-def]
+    """`in_cycles` of a step from the per-chunk counts of `xfer_pass_parallel`,
+    adding each tile's bytes in to `bytes_in`."""
+    c = np.int64(0)
+    for t in range(bytes_in.shape[0]):
+        nb, nr = np.int64(0), np.int64(0)
+        for ch in range(chunks):
+            nb += xhist[ch, H_IN_BYTES, t]
+            nr += xhist[ch, H_IN_N, t]
+        if nr > 0:
+            bytes_in[t] += nb
+            c = max(c, (nb + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], nr * devv[DV_RECV])
+    return c
+
+
+@kjit_parallel
+def send_segments_parallel(ktile, keys, n, order, start, xhist, packed):  # type: ignore[no-untyped-def]
+    """`send_segments` over the cores from the per-chunk transfers per
+    source tile of `xfer_pass_parallel` (xhist[:, H_SRC], turned into each
+    chunk's next place per tile): the same order, each chunk's transfers
+    placed after those of the chunks before it.  `packed`: every key fits."""
+    chunks = x_chunks(n)
+    pos = np.int64(0)
+    for t in range(start.shape[0] - 1):
+        start[t] = pos
+        for ch in range(chunks):
+            c = xhist[ch, H_SRC, t]
+            xhist[ch, H_SRC, t] = pos
+            pos += c
+    start[start.shape[0] - 1] = pos
+    for ch in numba.prange(chunks):
+        h = xhist[ch]
+        for j in range(ch * n // chunks, (ch + 1) * n // chunks):
+            t = ktile[j]
+            order[h[H_SRC, t]] = (keys[j] << PACK | j) if packed else j
+            h[H_SRC, t] += 1
 
 
 @kjit_inline
@@ -141,9 +210,6 @@ def patch_value(p, ctr, prog):  # type: ignore[no-untyped-def]
     if prog.p_mode[p] == PATCH_ARITH:
         return prog.p_base[p] + i * prog.p_stride[p]
     return prog.table_values[prog.p_table[p] + i]
-
-
-PACK = 32  # send_segments: a transfer's source address above its step index
 
 
 @kjit
