@@ -329,12 +329,17 @@ def _scatter_part(mem, written, rows, geo, src, p, parts):  # type: ignore[no-un
         off, ld0, ld1, ext0, ext1, rb = geo[i, 0], geo[i, 1], geo[i, 2], geo[i, 3], geo[i, 4], \
             geo[i, 5]
         src_off, s_ld0, s_ld1 = geo[i, 6], geo[i, 7], geo[i, 8]
+        # a block whose rows lie back to back is marked written in one go
+        dense = (ext1 == 1 or ld1 == rb) and (ext0 == 1 or ld0 == ext1 * rb)
         for a in range(ext0):
             for b in range(ext1):
                 d = off + a * ld0 + b * ld1
                 q = src_off + a * s_ld0 + b * s_ld1
                 mem[row, d:d + rb] = src[q:q + rb]
-                bits_set(written, row, d, rb)
+                if not dense:
+                    bits_set(written, row, d, rb)
+        if dense:
+            bits_set(written, row, off, ext0 * ext1 * rb)
 
 
 @kjit

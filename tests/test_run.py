@@ -190,3 +190,27 @@ def test_a_compute_steps_faults_come_in_vertex_order(ksplit) -> None:  # type: i
     assert (first.code, first.step, first.tile, first.item) == (F_UNINIT, 0, 0, 0)
     assert first.address == c_at + 8 * 16 * 4
     assert (second.code, second.step, second.tile, second.item) == (F_ARGS, 0, 1, 1)
+
+
+@pytest.mark.parametrize("ld0, ld1, ext1", [(8, 0, 1), (40, 0, 1), (24, 8, 3), (48, 8, 3),
+                                            (48, 12, 3), (64, 8, 3)])
+def test_placing_a_block_marks_exactly_its_bytes(ld0: int, ld1: int, ext1: int) -> None:
+    # dense blocks are marked in one span, others row by row: either way
+    # the gaps between rows stay unwritten (an unwritten read must fault)
+    from simulator.run import _scatter, _scatter_parallel
+
+    rb, ext0, off = 8, 4, 5
+    for place in (_scatter, _scatter_parallel):
+        mem = np.zeros((16, 256), dtype=np.uint8)
+        written = np.zeros((16, 4), dtype=np.uint64)
+        src = np.arange(1, 1 + ext0 * ext1 * rb, dtype=np.uint8)
+        geo = np.array([[off, ld0, ld1, ext0, ext1, rb, 0, ext1 * rb, rb]], dtype=np.int64)
+        place(mem, written, np.array([9], dtype=np.int64), geo, src)
+        want = np.zeros(256, dtype=bool)
+        for a in range(ext0):
+            for b in range(ext1):
+                want[off + a * ld0 + b * ld1:][:rb] = True
+        marked = np.unpackbits(written[9].view(np.uint8), bitorder="little").astype(bool)
+        np.testing.assert_array_equal(marked, want)
+        np.testing.assert_array_equal(mem[9][want], src)
+        assert not mem[9][~want].any() and not written[:9].any()
