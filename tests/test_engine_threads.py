@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from experiments.bench_simulator import build_package
 from simulator import load_device, run
 from simulator.engines import numba as engine
-from simulator.engines.base import F_DST_BUFFER, F_SRC_BUFFER
+from simulator.engines.base import F_DST_BUFFER, F_RACE, F_SRC_BUFFER
 
 
 def test_concurrent_runs_from_threads_match_the_main_thread() -> None:
@@ -82,3 +84,30 @@ def test_flagged_transfers_of_a_parallel_pass_fault_in_program_order() -> None:
         [(F_SRC_BUFFER, 5), (F_DST_BUFFER, 77), (F_DST_BUFFER, 900)]
     for name in ("cycles_per_step", "tile_bytes_in", "tile_bytes_out"):
         assert (getattr(main, name) == getattr(side, name)).all(), name
+
+
+@pytest.mark.parametrize("race", ["two destinations", "a destination on a source"])
+def test_a_race_in_a_parallel_exchange_step_is_found_as_in_a_worker_thread(race: str) -> None:
+    # the parallel pass stamps the sources' buffers and race_rows walks the
+    # destinations by classes of tiles; a worker thread does both in order
+    import numpy as np
+
+    from experiments.bench_simulator import random_operands
+
+    dev = load_device("c600")
+    pkg = build_package(dev, 2, shape=(4, 32, 16))
+    dt, da = pkg.arrays["x_dst_tile"].copy(), pkg.arrays["x_dst_addr"].copy()
+    if race == "two destinations":  # transfer 600 lands where 601 does
+        dt[600], da[600] = dt[601], da[601]
+    else:  # transfer 40 lands on what 41 sends
+        dt[40], da[40] = pkg.arrays["x_src_tile"][41], pkg.arrays["x_src_addr"][41]
+    bad = pkg.with_arrays(x_dst_tile=dt, x_dst_addr=da)
+    a, w = random_operands(dev, np.random.default_rng(5), (4, 32, 16))
+    main = run(bad, params={"W": w}, inputs={"A": a})
+    with ThreadPoolExecutor(1) as pool:
+        side = pool.submit(lambda: run(bad, params={"W": w}, inputs={"A": a})).result()
+    assert main.faults == side.faults and main.n_faults == side.n_faults
+    races = [f for f in main.faults if f.code == F_RACE]
+    assert races and {races[0].item, races[0].detail} == ({600, 601} if race == "two destinations"
+                                                         else {40, 41})
+    assert main.outputs["C"].tobytes() == side.outputs["C"].tobytes()

@@ -90,14 +90,17 @@ from simulator.engines.numba_data import (
     regions_serial,
 )
 from simulator.engines.numba_exchange import (
+    C_ENDS,
     C_FLAGGED,
     C_WIDE,
+    RACE_PARTS,
     X_CHUNKS,
     check_transfer,
     copy_parallel,
     copy_serial,
     ends_serial,
-    exchange_checks,
+    exchange_ends,
+    exchange_race,
     in_cycles,
     in_cycles_hist,
     keep_exchange_row,
@@ -105,6 +108,8 @@ from simulator.engines.numba_exchange import (
     out_cycles,
     out_cycles_parallel,
     patch_value,
+    race_rows_parallel,
+    race_rows_serial,
     send_segments,
     send_segments_parallel,
     x_chunks,
@@ -503,13 +508,14 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
         vbuf[0::2] = 1
     # the access-index row each transfer end was found in (check_transfer;
     # written by a step's first run, so read only once `xseen[step]`), and per
-    # row the state of the exchange race check (exchange_checks)
+    # row the state of the exchange race proof (exchange_ends, race_rows)
     xrow = scratch.xrow
     xseen = np.zeros(max(n_steps, 1), dtype=np.bool_)
     rstamp = np.zeros(prog.b_table.shape[0] if numerics else 1, dtype=np.int64)
     rend = np.zeros_like(rstamp)
     rsrc = np.zeros_like(rstamp)
     rflag = np.zeros_like(rstamp)
+    race_any = np.zeros(RACE_PARTS, dtype=np.bool_)  # race_rows_parallel's scratch
     xserial = np.int64(0)
     exact = opts[OPT_OVERLAP] != 0
     # an exchange step's sends by source tile (send_segments, out_cycles)
@@ -520,7 +526,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     xbits = scratch.xbits  # check_ends per transfer (written by the step's image checks)
     # per chunk of a parallel exchange pass: per-tile counts, flagged transfers
     xhist = np.empty((X_CHUNKS, 3, n_tiles), dtype=np.int64)
-    xcnt = np.empty((X_CHUNKS, 2), dtype=np.int64)
+    xcnt = np.empty((X_CHUNKS, 3), dtype=np.int64)
     xok = scratch.xok  # unpatched transfers checked clean (cleared by numba_scratch.take)
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
@@ -650,9 +656,10 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             xpar = numerics and n >= parallel_min
             c_in = np.int64(0)
             if xpar:  # per-tile counts by chunk in xhist, flagged transfers in xcnt
+                xserial += 1  # stamps the rows of sources (exchange_ends)
                 xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
                                    xrow, xok, faults, counters, checks, image, skip, xbits,
-                                   xhist, xcnt)
+                                   xhist, xcnt, rsrc, xserial)
                 chunks = x_chunks(n)
                 if xcnt[:chunks, C_FLAGGED].sum() > 0:  # their faults, in order
                     for x in range(i0, i1):
@@ -707,13 +714,26 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             t2 = ticks()
             prof[P_XCYCLES] += t2 - t1
             if numerics:
-                if not xpar:  # else the pass on the cores checked them
+                faulty = True
+                if xpar:  # the pass on the cores checked the ends, stamped the sources
+                    faulty = xcnt[:x_chunks(n), C_ENDS].sum() > 0
+                else:
                     ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits)
-                xserial += 1
-                raced, n_self = exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
-                                                image, xrow, xbits, rstamp, rend, rsrc, rflag,
-                                                xserial, exact, regs, r_tile, r_owner, race,
-                                                faults, counters)
+                    xserial += 1
+                n_self = exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image,
+                                       xrow, xbits, rsrc, xserial, faults, counters, faulty,
+                                       xpar)
+                if exact:
+                    clash = True
+                elif xpar:
+                    clash = race_rows_parallel(i0, i1, prog, x_dst, skip, xrow, rstamp, rend,
+                                               rsrc, rflag, xserial, race_any)
+                else:
+                    clash = race_rows_serial(i0, i1, prog, x_dst, skip, xrow, rstamp, rend,
+                                             rsrc, rflag, xserial)
+                raced = clash and exchange_race(i0, i1, s, loop, it, prog, x_src, x_dst, skip,
+                                                xrow, rflag, xserial, exact, regs, r_tile,
+                                                r_owner, race, faults, counters)
                 t3 = ticks()
                 prof[P_XCHECK] += t3 - t2
                 if not raced and n_self == 0 and n >= parallel_min:

@@ -119,34 +119,39 @@ PACK = 32  # send_segments: a transfer's source address above its step index
 # (`xhist`), so few; the thread pool hands each core consecutive chunks
 X_CHUNKS = 8
 H_IN_BYTES, H_IN_N, H_SRC = 0, 1, 2  # xhist channels
-C_FLAGGED, C_WIDE = 0, 1  # xcnt columns
+C_FLAGGED, C_WIDE, C_ENDS = 0, 1, 2  # xcnt columns
 
 
 @kjit_parallel
 def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xok,
-                        faults, counters, checks, image, skip, xbits, xhist,
-                        xcnt):  # type: ignore[no-untyped-def]
+                        faults, counters, checks, image, skip, xbits, xhist, xcnt, rsrc,
+                        serial):  # type: ignore[no-untyped-def]
     """With numerics: `xfer_one` for transfers i0..i1 over the cores in
     `x_chunks(n)` chunks, recording no fault (every write goes to the
     transfer's own entries or its chunk's; the caller reports the flagged
     ones), each transfer's `check_ends` into xbits[j] (the image is not
     written until the step's copies, so they may run here), and per chunk
     ch: bytes in and receives per destination tile and transfers per source
-    tile (`xhist[ch]`), how many transfers were flagged and how many source
-    addresses do not fit `PACK` (`xcnt[ch]`)."""
+    tile (`xhist[ch]`), how many transfers were flagged, how many source
+    addresses do not fit `PACK` and how many have faulty ends (`xcnt[ch]`);
+    the row of each source not skipped is stamped (`rsrc[row] = serial`:
+    exchange_ends; cores may stamp a row at once, with the same value)."""
     n = i1 - i0
     chunks = x_chunks(n)
     for ch in numba.prange(chunks):
         xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)
         h = xhist[ch]
         h[:, :] = 0
-        flagged, wide = 0, 0
+        flagged, wide, bad_ends = 0, 0, 0
         for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
             j = x - i0
             xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint,
                       xok, faults, counters, checks, False)
             skip[j] = (xflag[j] & 1) != 0
             xbits[j] = check_ends(x, j, prog, x_src, x_dst, skip, image)
+            bad_ends += (xbits[j] & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT)) != 0
+            if not skip[j]:
+                rsrc[xrow[2 * x]] = serial
             d = prog.x_dst_tile[x]
             h[H_IN_BYTES, d] += prog.x_bytes[x]
             h[H_IN_N, d] += 1
@@ -155,6 +160,7 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
             wide += x_src[j] < 0 or x_src[j] >= 1 << (63 - PACK)
         xcnt[ch, C_FLAGGED] = flagged
         xcnt[ch, C_WIDE] = wide
+        xcnt[ch, C_ENDS] = bad_ends
 
 
 @kjit_inline
@@ -370,37 +376,33 @@ def ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits):  # type: ignore
 
 
 @kjit
-def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, xbits, rstamp,
-                    rend, rsrc, rflag, serial, exact, regs, r_tile, r_owner, race, faults,
-                    counters):  # type: ignore[no-untyped-def]
+def exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, xbits, rsrc,
+                  serial, faults, counters, faulty, sourced):  # type: ignore[no-untyped-def]
     """The numerics checks of exchange step s (transfers at patched addresses
     x_src / x_dst) once `check_ends` put its bits in `xbits`: the faults of
-    those bits, in transfer order (F_XFER_RANGE, F_UNINIT), and no race
-    (F_RACE).  Returns (race found, number of transfers whose own source
-    and destination overlap).
+    those bits, in transfer order (F_XFER_RANGE, F_UNINIT; only looked for
+    when `faulty`: some transfer has one), and the first part of the race
+    proof: the row of every source not skipped is stamped (`rsrc[row] =
+    serial`, a number no other step execution uses), unless the parallel
+    pass did (`sourced`).  Returns the number of transfers whose own source
+    and destination overlap.
 
-    The race check works on the buffer rows the ends were found in
+    The race proof works on the buffer rows the ends were found in
     (`xrow[2x]` source, `xrow[2x + 1]` destination, rows of the access
-    index; live tensor buffers of a tile never overlap unless `exact`, which
-    the caller sets when some do): a step is proven race-free when no source
-    lies in a buffer some destination of the step lies in, and within each
-    destination buffer the destinations come in increasing address order
-    without overlap (`rend[row]`: the end of the last one, valid while
-    `rstamp[row] == serial`, a number no other step execution uses;
-    `rsrc[row] == serial`: a source lies in the row; one pass finds a
-    source and a destination in one buffer in either order).
-    A buffer where either fails is flagged (`rflag[row] = serial`), and the
-    transfer ends in flagged buffers are sorted and swept exactly by
-    `find_race`: a race needs a destination and a second end in its buffer,
-    so no other end can take part in one."""
-    x_src_tile, x_dst_tile, x_bytes = prog.x_src_tile, prog.x_dst_tile, prog.x_bytes
+    index; live tensor buffers of a tile never overlap unless the package
+    has some that do, and then every step takes `exchange_race`): a step is
+    race-free when no source lies in a buffer some destination of the step
+    lies in, and within each destination buffer the destinations come in
+    increasing address order without overlap (`race_rows`).  A buffer
+    where either fails is flagged, and `exchange_race` sweeps the ends in
+    flagged buffers exactly."""
+    x_src_tile, x_bytes = prog.x_src_tile, prog.x_bytes
     n_self = 0
-    clash = exact
     for x in range(i0, i1):
         j = x - i0
         bits = xbits[j]
-        if bits & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT) != 0:
-            st, dt, nb = x_src_tile[x], x_dst_tile[x], x_bytes[x]
+        if faulty and bits & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT) != 0:
+            st, dt, nb = x_src_tile[x], prog.x_dst_tile[x], x_bytes[x]
             if bits & E_SRC_RANGE:
                 fault(faults, counters, F_XFER_RANGE, s, st, x_src[j], loop, it, x, nb)
             if bits & E_DST_RANGE:
@@ -409,20 +411,80 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
                 sb = image.tile_base[st]
                 bad = bits_first_unset(image.written, image.tile_row[st], x_src[j] - sb, nb)
                 fault(faults, counters, F_UNINIT, s, st, bad + sb, loop, it, x, 0)
+        if not skip[j]:
+            n_self += (bits & E_SELF) != 0
+            if not sourced:
+                rsrc[xrow[2 * x]] = serial
+    return n_self
+
+
+@kjit
+def exchange_race(i0, i1, s, loop, it, prog, x_src, x_dst, skip, xrow, rflag, serial, exact,
+                  regs, r_tile, r_owner, race, faults, counters):  # type: ignore[no-untyped-def]
+    """The exact race check of exchange step s over the transfer ends in
+    buffers `race_rows` flagged (`rflag[row] == serial`; every end if
+    `exact`): sorted and swept by `find_race` (a race needs a destination
+    and a second end in its buffer, so no other end can take part in one).
+    Records F_RACE and returns True if there is one."""
+    nreg = 0
+    for x in range(i0, i1):
+        j = x - i0
         if skip[j]:
             continue
-        if bits & E_SELF:
-            n_self += 1
-        k = xrow[2 * x]
-        if rstamp[k] == serial:  # a source in a destination buffer
-            rflag[k] = serial
-            clash = True
-        rsrc[k] = serial
+        for side in range(2):
+            if not exact and rflag[xrow[2 * x + side]] != serial:
+                continue
+            r_tile[nreg] = prog.x_src_tile[x] if side == 0 else prog.x_dst_tile[x]
+            r_owner[nreg] = x  # vertices never share a step with transfers
+            nreg = put_region(regs, nreg, x_src[j] if side == 0 else x_dst[j], 1, 0, 1, 0,
+                              prog.x_bytes[x], side)
+    raced = find_race(regs, r_tile, r_owner, nreg, race)
+    if raced:
+        fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
+              r_owner[race[1]], r_owner[race[0]])
+    return raced
+
+
+RACE_PARTS = 2  # classes of tiles of a parallel `race_rows` pass (one scan each)
+
+
+@kjit_parallel
+def race_rows_parallel(i0, i1, prog, x_dst, skip, xrow, rstamp, rend, rsrc, rflag, serial,
+                       per):  # type: ignore[no-untyped-def]
+    """`race_rows` over the cores, each the destination tiles of its class
+    (a row is one tile's); `per`: RACE_PARTS scratch entries."""
+    for p in numba.prange(RACE_PARTS):
+        per[p] = race_rows(i0, i1, prog, x_dst, skip, xrow, rstamp, rend, rsrc, rflag, serial,
+                           p, RACE_PARTS)
+    return per[:RACE_PARTS].any()
+
+
+@kjit
+def race_rows_serial(i0, i1, prog, x_dst, skip, xrow, rstamp, rend, rsrc, rflag,
+                     serial):  # type: ignore[no-untyped-def]
+    """`race_rows` of every destination tile, in this thread."""
+    return race_rows(i0, i1, prog, x_dst, skip, xrow, rstamp, rend, rsrc, rflag, serial, 0, 1)
+
+
+@kjit_inline
+def race_rows(i0, i1, prog, x_dst, skip, xrow, rstamp, rend, rsrc, rflag, serial, p,
+              parts):  # type: ignore[no-untyped-def]
+    """The destination side of the race proof (`exchange_ends`) for the
+    transfers not skipped into tiles of class p of `parts` (tile % parts),
+    in program order: a destination row holding a source (`rsrc`) or
+    reached below the end of the row's last destination (`rend`, valid
+    while `rstamp[row] == serial`) is flagged; returns whether one was.
+    One exit: it is inlined into a parallel loop."""
+    clash = False
+    for x in range(i0, i1):
+        j = x - i0
+        if skip[j] or (parts > 1 and prog.x_dst_tile[x] % parts != p):
+            continue
         k = xrow[2 * x + 1]
         if rsrc[k] == serial:  # a destination in a source's buffer (or its own)
             rflag[k] = serial
             clash = True
-        end = x_dst[j] + x_bytes[x]
+        end = x_dst[j] + prog.x_bytes[x]
         if rstamp[k] != serial:
             rstamp[k] = serial
             rend[k] = end
@@ -431,25 +493,7 @@ def exchange_checks(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, 
                 rflag[k] = serial
                 clash = True
             rend[k] = max(rend[k], end)
-    raced = False
-    if clash:  # the exact check, over the ends in flagged buffers (all if `exact`)
-        nreg = 0
-        for x in range(i0, i1):
-            j = x - i0
-            if skip[j]:
-                continue
-            for side in range(2):
-                if not exact and rflag[xrow[2 * x + side]] != serial:
-                    continue
-                r_tile[nreg] = x_src_tile[x] if side == 0 else x_dst_tile[x]
-                r_owner[nreg] = x  # vertices never share a step with transfers
-                nreg = put_region(regs, nreg, x_src[j] if side == 0 else x_dst[j], 1, 0, 1, 0,
-                                  x_bytes[x], side)
-        raced = find_race(regs, r_tile, r_owner, nreg, race)
-    if raced:
-        fault(faults, counters, F_RACE, s, r_tile[race[1]], race[2], loop, it,
-              r_owner[race[1]], r_owner[race[0]])
-    return raced, n_self
+    return clash
 
 
 @kjit_inline
