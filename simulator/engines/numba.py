@@ -92,6 +92,7 @@ from simulator.engines.numba_data import (
 from simulator.engines.numba_exchange import (
     C_ENDS,
     C_FLAGGED,
+    C_SELF,
     C_WIDE,
     RACE_PARTS,
     X_CHUNKS,
@@ -526,7 +527,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     xbits = scratch.xbits  # check_ends per transfer (written by the step's image checks)
     # per chunk of a parallel exchange pass: per-tile counts, flagged transfers
     xhist = np.empty((X_CHUNKS, 3, n_tiles), dtype=np.int64)
-    xcnt = np.empty((X_CHUNKS, 3), dtype=np.int64)
+    xcnt = np.empty((X_CHUNKS, 4), dtype=np.int64)
     xok = scratch.xok  # unpatched transfers checked clean (cleared by numba_scratch.take)
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
@@ -714,15 +715,17 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             t2 = ticks()
             prof[P_XCYCLES] += t2 - t1
             if numerics:
-                faulty = True
                 if xpar:  # the pass on the cores checked the ends, stamped the sources
-                    faulty = xcnt[:x_chunks(n), C_ENDS].sum() > 0
+                    n_self = xcnt[:x_chunks(n), C_SELF].sum()
+                    if xcnt[:x_chunks(n), C_ENDS].sum() > 0:
+                        exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow,
+                                      xbits, rsrc, xserial, faults, counters, True, True)
                 else:
                     ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits)
                     xserial += 1
-                n_self = exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image,
-                                       xrow, xbits, rsrc, xserial, faults, counters, faulty,
-                                       xpar)
+                    n_self = exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image,
+                                           xrow, xbits, rsrc, xserial, faults, counters, True,
+                                           False)
                 if exact:
                     clash = True
                 elif xpar:

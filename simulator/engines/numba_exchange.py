@@ -119,7 +119,7 @@ PACK = 32  # send_segments: a transfer's source address above its step index
 # (`xhist`), so few; the thread pool hands each core consecutive chunks
 X_CHUNKS = 8
 H_IN_BYTES, H_IN_N, H_SRC = 0, 1, 2  # xhist channels
-C_FLAGGED, C_WIDE, C_ENDS = 0, 1, 2  # xcnt columns
+C_FLAGGED, C_WIDE, C_ENDS, C_SELF = 0, 1, 2, 3  # xcnt columns
 
 
 @kjit_parallel
@@ -133,7 +133,8 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
     written until the step's copies, so they may run here), and per chunk
     ch: bytes in and receives per destination tile and transfers per source
     tile (`xhist[ch]`), how many transfers were flagged, how many source
-    addresses do not fit `PACK` and how many have faulty ends (`xcnt[ch]`);
+    addresses do not fit `PACK`, how many have faulty ends and how many
+    overlap themselves (`xcnt[ch]`);
     the row of each source not skipped is stamped (`rsrc[row] = serial`:
     exchange_ends; cores may stamp a row at once, with the same value)."""
     n = i1 - i0
@@ -142,7 +143,7 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
         xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)
         h = xhist[ch]
         h[:, :] = 0
-        flagged, wide, bad_ends = 0, 0, 0
+        flagged, wide, bad_ends, n_self = 0, 0, 0, 0
         for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
             j = x - i0
             xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint,
@@ -152,6 +153,7 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
             bad_ends += (xbits[j] & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT)) != 0
             if not skip[j]:
                 rsrc[xrow[2 * x]] = serial
+                n_self += (xbits[j] & E_SELF) != 0
             d = prog.x_dst_tile[x]
             h[H_IN_BYTES, d] += prog.x_bytes[x]
             h[H_IN_N, d] += 1
@@ -161,6 +163,7 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
         xcnt[ch, C_FLAGGED] = flagged
         xcnt[ch, C_WIDE] = wide
         xcnt[ch, C_ENDS] = bad_ends
+        xcnt[ch, C_SELF] = n_self
 
 
 @kjit_inline
