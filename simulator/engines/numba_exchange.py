@@ -453,6 +453,7 @@ def exchange_race(i0, i1, s, loop, it, prog, x_src, x_dst, skip, xrow, rflag, se
 
 
 RACE_PARTS = 2  # classes of tiles of a parallel `race_rows` pass (one scan each)
+MARK_PARTS = 2  # groups of `part_of` classes of copy_parallel's marking (one scan each)
 
 
 @kjit_parallel
@@ -531,8 +532,8 @@ def copy_parallel(i0, i1, prog, x_src, x_dst, skip, image):  # type: ignore[no-u
             st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
             _copy(mem, image.tile_row[st], x_src[j] - image.tile_base[st], image.tile_row[dt],
                   x_dst[j] - image.tile_base[dt], prog.x_bytes[x])
-    for p in numba.prange(PARTS):
-        mark_runs(i0, i1, prog, x_dst, skip, image, p, PARTS)
+    for p in numba.prange(MARK_PARTS):  # a scan of the step per core
+        mark_runs(i0, i1, prog, x_dst, skip, image, p, MARK_PARTS)
 
 
 @kjit
@@ -580,14 +581,15 @@ def mark_copied(i0, i1, prog, x_dst, skip, image):  # type: ignore[no-untyped-de
 @kjit_inline
 def mark_runs(i0, i1, prog, x_dst, skip, image, p, parts):  # type: ignore[no-untyped-def]
     """Mark written the destinations of the transfers i0..i1 not skipped into
-    tiles of class p of `parts` (`part_of`; all tiles when parts is 1), a
+    tiles of class p of `parts` (`part_of` classes grouped in `parts`, which
+    divides PARTS; all tiles when parts is 1), a
     run of transfers filling consecutive bytes of one tile at a time (a row
     split over sources lands that way: fewer partial bitmap words)."""
     rt, ra, re = np.int64(-1), np.int64(0), np.int64(0)
     for x in range(i0, i1):
         j = x - i0
         t = prog.x_dst_tile[x]
-        if skip[j] or (parts > 1 and part_of(t) != p):
+        if skip[j] or (parts > 1 and part_of(t) * parts // PARTS != p):
             continue
         if t == rt and x_dst[j] == re:
             re += prog.x_bytes[x]
