@@ -15,6 +15,7 @@ from kernels.dtypes import (
     DT_FP8,
     DT_FP16,
     dtype_bytes,
+    f8_encode_into,
     f32_as_u32,
     u32_as_f32,
 )
@@ -50,26 +51,6 @@ def f16_decode_into(codes, out):  # type: ignore[no-untyped-def]
         bits = normal if e != 0 else sub
         bits = (0x7F800000 | ((h & 0x3FF) << 13)) if e == 0x7C00 else bits
         out[i] = u32_as_f32(bits | ((h & 0x8000) << 16))
-
-
-@kjit
-def f8_encode_into(vals, codes):  # type: ignore[no-untyped-def]
-    """codes[i] = e4m3fn code of float32 vals[i] (the rounding of
-    kernels.dtypes.f32_bits_to_f8_bits), branch-free so it vectorizes: the
-    normal range rounds the bits (round to nearest even at bit 20), values
-    below 2**-6 are |x| * 2**9 rounded to an integer by the float32 add of
-    2**23 (exact: the sum is rounded to nearest even once), and anything
-    that rounds above 448 (inf and NaN too) is the NaN code."""
-    for i in range(vals.size):
-        x = vals[i]
-        u = f32_as_u32(x)
-        a = u & 0x7FFFFFFF
-        c = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
-        c = 0x7F if c > 0x7E else c
-        v = min(abs(x), np.float32(0.015625)) * np.float32(512.0)
-        sub = np.int64(np.int32((v + np.float32(8388608.0)) - np.float32(8388608.0)))
-        c = c if a >= 0x3C800000 else sub
-        codes[i] = ((u >> 24) & 0x80) | c
 
 
 @kjit
