@@ -32,7 +32,7 @@ class Scratch(NamedTuple):
 
     x_src: np.ndarray  # int64 [step]: patched source address per transfer
     x_dst: np.ndarray  # int64 [step]: patched destination address
-    xflag: np.ndarray  # int64 [step]: check_transfer bits
+    xflag: np.ndarray  # int8 [step]: check_transfer bits
     order: np.ndarray  # int64 [step]: send order (send_segments)
     tmp: np.ndarray  # int64 [step]: its merge scratch
     xbits: np.ndarray  # int8 [step]: check_ends bits
@@ -59,7 +59,7 @@ def take(step: int, transfers: int) -> Scratch:
     if kept is None or kept.x_src.size < step or kept.xok.size < transfers:
         kept = Scratch(x_src=np.empty(step, dtype=np.int64),
                        x_dst=np.empty(step, dtype=np.int64),
-                       xflag=np.empty(step, dtype=np.int64),
+                       xflag=np.empty(step, dtype=np.int8),
                        order=np.empty(step, dtype=np.int64), tmp=np.empty(step, dtype=np.int64),
                        xbits=np.empty(step, dtype=np.int8),
                        xrow=np.empty(2 * transfers, dtype=np.int32),
