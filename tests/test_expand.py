@@ -331,7 +331,9 @@ def test_gc_paused_freezes_survivors_when_the_outermost_pause_ends() -> None:
         kept = [[i] for i in range(1000)]
         with gc_paused():
             assert not gc.isenabled()
-        assert not gc.isenabled() and gc.get_freeze_count() == frozen
+        # nothing frozen by the inner pause's end (the count may only fall: a
+        # frozen object freed meanwhile, say by a thread an earlier test left)
+        assert not gc.isenabled() and gc.get_freeze_count() <= frozen
     assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
     gc.disable()
     try:
