@@ -355,7 +355,7 @@ def fp8_encode(x: np.ndarray) -> np.ndarray:
     """uint8 e4m3fn codes of `x` (converted to float32 first), same shape."""
     a = np.asarray(x)
     out = np.empty(a.shape, dtype=np.uint8)
-    f8_encode_into(_f32_bits(a).view(np.float32), out.reshape(-1))
+    f8_encode_into(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), out.reshape(-1))
     return out
 
 

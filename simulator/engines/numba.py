@@ -96,7 +96,6 @@ from simulator.engines.numba_exchange import (
     C_WIDE,
     RACE_PARTS,
     X_CHUNKS,
-    check_transfer,
     copy_parallel,
     copy_serial,
     ends_serial,
@@ -111,6 +110,7 @@ from simulator.engines.numba_exchange import (
     patch_value,
     race_rows_parallel,
     race_rows_serial,
+    report_flagged,
     send_segments,
     send_segments_parallel,
     x_chunks,
@@ -532,7 +532,6 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
     vflag = np.zeros(v_tile.shape[0], dtype=np.int64)  # its run-time check bits
-    b_ptr, b_table = prog.b_ptr, prog.b_table
     # timing only: an exchange step inside a loop with no patched transfer
     # whose transfers all checked clean costs, moves and counts the same in
     # every iteration; its per-tile bytes in / out are kept (one row per such
@@ -663,11 +662,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                                    xhist, xcnt, rsrc, xserial)
                 chunks = x_chunks(n)
                 if xcnt[:chunks, C_FLAGGED].sum() > 0:  # their faults, in order
-                    for x in range(i0, i1):
-                        if xflag[x - i0] != 0:
-                            check_transfer(s, loop, it, x, x_src_tile[x], x_src[x - i0],
-                                           x_dst_tile[x], x_dst[x - i0], x_bytes[x], b_ptr,
-                                           b_table, False, xrow, xhint, faults, counters, True)
+                    report_flagged(i0, i1, s, loop, it, prog, x_src, x_dst, xflag, xrow, xhint,
+                                   faults, counters)
                 c_in = in_cycles_hist(xhist, chunks, bytes_in, devv)
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
@@ -719,13 +715,12 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                     n_self = xcnt[:x_chunks(n), C_SELF].sum()
                     if xcnt[:x_chunks(n), C_ENDS].sum() > 0:
                         exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow,
-                                      xbits, rsrc, xserial, faults, counters, True, True)
+                                      xbits, rsrc, xserial, faults, counters, True)
                 else:
                     ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits)
                     xserial += 1
                     n_self = exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image,
-                                           xrow, xbits, rsrc, xserial, faults, counters, True,
-                                           False)
+                                           xrow, xbits, rsrc, xserial, faults, counters, False)
                 if exact:
                     clash = True
                 elif xpar:

@@ -166,6 +166,19 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
         xcnt[ch, C_SELF] = n_self
 
 
+@kjit
+def report_flagged(i0, i1, s, loop, it, prog, x_src, x_dst, xflag, xrow, xhint, faults,
+                   counters):  # type: ignore[no-untyped-def]
+    """The faults of the transfers `xfer_pass_parallel` flagged, in program
+    order (`check_transfer` again, recording them)."""
+    for x in range(i0, i1):
+        j = x - i0
+        if xflag[j] != 0:
+            check_transfer(s, loop, it, x, prog.x_src_tile[x], x_src[j], prog.x_dst_tile[x],
+                           x_dst[j], prog.x_bytes[x], prog.b_ptr, prog.b_table, False, xrow,
+                           xhint, faults, counters, True)
+
+
 @kjit_inline
 def x_chunks(n):  # type: ignore[no-untyped-def]
     """Chunks of a parallel exchange pass over n transfers (chunk ch: the
@@ -384,11 +397,11 @@ def ends_serial(i0, i1, prog, x_src, x_dst, skip, image, xbits):  # type: ignore
 
 @kjit
 def exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, xbits, rsrc,
-                  serial, faults, counters, faulty, sourced):  # type: ignore[no-untyped-def]
+                  serial, faults, counters, sourced):  # type: ignore[no-untyped-def]
     """The numerics checks of exchange step s (transfers at patched addresses
     x_src / x_dst) once `check_ends` put its bits in `xbits`: the faults of
-    those bits, in transfer order (F_XFER_RANGE, F_UNINIT; only looked for
-    when `faulty`: some transfer has one), and the first part of the race
+    those bits, in transfer order (F_XFER_RANGE, F_UNINIT), and the first
+    part of the race
     proof: the row of every source not skipped is stamped (`rsrc[row] =
     serial`, a number no other step execution uses), unless the parallel
     pass did (`sourced`).  Returns the number of transfers whose own source
@@ -408,7 +421,7 @@ def exchange_ends(i0, i1, s, loop, it, prog, x_src, x_dst, skip, image, xrow, xb
     for x in range(i0, i1):
         j = x - i0
         bits = xbits[j]
-        if faulty and bits & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT) != 0:
+        if bits & (E_SRC_RANGE | E_DST_RANGE | E_UNINIT) != 0:
             st, dt, nb = x_src_tile[x], prog.x_dst_tile[x], x_bytes[x]
             if bits & E_SRC_RANGE:
                 fault(faults, counters, F_XFER_RANGE, s, st, x_src[j], loop, it, x, nb)
