@@ -312,11 +312,11 @@ def store(mem, addr, dtype, value):  # type: ignore[no-untyped-def]
 def f8_encode_into(vals, codes):  # type: ignore[no-untyped-def]
     """codes[i] = e4m3fn code of float32 vals[i] (the rounding of
     `f32_bits_to_f8_bits`; `fp8_encode` and kernels.blocks' writes use it),
-    branch-free so it vectorizes: the
-    normal range rounds the bits (round to nearest even at bit 20), values
-    below 2**-6 are |x| * 2**9 rounded to an integer by the float32 add of
-    2**23 (exact: the sum is rounded to nearest even once), and anything
-    that rounds above 448 (inf and NaN too) is the NaN code."""
+    branch-free so it vectorizes: the normal range rounds the bits (round to
+    nearest even at bit 20), values below 2**-6 are |x| * 2**9 rounded to an
+    integer by the float32 add of 2**23 (exact: the sum is rounded to nearest
+    even once), and anything that rounds above 448 (inf and NaN too) is the
+    NaN code."""
     for i in range(vals.size):
         x = vals[i]
         u = f32_as_u32(x)
