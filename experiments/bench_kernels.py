@@ -11,7 +11,7 @@ common case) and numpy float32 `a @ b` on the same decoded values in the same
 run (best of REPEATS), and reports GMAC/s for both, their ratio, and the cycle
 model's fraction of the fp8 peak (M*K*N / (amp_macs_fp8 * cycles)).  Both BLAS
 libraries run one thread (OPENBLAS_NUM_THREADS=1 unless already set), as the
-kernels' BLAS always does (kernels.runtime).
+kernels' BLAS always does (tilecommon.runtime).
 
 Reproduce:  .venv/bin/python experiments/bench_kernels.py
 Writes artifacts/bench_kernels.txt (the table) and artifacts/bench_kernels.png.
@@ -20,7 +20,7 @@ Writes artifacts/bench_kernels.txt (the table) and artifacts/bench_kernels.png.
 # ruff: noqa: E402  (numpy's BLAS threads are fixed when numpy loads)
 from __future__ import annotations
 
-from kernels.runtime import pin_blas_env
+from tilecommon.runtime import pin_blas_env
 
 # numpy's BLAS (the comparison) runs one thread, like the kernels': on a shared
 # machine OpenBLAS threads spinning make timings meaningless
@@ -39,7 +39,7 @@ from kernels.dtypes import DT_FP8, DT_FP16, fp8_decode
 from kernels.registry import by_name
 from kernels.testing import TileImage, random_codes
 from simulator.device import load_device
-from simulator.tables import table
+from tilecommon.tables import table
 
 SEED = 0
 DEVICE = load_device("c600")

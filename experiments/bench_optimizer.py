@@ -53,14 +53,14 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 from experiments.common import ARTIFACTS, ROOT, publish, setup
-from kernels.exceptions import BuildFailure
 from planner.ir.models import load_model
 from planner.pipeline import plan
 from planner.search.context import PlanningContext
 from planner.search.incumbent import PipelineConfig
 from planner.search.optimize import LocalOptimizer
 from simulator.device import Device, load_device
-from simulator.tables import table
+from tilecommon.errors import BuildFailure
+from tilecommon.tables import table
 
 DEVICE = "c600"
 STEPS = 8

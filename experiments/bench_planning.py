@@ -27,14 +27,14 @@ import time
 from pathlib import Path
 
 from experiments.common import ARTIFACTS, publish, setup
-from kernels.exceptions import BuildFailure
-from planner.build.stages import peak_tile_bytes
 from planner.ir.models import load_model
+from planner.lowering.stages import peak_tile_bytes
 from planner.pipeline import plan
 from planner.report import roofline_fraction
 from planner.search.incumbent import PipelineConfig
 from simulator.device import Device, load_device
-from simulator.tables import table
+from tilecommon.errors import BuildFailure
+from tilecommon.tables import table
 
 DEVICE = "c600"
 CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("siglip-so400m", 27))

@@ -55,7 +55,7 @@ Writes artifacts/bench_simulator.txt (the tables).
 # ruff: noqa: E402  (the BLAS thread variables must be set before numpy loads)
 from __future__ import annotations
 
-from kernels.runtime import pin_blas_env
+from tilecommon.runtime import pin_blas_env
 
 # Single-threaded BLAS on both sides (numpy's and the one numba's np.dot uses):
 # on a shared 2-core machine, spinning BLAS threads make timings meaningless.
@@ -95,8 +95,8 @@ from simulator.device import Device
 from simulator.engines.numba import execute
 from simulator.package import IoTensor, Package
 from simulator.run import build_image
-from simulator.tables import table
 from simulator.verify import required_bytes
+from tilecommon.tables import table
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from experiments.common import publish, setup
 from planner.sweep import parse_sweep, run_sweep
-from simulator.tables import table
+from tilecommon.tables import table
 
 SWEEP = {"sweep": {"name": "bench", "model": ["vit-tiny"], "device": ["c600"],
                    "layers": [1, 2], "batch": [1, 2], "optimization_steps": [0, 2],

@@ -62,8 +62,8 @@ from kernels.abi import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
 from simulator import Package, load_package, run
 from simulator.device import Device
 from simulator.hardware import load_hardware_result
-from simulator.tables import table
 from simulator.trace import step_executions
+from tilecommon.tables import table
 
 DEVICE = "c600"
 MODELS = (("vit-tiny", 2), ("siglip-so400m", 1))  # baseline packages of the demonstration

@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernels.runtime import configure
-from simulator.files import write_text_atomic
+from tilecommon.files import write_text_atomic
+from tilecommon.runtime import configure
 
 ARTIFACTS = Path("artifacts")
 RESULTS_ENV = "TILEPLAN_RESULTS"
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def setup() -> None:
-    """The runtime every experiment runs under (kernels.runtime.configure)."""
+    """The runtime every experiment runs under (tilecommon.runtime.configure)."""
     configure()
 
 

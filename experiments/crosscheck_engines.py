@@ -29,7 +29,7 @@ from planner.ir.graph import Graph
 from simulator import load_device, run
 from simulator.package import Package
 from simulator.run import SimResult
-from simulator.tables import table as table_text
+from tilecommon.tables import table as table_text
 
 SEED = 0
 REPEATS = 3

@@ -38,14 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.common import ARTIFACTS, publish, setup
-from planner.build.lower import lower
 from planner.ir.models import load_model
+from planner.lowering.lower import lower
 from planner.search.incumbent import evaluate
 from planner.search.policies import baseline_plan
 from planner.search.proposals import op_sites, step_profile
 from simulator.device import Device, load_device
 from simulator.run import run
-from simulator.tables import table
+from tilecommon.tables import table
 
 DEVICE = "c600"
 CASES = (("vit-tiny", 2), ("siglip-so400m", 1), ("pe-core-l14", 1))

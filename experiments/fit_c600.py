@@ -32,7 +32,7 @@ from simulator.calibrate import PROGRAM_CALLS, PROGRAM_STEPS, calibrate, format_
 from simulator.device import Device, load_device
 from simulator.measurements import by_id, read_file
 from simulator.package import Package
-from simulator.tables import table
+from tilecommon.tables import table
 
 DATASET = Path(__file__).resolve().parents[1] / "simulator" / "calibration" / "ipu21.toml"
 MODEL, LAYERS = "siglip-so400m", 27

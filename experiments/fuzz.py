@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from experiments.common import setup
-from kernels.exceptions import BuildFailure, ConfigError
+from tilecommon.errors import BuildFailure, ConfigError
 
 OUTCOMES = ("ok", "build-failure", "config-error")
 BAD_FIELDS = (("alignment", 6), ("tiles", 0), ("memory_size", 100), ("workers", 0),

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from experiments.common import ROOT, publish, setup
-from simulator.tables import table
+from tilecommon.tables import table
 
 MODEL = "siglip-so400m-map"
 DATASET = ROOT / "simulator" / "calibration" / "ipu21.toml"
@@ -88,11 +88,11 @@ def ours(layers: int, batch: int, steps: int, cosine: str, model: str = MODEL,
     """Our row for one batch (module docstring); a baseline that does not fit
     gives a row saying so and its failure, in full, appended to `notes`; the
     per-family rows are appended to `families`."""
-    from kernels.exceptions import BuildFailure
     from planner import PipelineConfig, load_model, plan
     from planner.pipeline import breakdown
     from planner.report import roofline_fraction
     from simulator import load_device
+    from tilecommon.errors import BuildFailure
 
     device = load_device(device_name)
     g = load_model(model, layers=layers, batch=batch)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.common import ARTIFACTS, publish, setup
-from kernels.exceptions import PackageInvalid
 from simulator import load_device, run, verify
 from simulator.hardware import seeded_values
 from simulator.mutate import MUTATIONS, Mutation, NotApplicable
 from simulator.package import Package
 from simulator.run import Fault
-from simulator.tables import table
+from tilecommon.errors import PackageInvalid
+from tilecommon.tables import table
 
 SEED = 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from experiments.common import ARTIFACTS, ROOT, publish, setup
 from planner.sweep import load_sweep, run_sweep, table_rows
-from simulator.tables import table
+from tilecommon.tables import table
 
 SWEEPS = ROOT / "experiments" / "sweeps"
 

@@ -11,8 +11,8 @@
 - `registry`   KERNELS: id -> KernelSpec (name, arg names, code bytes, functions)
 - `abi`        the one source of dtype codes, kernel ids and argument slots, step,
                buffer and patch codes
-- `runtime`    configure(): BLAS threads and the Numba cache directory
-- `status`, `tile`, `jit`, `exceptions`, `testing` (tile images for tests)
+- `status`, `tile`, `testing` (tile images for tests)
 
-`kernels` imports neither `simulator` nor `planner`.
+`kernels` imports `tilecommon` only (its errors and jit options), never `simulator`
+or `planner`.
 """

@@ -19,7 +19,7 @@ from kernels.dtypes import (
     f32_as_u32,
     u32_as_f32,
 )
-from kernels.jit import kjit
+from tilecommon.jit import kjit
 
 
 @kjit

@@ -23,9 +23,9 @@ from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP32, dtype_bytes
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_CAST_CALL, D_CAST_GRAIN, D_CAST_ROW, D_CAST_SLOTS
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 CA = ARGS.CAST

@@ -21,7 +21,6 @@ import numpy as np
 
 from kernels.abi import ARGS
 from kernels.cost import ceil_div, contiguous, put_region
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
 from kernels.tile import (
     D_COPY_BYTES_PER_CYCLE,
@@ -32,6 +31,7 @@ from kernels.tile import (
     D_TRANSPOSE_PAIR,
     D_TRANSPOSE_ROWS,
 )
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 CP = ARGS.COPY

@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from kernels.jit import kjit, kjit_inline
 from kernels.tile import D_CONFLICT_PERCENT, D_ELEMENT_BYTES, D_MEMORY_BASE, D_WORKERS
+from tilecommon.jit import kjit, kjit_inline
 
 # Below this, a float64 quotient of two int64s is exact enough that its floor/ceil
 # is the integer floor/ceil (a relative error of 2**-53 cannot cross an integer).

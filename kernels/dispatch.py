@@ -55,7 +55,6 @@ from kernels.elementwise import (
     gelu_execute,
     gelu_regions,
 )
-from kernels.jit import kjit, kjit_inline
 from kernels.layernorm import (
     layernorm_check,
     layernorm_cost,
@@ -75,6 +74,7 @@ from kernels.matmul import (
 from kernels.reduce import reduce_check, reduce_cost, reduce_execute, reduce_regions
 from kernels.softmax import softmax_check, softmax_cost, softmax_execute, softmax_regions
 from kernels.status import BAD_KERNEL
+from tilecommon.jit import kjit, kjit_inline
 
 
 @kjit_inline

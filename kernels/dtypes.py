@@ -28,7 +28,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 from kernels.abi import DT_FP8, DT_FP16, DT_FP32, DTYPE_BYTES, DTYPE_NAMES
-from kernels.jit import kjit, kjit_inline
+from tilecommon.jit import kjit, kjit_inline
 
 __all__ = ["DT_FP8", "DT_FP16", "DT_FP32", "DTYPE_BYTES", "DTYPE_NAMES"]  # codes: kernels.abi
 

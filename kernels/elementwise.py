@@ -38,7 +38,6 @@ from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
 from kernels.formulas import GELU_C0, GELU_C1
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import (
     D_ADD_CALL,
@@ -56,6 +55,7 @@ from kernels.tile import (
     D_WORKERS,
 )
 from kernels.transcend import tanh64
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 AD = ARGS.ADD

@@ -29,9 +29,9 @@ from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, put_region
 from kernels.dtypes import DT_FP16, u32_as_f32
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_SHAPE, OK
 from kernels.tile import D_LN_CALL, D_LN_CHUNK, D_LN_ROW, D_LN_STATS, D_WORKERS
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 LN = ARGS.LAYERNORM

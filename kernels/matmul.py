@@ -33,7 +33,6 @@ from kernels.abi import ARGS, FLAG_ACCUMULATE, FLAG_SCALE_MASK, FLAG_SCALE_SHIFT
 from kernels.blocks import read_block, read_row, write_block
 from kernels.cost import ceil_div, put_region, vector_pass
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, dtype_bytes
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, BAD_STRIDE, OK
 from kernels.tile import (
     D_ADD_SLOTS,
@@ -46,6 +45,7 @@ from kernels.tile import (
     D_MM_ROW,
     D_VECTOR_BYTES,
 )
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 BMM = ARGS.BATCH_MATMUL

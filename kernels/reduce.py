@@ -24,9 +24,9 @@ from kernels.abi import ARGS
 from kernels.blocks import read_block, read_row, write_block
 from kernels.cost import contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
 from kernels.tile import D_REDUCE_CALL, D_REDUCE_CHUNK, D_REDUCE_GRAIN, D_REDUCE_PARTIAL
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 RED = ARGS.REDUCE

@@ -31,7 +31,6 @@ from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, put_region, slots
 from kernels.dtypes import DT_FP32, dtype_bytes, u32_as_f32
-from kernels.jit import kjit, kjit_inline
 from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, OK
 from kernels.tile import (
     D_SOFTMAX_CALL,
@@ -46,6 +45,7 @@ from kernels.tile import (
     D_WORKERS,
 )
 from kernels.transcend import exp_nonpos
+from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 SM = ARGS.SOFTMAX

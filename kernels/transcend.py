@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from kernels.dtypes import u64_as_f64
-from kernels.jit import kjit, kjit_inline
+from tilecommon.jit import kjit, kjit_inline
 
 EXP_MIN = -110.0
 EXP_MAX = 700.0

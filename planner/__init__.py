@@ -1,9 +1,9 @@
 """The compiler: graph IR and model zoo (`planner.ir`), the decisions
-(`planner.decide`), the build stages (`planner.build`), baseline policies and
+(`planner.decide`), the build stages (`planner.lowering`), baseline policies and
 the local optimizer (`planner.search`), and the pipeline, report and CLI.
 
 Public API: the names in `__all__`, imported on first use (PEP 562), so that
-`import planner` loads no jitted module before `kernels.runtime.configure`
+`import planner` loads no jitted module before `tilecommon.runtime.configure`
 has run (the CLI, the tests and the experiments call it first; `configure`
 is re-exported here).
 """
@@ -25,9 +25,9 @@ _EXPORTS = {
     **{name: "planner.ir.weights" for name in ("load_weights", "save_weights")},
     **{name: "planner.ir.scales" for name in ("data_scales", "quantize_params")},
     "Plan": "planner.decide.plan",
-    "lower": "planner.build.lower",
-    "expand_program": "planner.build.expand",
-    "build": "planner.build.stages",
+    "lower": "planner.lowering.lower",
+    "expand_program": "planner.lowering.expand",
+    "build": "planner.lowering.stages",
     "baseline_plan": "planner.search.policies",
     "LocalOptimizer": "planner.search.optimize",
     "PipelineConfig": "planner.search.incumbent",
@@ -39,7 +39,7 @@ _EXPORTS = {
     "plan": "planner.pipeline",
     "PlanResult": "planner.pipeline",
     "run_model": "planner.pipeline",
-    "configure": "kernels.runtime",
+    "configure": "tilecommon.runtime",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,7 +2,7 @@
 
 `op_breakdown` charges every step's measured cycles (summed over Repeat
 iterations) to the graph ops the step serves, as the package's provenance
-records them (planner.build.provenance: op, family and role of each phase
+records them (planner.lowering.provenance: op, family and role of each phase
 merged into the step), so the rows add up to the run's total cycles
 exactly: a merged step's cycles, vertices and bytes are split evenly among
 its phases, the remainder to the first.  It needs only a package and a
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kernels.abi import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_BEGIN, STEP_REPEAT_END
-from planner.build.provenance import CONTROL
+from planner.lowering.provenance import CONTROL
 from simulator.package import Package
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.exceptions import (
+from tilecommon.errors import (
     BuildFailure,
     ConfigError,
     GraphError,
@@ -164,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it).
-    Configures the numeric runtime (kernels.runtime) before any jitted module
+    Configures the numeric runtime (tilecommon.runtime) before any jitted module
     is imported."""
-    from kernels.runtime import configure
+    from tilecommon.runtime import configure
 
     configure()
     try:
@@ -198,7 +198,7 @@ def _print_json(obj: Any) -> None:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]],
            left: Sequence[int] = (0,)) -> str:
-    from simulator.tables import table
+    from tilecommon.tables import table
 
     return table(header, rows, left)
 
@@ -349,9 +349,9 @@ PLAN_ARGS = (
 
 def _note_cold_cache() -> None:
     """One stderr line when Numba has no cached code for these sources yet
-    (`kernels.runtime.RUNTIME.cold`): the first plan or simulation then
+    (`tilecommon.runtime.RUNTIME.cold`): the first plan or simulation then
     spends about a minute compiling, which would otherwise look like a hang."""
-    from kernels.runtime import RUNTIME
+    from tilecommon.runtime import RUNTIME
 
     if RUNTIME.cold:
         print("tileplan: first run of this code: Numba compiles the kernel, simulator and "
@@ -394,7 +394,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     except BuildFailure as e:
         if args.report:  # the report of the failing stage, then the usual one line
             from planner.html_report import render_failure
-            from simulator.files import write_text_atomic
+            from tilecommon.files import write_text_atomic
 
             write_text_atomic(args.report, render_failure(
                 e, f"tileplan: {graph.name} on {device.name}", device.memory_size))
@@ -676,8 +676,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     from simulator.calibrate import calibrate, device_toml, format_report, plot, report_json
     from simulator.device import load_device
-    from simulator.files import write_text_atomic
     from simulator.measurements import read_file
+    from tilecommon.files import write_text_atomic
 
     for flag, value in (("--out", args.out), ("--plot", args.plot)):
         if value is not None and not Path(value).parent.is_dir():

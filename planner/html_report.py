@@ -29,8 +29,8 @@ import numpy as np
 from kernels.abi import BUFFER_KIND_NAMES, STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_BEGIN
 from planner.breakdown import executions, op_breakdown
 from planner.report import format_summary
-from simulator.files import write_text_atomic
 from simulator.package import Package
+from tilecommon.files import write_text_atomic
 
 _SORT_JS = """
 window.addEventListener('load', () => {  // what rendered, for a headless check

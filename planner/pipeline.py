@@ -5,7 +5,7 @@
 
 1. the baseline policy named by `cfg` (planner.search.registry.BASELINES:
    "default", "capacity" or a registered one) picks a Plan;
-2. `planner.build.stages.build` turns it into a verified package — a failed
+2. `planner.lowering.stages.build` turns it into a verified package — a failed
    baseline raises its `BuildFailure` (no fallback search);
 3. `simulator.run(numerics=False)` gives its cycles;
 4. if `cfg.optimization_steps > 0`, the optimizer (`optimizer`, or the one
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from planner.build.stages import Built
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
+from planner.lowering.stages import Built
 from planner.search import optimize as _optimizers  # noqa: F401  (registers "local", "none")
 from planner.search import proposals as _proposals  # noqa: F401  (registers the built-in kinds)
 from planner.search.context import PlanningContext
@@ -174,10 +174,10 @@ def model_values(graph: Graph, weights: str | None = None, scales: str | None = 
     draws), fp8 scales "fixed" (the graph's) or "data" (planner.ir.scales,
     calibrated on the run's inputs); default "data" with a weights file,
     "fixed" without.  ConfigError names a bad file, tensor or choice."""
-    from kernels.exceptions import ConfigError
     from planner.ir.reference import init_inputs, init_params
     from planner.ir.scales import data_scales
     from planner.ir.weights import load_weights
+    from tilecommon.errors import ConfigError
 
     choice = scales or ("data" if weights else "fixed")
     if choice not in SCALES:

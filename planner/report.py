@@ -13,7 +13,7 @@ relative Frobenius distance of the fp8 reference from that fp32 forward
 bytes; wall seconds.
 
 `save_run(dir, package, summary)` writes `package/` and `summary.json` into a
-directory beside `dir` that then replaces it (simulator.files.atomic_dir), so
+directory beside `dir` that then replaces it (tilecommon.files.atomic_dir), so
 `dir` is always either the old run or the whole new one.  `load_summary(dir)` reads it
 back (ConfigError naming the file when it is missing or not a summary).
 """
@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels.exceptions import ConfigError
-from planner.build.stages import STAGES
 from planner.ir.graph import Graph, graph_flops
+from planner.lowering.stages import STAGES
 from simulator.device import Device
-from simulator.files import atomic_dir, write_file_atomic
 from simulator.package import Package, save_package
+from tilecommon.errors import ConfigError
+from tilecommon.files import atomic_dir, write_file_atomic
 
 SUMMARY_KEYS = (
     "model", "device", "layers", "batch", "cycles", "time_ms", "roofline_fraction",

@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.exceptions import BuildFailure, ConfigError, TileplanError
-from simulator.config import check_regular_file, is_path
-from simulator.files import write_text_atomic
+from tilecommon.config import check_regular_file, is_path
+from tilecommon.errors import BuildFailure, ConfigError, TileplanError
+from tilecommon.files import write_text_atomic
 
 # axis -> (type, default); None = the model's own (layers, batch)
 AXES: dict[str, tuple[type, Any]] = {
@@ -185,11 +185,11 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
 def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
     """Plan (and simulate) one case: its row.  Picklable, for any executor;
     never raises for a failing case."""
-    from kernels.runtime import configure
     from planner.ir.models import load_model
     from planner.pipeline import check_names, run_model
     from planner.search.incumbent import PipelineConfig
     from simulator.device import load_device
+    from tilecommon.runtime import configure
 
     configure()
     row: dict[str, Any] = {a: case[a] for a in AXES}
@@ -325,7 +325,7 @@ def plot_metric(out: Path, sweep: Sweep, rows: Sequence[Mapping[str, Any]]) -> P
 
 
 def _init_worker() -> None:
-    from kernels.runtime import configure
+    from tilecommon.runtime import configure
 
     configure()
 

@@ -23,8 +23,8 @@ import copy
 
 import numpy as np
 
-from kernels.jit import kjit, kjit_inline
 from simulator.package import Package
+from tilecommon.jit import kjit, kjit_inline
 
 R_ADDR = 0
 R_OUTER = 1

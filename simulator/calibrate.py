@@ -47,8 +47,8 @@ from kernels.registry import by_name
 from kernels.tile import DESC_FIELDS, KERNEL_COSTS
 from simulator.cost import call_args
 from simulator.device import COST_DOCS, COST_FIELDS, KERNEL_NAMES, Costs, Device
-from simulator.files import write_file_atomic, write_text_atomic
 from simulator.measurements import Entry, Measurement, Skipped, by_id, select
+from tilecommon.files import write_file_atomic, write_text_atomic
 
 FREE: dict[str, tuple[str, ...]] = {
     "MATMUL": ("mm_call", "mm_panel", "mm_row"),
@@ -534,7 +534,7 @@ def _pct(x: float) -> str:
 def format_report(cal: Calibration, source: str) -> str:
     """The text `tileplan calibrate` prints: one row per measurement, the
     per-family errors, the constants that changed and why, the skipped entries."""
-    from simulator.tables import table
+    from tilecommon.tables import table
 
     lines = [f"calibration of {cal.device.name} on {source}: {len(cal.rows)} measurements "
              f"({sum(r.role == 'fit' for r in cal.rows)} fitted, "

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.exceptions import ConfigError
 from kernels.registry import KERNELS
 from kernels.tile import KERNEL_COSTS, TileDesc
-from simulator.config import Limits, check_fields, is_path, read_toml
+from tilecommon.config import Limits, check_fields, is_path, read_toml
+from tilecommon.errors import ConfigError
 
 PRESET_DIR = Path(__file__).resolve().parent / "devices"
 DEFAULT_COSTS = "c600"

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.jit import kjit
 from kernels.registry import KERNELS
 from simulator.device import Device
+from tilecommon.jit import kjit
 
 
 def code_bytes(dev: Device, used: np.ndarray, v_tile: np.ndarray, v_kernel: np.ndarray,

@@ -60,11 +60,11 @@ from kernels.abi import (
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
 )
-from kernels.exceptions import HardwareResultInvalid
 from kernels.registry import KERNELS
-from simulator.files import atomic_dir, read_npz
 from simulator.package import Package
 from simulator.run import SimResult
+from tilecommon.errors import HardwareResultInvalid
+from tilecommon.files import atomic_dir, read_npz
 
 VERSION = 1
 RESULT_FILE = "hwresult.json"

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from kernels.jit import kjit, kjit_inline, kjit_parallel
+from tilecommon.jit import kjit, kjit_inline, kjit_parallel
 
 KEEP_BYTES = 1536 << 20
 
@@ -65,7 +65,7 @@ def take(rows: int, width: int) -> tuple[np.ndarray, np.ndarray]:
                 _mapped(rows * words, np.uint64).reshape(rows, words))
     if threading.current_thread() is threading.main_thread():
         _zero_parallel(slot.mem, slot.bits, slot.width, slot.sizes, slot.marked)
-    else:  # the thread pool is entered from the main thread only (kernels.jit)
+    else:  # the thread pool is entered from the main thread only (tilecommon.jit)
         _zero_serial(slot.mem, slot.bits, slot.width, slot.sizes, slot.marked)
     mem = slot.mem[: rows * width].reshape(rows, width)
     return mem, slot.bits[: rows * words].reshape(rows, words)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernels.exceptions import ConfigError
+from tilecommon.errors import ConfigError
 
 # dataset op -> our kernel
 OP_KERNELS: dict[str, str] = {

@@ -42,9 +42,9 @@ from kernels.abi import (
     N_ARGS,
     STEP_REPEAT_BEGIN,
 )
-from kernels.exceptions import PackageInvalid
 from simulator.device import Device
-from simulator.files import atomic_dir, read_npz
+from tilecommon.errors import PackageInvalid
+from tilecommon.files import atomic_dir, read_npz
 
 VERSION = 1
 MANIFEST_FILE = "package.json"

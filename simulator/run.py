@@ -33,8 +33,6 @@ import numpy as np
 from kernels import status
 from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
-from kernels.exceptions import PackageInvalid, SimulationFault
-from kernels.jit import kjit, kjit_inline, kjit_parallel
 from simulator import image_pool
 from simulator.access import bits_set
 from simulator.engines.base import (
@@ -52,6 +50,8 @@ from simulator.engines.base import engine as engine_named
 from simulator.engines.numba_data import PARTS, part_of
 from simulator.package import IoTensor, Package
 from simulator.verify import check_structure
+from tilecommon.errors import PackageInvalid, SimulationFault
+from tilecommon.jit import kjit, kjit_inline, kjit_parallel
 
 __all__ = ["ENGINES", "Fault", "SimResult", "run"]
 
@@ -196,7 +196,7 @@ def build_image(pkg: Package, params: dict[str, np.ndarray],
             raise _outside(pkg, int(ids[np.argmax(bad)]), t)
         if threading.current_thread() is threading.main_thread():
             _scatter_parallel(image.mem, image.written, rows, geo, codes)
-        else:  # the thread pool is entered from the main thread only (kernels.jit)
+        else:  # the thread pool is entered from the main thread only (tilecommon.jit)
             _scatter(image.mem, image.written, rows, geo, codes)
     return image
 

@@ -54,13 +54,13 @@ from kernels.abi import (
     TENSOR_KINDS,
 )
 from kernels.dispatch import vertex_cost
-from kernels.jit import kjit
-from simulator.files import write_file_atomic
 from simulator.hardware import step_label, step_ops
 from simulator.package import Package
 from simulator.run import SimResult
 from simulator.timing import loop_patch_words
 from simulator.verify import patch_index
+from tilecommon.files import write_file_atomic
+from tilecommon.jit import kjit
 
 MAX_TRACE_TILES = 64
 MAX_STEP_EXECUTIONS = 2_000_000

@@ -55,8 +55,6 @@ from kernels.abi import (
     TENSOR_KINDS,
 )
 from kernels.dtypes import DTYPE_BYTES, dtype_code
-from kernels.exceptions import PackageInvalid
-from kernels.jit import kjit
 from kernels.registry import KERNELS
 from simulator.access import R_LEN, BufferIndex, find_buffers
 from simulator.device import Device
@@ -78,6 +76,8 @@ from simulator.verify_scan import (
     XS_LEN,
     scan_accesses,
 )
+from tilecommon.errors import PackageInvalid
+from tilecommon.jit import kjit
 
 MAX_DEPTH = 32
 

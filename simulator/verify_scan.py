@@ -40,7 +40,6 @@ import numpy as np
 
 from kernels.abi import N_ARGS, PATCH_ARITH, PATCH_XFER_DST, PATCH_XFER_SRC
 from kernels.dispatch import vertex_check, vertex_regions
-from kernels.jit import kjit
 from simulator.access import (
     B_ADDR,
     B_END,
@@ -52,6 +51,7 @@ from simulator.access import (
     span_of,
     tile_order_into,
 )
+from tilecommon.jit import kjit
 
 # `_overlapping_write` when no other transfer's destination overlaps a read
 NO_OVERLAP, OWN_OVERLAP = -1, -2

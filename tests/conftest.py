@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.runtime import RUNTIME, configure
+from tilecommon.runtime import RUNTIME, configure
 
-configure()  # before any jitted module is imported (kernels.runtime)
+configure()  # before any jitted module is imported (tilecommon.runtime)
 
 import planner  # noqa: E402
 from planner.ir.graph import Graph  # noqa: E402

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.abi import ADD, COPY
-from planner.build.expand_redist import Loc, loc_bufs, ref
-from planner.build.program import NARGS, IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
+from planner.lowering.expand_redist import Loc, loc_bufs, ref
+from planner.lowering.program import NARGS, IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
 
 ROWS, COLS = 4, 8
 NBYTES = ROWS * COLS * 2  # fp16

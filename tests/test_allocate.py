@@ -9,8 +9,7 @@ import pytest
 from handprog import NBYTES, copy_vertex, loop_program
 
 from kernels.abi import ADD, COPY
-from kernels.exceptions import BuildFailure
-from planner.build.allocate import (
+from planner.lowering.allocate import (
     MAX_ELEMENT_CANDIDATES,
     Overheads,
     _operands,
@@ -18,9 +17,10 @@ from planner.build.allocate import (
     allocate,
     live_ranges,
 )
-from planner.build.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
-from planner.build.schedule import Schedule, schedule
+from planner.lowering.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
+from planner.lowering.schedule import Schedule, schedule
 from simulator.device import load_device
+from tilecommon.errors import BuildFailure
 
 TINY = load_device("tiny")
 

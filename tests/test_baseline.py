@@ -9,11 +9,11 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import BuildFailure, ConfigError
-from planner.build.lower import lower
 from planner.decide.layout import view2d
 from planner.ir.graph import DTYPE_BYTES
+from planner.lowering.lower import lower
 from planner.search.policies import baseline_plan, parameter_tile_bytes
+from tilecommon.errors import BuildFailure, ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def test_policies(c600: simulator.Device) -> None:
 
 
 def test_capacity_policy_spreads_whole_rows_and_builds(micro_toml: Path) -> None:
-    from planner.build.stages import build
+    from planner.lowering.stages import build
 
     g = planner.load_model(micro_toml, layers=2)
     dev = simulator.load_device("tiny")
@@ -146,7 +146,7 @@ def test_capacity_policy_spreads_whole_rows_and_builds(micro_toml: Path) -> None
 
 
 def test_model_too_large_for_tiny_fails_naming_stage_tile_bytes() -> None:
-    from planner.build.expand import expand_program
+    from planner.lowering.expand import expand_program
 
     dev = simulator.load_device("tiny")
     g = planner.load_model("vit-tiny", layers=1)
@@ -160,7 +160,7 @@ def test_model_too_large_for_tiny_fails_naming_stage_tile_bytes() -> None:
 
 def test_persistent_overflow_fails_in_expand(micro_toml: Path) -> None:
     """27 layers of micro weights on one small tile: the homes alone overflow."""
-    from planner.build.expand import expand_program
+    from planner.lowering.expand import expand_program
 
     dev = simulator.Device.from_dict({**simulator.load_device("tiny").to_dict(),
                                       "tiles": 2, "memory_size": 32768})

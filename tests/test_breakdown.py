@@ -10,7 +10,7 @@ import pytest
 from kernels.abi import STEP_EXCHANGE
 from planner import PipelineConfig, load_model, run_model
 from planner.breakdown import CONTROL, executions
-from planner.build.lower import lower
+from planner.lowering.lower import lower
 from simulator import load_device, run
 
 

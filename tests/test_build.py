@@ -1,4 +1,4 @@
-"""planner.build: stage chain, stats, timings, failures, determinism across processes."""
+"""planner.lowering: stage chain, stats, timings, failures, determinism across processes."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from handprog import loop_program
 
-from kernels.exceptions import BuildFailure
-from planner.build.program import Phase
-from planner.build.stages import STAGES, build_program
+from planner.lowering.program import Phase
+from planner.lowering.stages import STAGES, build_program
 from simulator.device import load_device
+from tilecommon.errors import BuildFailure
 
 TINY = load_device("tiny")
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ HASH_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 from handprog import loop_program
-from planner.build.stages import build_program
+from planner.lowering.stages import build_program
 from simulator.device import load_device
 print(build_program(loop_program(3), load_device("tiny"), "loop", {{}}).package.content_hash())
 """

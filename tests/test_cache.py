@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import simulator
-from planner.build.stages import build
 from planner.cli import main
 from planner.ir.graph import Graph
+from planner.lowering.stages import build
 from planner.search import trials
 from planner.search.context import CACHES, Counters, PlanningContext
 from planner.search.policies import baseline_plan
@@ -75,7 +75,7 @@ def test_lru_bound(micro_graph: Graph) -> None:
 
 
 def test_lru_weight_bound(micro_graph: Graph) -> None:
-    from planner.build.state import LRU
+    from planner.lowering.state import LRU
     from planner.search.context import program_rows
 
     lru: LRU[str, int] = LRU(8, 10, weigh=lambda v: v)

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.exceptions import ConfigError
 from planner.cli import main
 from simulator.calibrate import calibrate
 from simulator.cost import kernel_cycles
 from simulator.device import COST_FIELDS, load_device
 from simulator.measurements import read_file, select
+from tilecommon.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "simulator" / "calibration" / "ipu21.toml"

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.exceptions import (
+from planner.cli import COMMANDS, exit_status, main
+from simulator.device import PRESET_DIR
+from tilecommon.errors import (
     BuildFailure,
     ConfigError,
     GraphError,
@@ -17,8 +19,6 @@ from kernels.exceptions import (
     TileplanError,
     Unsupported,
 )
-from planner.cli import COMMANDS, exit_status, main
-from simulator.device import PRESET_DIR
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

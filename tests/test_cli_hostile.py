@@ -17,12 +17,12 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import ConfigError, HardwareResultInvalid
 from planner import pipeline
 from planner import report as report_mod
 from planner.cli import main
 from simulator.hardware import HardwareResult, save_hardware_result
 from simulator.testing import ksplit_matmul
+from tilecommon.errors import ConfigError, HardwareResultInvalid
 
 ROOT = Path(__file__).resolve().parents[1]
 TILEPLAN = [sys.executable, "-m", "planner"]

@@ -55,7 +55,7 @@ def test_cold_numba_cache_is_announced_once_on_stderr(micro_toml: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A first run compiles for about a minute: say so, on stderr only (the
     JSON on stdout stays parseable); a warm cache says nothing."""
-    from kernels.runtime import RUNTIME
+    from tilecommon.runtime import RUNTIME
 
     argv = ["plan", str(micro_toml), "--device", "tiny", "--json", "--optimization-steps", "0"]
     monkeypatch.setattr(RUNTIME, "cold", True)

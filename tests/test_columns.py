@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from handprog import copy_vertex, loop_program
 
-from planner.build.columns import (
+from planner.lowering.columns import (
     BufColumns,
     BufMemo,
     PhaseMemo,
@@ -14,8 +14,8 @@ from planner.build.columns import (
     concat_columns,
     phase_columns,
 )
-from planner.build.program import TENSOR_KINDS, Buf, Phase, Program, Ref, Transfer, Vertex, Xfers
-from planner.build.schedule import schedule, vertex_arrays
+from planner.lowering.program import TENSOR_KINDS, Buf, Phase, Program, Ref, Transfer, Vertex, Xfers
+from planner.lowering.schedule import schedule, vertex_arrays
 
 
 def _vertices() -> list[Vertex]:
@@ -99,7 +99,7 @@ def test_schedule_columns_same_with_warm_memo() -> None:
 
 def test_schedule_sees_a_phase_changed_in_place() -> None:
     """Remembered facts are not reused for a phase whose vertices changed."""
-    from planner.build.program import Program
+    from planner.lowering.program import Program
 
     p = Program()
     a, b, c, d = (p.new_buf(0, 64, "activation", n, persistent=True) for n in "abcd")

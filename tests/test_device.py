@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import simulator
-from kernels.exceptions import ConfigError
 from kernels.tile import D_LEN, DESC_FIELDS, KERNEL_COSTS
 from simulator.device import (
     COST_FIELDS,
@@ -19,6 +18,7 @@ from simulator.device import (
     load_device,
     preset_names,
 )
+from tilecommon.errors import ConfigError
 
 
 def test_c600_facts() -> None:

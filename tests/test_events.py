@@ -16,7 +16,6 @@ import pytest
 
 import planner
 from kernels.abi import ADD, COPY
-from kernels.exceptions import ConfigError
 from planner.ir.graph import Graph
 from simulator import load_device, run, verify
 from simulator.device import Device
@@ -32,6 +31,7 @@ from simulator.package import Package
 from simulator.run import SimResult
 from simulator.testing import PackageBuilder, ksplit_matmul, repeat_program, repeat_reference
 from simulator.timing import loop_patch_words
+from tilecommon.errors import ConfigError
 
 TRIPS = 4
 

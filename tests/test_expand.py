@@ -10,10 +10,10 @@ import pytest
 
 import planner
 import simulator
-from planner.build.expand import expand_program
-from planner.build.program import LoopMark, Phase, Program
-from planner.build.stages import build
 from planner.ir.graph import Cast, Graph, LayerNorm, MatMul, Repeat, Tensor, make_graph
+from planner.lowering.expand import expand_program
+from planner.lowering.program import LoopMark, Phase, Program
+from planner.lowering.stages import build
 from planner.search.policies import baseline_plan
 
 
@@ -236,7 +236,7 @@ def test_plan_alternatives_build_and_match(micro_toml: Path, change: tuple[str, 
         op, key = arg.split("=")
         plan = base.with_recipe(op, key)
     assert plan != base
-    from planner.build.lower import lower
+    from planner.lowering.lower import lower
 
     text = lower(g, dev, plan).describe()
     if kind == "open":
@@ -300,7 +300,7 @@ def test_make_vertex_equals_dict_vertex(kid: int) -> None:
 
     from kernels.abi import KERNEL_ARGS
     from kernels.registry import KERNELS
-    from planner.build.expand_ops import make_vertex, scalars
+    from planner.lowering.expand_ops import make_vertex, scalars
 
     plain, strided = (7, 16, 0, ()), (3, 0, 64, ())
     pong = (9, 0, 0, ((9, 0), (4, 0), (9, 0)))
@@ -323,7 +323,7 @@ def test_gc_paused_freezes_survivors_when_the_outermost_pause_ends() -> None:
     objects alive then to the permanent generation and enables it again."""
     import gc
 
-    from planner.build.expand import gc_paused
+    from planner.lowering.expand import gc_paused
 
     assert gc.isenabled()
     frozen = gc.get_freeze_count()
@@ -347,8 +347,8 @@ def test_gc_paused_freezes_survivors_when_the_outermost_pause_ends() -> None:
 def test_partial_sums_columns_equal_transfer_objects() -> None:
     """The K-split partial-sum columns equal the transfers written one by one:
     partial l's row block → block l of the landing buffer."""
-    from planner.build.expand_ops import partial_sums
-    from planner.build.program import Ref, Transfer, Xfers
+    from planner.lowering.expand_ops import partial_sums
+    from planner.lowering.program import Ref, Transfer, Xfers
 
     gk, parts = 3, [10, 11, 12, 20, 21, 22]
     sums = [(0, 0, 30, 64), (0, 64, 31, 64), (3, 32, 32, 48)]

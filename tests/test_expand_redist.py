@@ -10,7 +10,8 @@ import pytest
 from handprog import dict_vertex as vertex
 
 from kernels import abi
-from planner.build.expand_redist import (
+from planner.decide.layout import Layout, even_cuts
+from planner.lowering.expand_redist import (
     PIECE_COLUMNS,
     Loc,
     _aligned,
@@ -21,8 +22,7 @@ from planner.build.expand_redist import (
     pieces,
     ref,
 )
-from planner.build.program import Program, Transfer, Vertex, Xfers
-from planner.decide.layout import Layout, even_cuts
+from planner.lowering.program import Program, Transfer, Vertex, Xfers
 
 # ------------------------------------------------------------ reference
 

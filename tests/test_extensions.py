@@ -13,15 +13,16 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import ConfigError
 from planner.cli import main
 from planner.ir.graph import Graph
 from planner.pipeline import extension_rows
-from planner.search import registry
 from planner.search.incumbent import PipelineConfig
 from planner.search.policies import default_plan
 from planner.search.proposals import KINDS, Profile, proposals
-from planner.search.registry import BASELINES, PROPOSALS, Registry
+from planner.search.registry import BASELINES, PROPOSALS
+from tilecommon import registry
+from tilecommon.errors import ConfigError
+from tilecommon.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = simulator.load_device("tiny")

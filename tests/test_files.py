@@ -1,4 +1,4 @@
-"""simulator.files: atomic result directories and strict npz reads."""
+"""tilecommon.files: atomic result directories and strict npz reads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.files import atomic_dir, read_npz
+from tilecommon.files import atomic_dir, read_npz
 
 
 def test_atomic_dir_replaces_only_on_success(tmp_path: Path) -> None:

@@ -10,16 +10,16 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import BuildFailure
-from planner.build.stages import build
 from planner.decide import fusion
 from planner.decide.plan import Plan
 from planner.ir.reference import init_inputs, init_params, reference
+from planner.lowering.stages import build
 from planner.pipeline import run_model
 from planner.report import compare
 from planner.search.incumbent import PipelineConfig
 from planner.search.policies import baseline_plan
 from simulator.device import load_device
+from tilecommon.errors import BuildFailure
 
 MICRO = (Path(planner.__file__).parent / "ir" / "zoo" / "vit-micro.toml").read_text()
 QKV, HEAD_KV = "encoder/mm_q+mm_k+mm_v", "mm_head_k+mm_head_v"

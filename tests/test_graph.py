@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 
-from kernels.exceptions import GraphError
 from planner.ir.graph import (
     Add,
     BatchMatMul,
@@ -26,6 +25,7 @@ from planner.ir.graph import (
     op_macs,
     parameter_count,
 )
+from tilecommon.errors import GraphError
 
 T = Tensor
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.exceptions import ConfigError, HardwareResultInvalid
 from planner.cli import main
 from simulator import Package, load_device, run, save_package
 from simulator.hardware import (
@@ -26,6 +25,7 @@ from simulator.hardware import (
     step_loops,
 )
 from simulator.testing import ksplit_matmul, repeat_program
+from tilecommon.errors import ConfigError, HardwareResultInvalid
 
 SYNC_EXTRA = 100  # cycles added to every exchange by the "hardware" device
 DELTA = 0.5  # added to one output element by the "hardware"

@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 
 import simulator
-from kernels.exceptions import BuildFailure
-from planner.build.expand import Expander, PrefixStore, expand_lowered, signature
-from planner.build.lower import lower
-from planner.build.stages import build_program, graph_meta
 from planner.decide import catalogue as cat
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
+from planner.lowering.expand import Expander, PrefixStore, expand_lowered, signature
+from planner.lowering.lower import lower
+from planner.lowering.stages import build_program, graph_meta
 from planner.search.incumbent import evaluate
 from planner.search.optimize import profile
 from planner.search.policies import baseline_plan
 from planner.search.proposals import pinned, proposals
+from tilecommon.errors import BuildFailure
 
 TINY = simulator.load_device("tiny")
 LIMIT = cat.DEFAULT_LIMIT

@@ -1,4 +1,4 @@
-"""kernels.runtime: the Numba cache directory is keyed by the kernels' sources,
+"""tilecommon.runtime: the Numba cache directory is keyed by the kernels' sources,
 and scipy's BLAS is pinned to one thread, once configure() runs (checked in a
 fresh interpreter); importing the jitted modules configures nothing."""
 
@@ -14,7 +14,7 @@ PROBE = """
 import ctypes, glob, os, sys
 import kernels.dispatch  # importing jitted modules configures nothing
 assert "scipy.linalg.cython_blas" not in sys.modules
-from kernels.runtime import configure
+from tilecommon.runtime import configure
 import numba, scipy
 first = configure().cache_dir
 configure()  # idempotent
@@ -43,11 +43,12 @@ def test_source_digest_covers_every_shared_jit_package(tmp_path: Path) -> None:
     """A jitted caller in one file compiles helpers of another (the engine and
     the verifier's scan compile simulator.access and kernels.dispatch), and
     numba's cache only notices edits of the caller's file: any edit in
-    kernels/ or simulator/ must give another cache directory; planner/ not."""
-    from kernels.runtime import SHARED_JIT_PACKAGES, source_digest
+    tilecommon/ (the jit options), kernels/ or simulator/ must give another
+    cache directory; planner/ not."""
+    from tilecommon.runtime import SHARED_JIT_PACKAGES, source_digest
 
-    assert SHARED_JIT_PACKAGES == ("kernels", "simulator")
-    for pkg in ("kernels", "simulator", "planner"):
+    assert SHARED_JIT_PACKAGES == ("tilecommon", "kernels", "simulator")
+    for pkg in ("tilecommon", "kernels", "simulator", "planner"):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "jit.py").write_text("x = 1\n")
     first = source_digest(tmp_path)
@@ -58,7 +59,7 @@ def test_source_digest_covers_every_shared_jit_package(tmp_path: Path) -> None:
     for pkg in SHARED_JIT_PACKAGES:
         (tmp_path / pkg / "jit.py").write_text(f"x = {pkg!r}\n")
         seen.add(source_digest(tmp_path))
-    assert len(seen) == 3
+    assert len(seen) == 4
     (tmp_path / "simulator" / "jit.py").rename(tmp_path / "simulator" / "access.py")
     assert source_digest(tmp_path) not in seen  # paths count, not only bytes
     seen.add(source_digest(tmp_path))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.jit import kjit
 from kernels.transcend import (
     EXP_MIN,
     exp_f32,
@@ -16,6 +15,7 @@ from kernels.transcend import (
     tanh64_np,
     tanh_f32,
 )
+from tilecommon.jit import kjit
 
 SEED = 17
 

@@ -1,5 +1,5 @@
-"""The layer rule of docs/architecture.md: imports point one way (kernels <
-simulator < planner.ir < planner.decide < planner.build < planner.search <
+"""The layer rule of docs/architecture.md: imports point one way (tilecommon <
+kernels < simulator < planner.ir < planner.decide < planner.lowering < planner.search <
 the interface modules), and no module imports itself through a circle at run
 time (imports under `if TYPE_CHECKING:` are for annotations only)."""
 
@@ -9,8 +9,9 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("kernels", "simulator", "planner.ir", "planner.decide", "planner.build",
-         "planner.search", "planner")
+ORDER = ("tilecommon", "kernels", "simulator", "planner.ir", "planner.decide",
+         "planner.lowering", "planner.search", "planner")
+TOPS = ("tilecommon", "kernels", "simulator", "planner")
 
 
 def layer(module: str) -> int:
@@ -35,13 +36,13 @@ def runtime_imports(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         else:
             continue
-        out |= {n for n in names if n.split(".")[0] in ("kernels", "simulator", "planner")}
+        out |= {n for n in names if n.split(".")[0] in TOPS}
     return out
 
 
 def modules() -> dict[str, set[str]]:
     found = {}
-    for top in ("kernels", "simulator", "planner"):
+    for top in TOPS:
         for path in sorted((ROOT / top).rglob("*.py")):
             name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             found[name.removesuffix(".__init__")] = runtime_imports(path)
@@ -74,3 +75,19 @@ def test_no_import_circles() -> None:
 
     circles = sorted(m for m in edges if reaches(m, m))
     assert circles == []
+
+
+def test_common_is_the_bottom_layer() -> None:
+    """`tilecommon` (errors, jit options, runtime, config, files, tables, registry)
+    imports nothing of tileplan's, and the infrastructure it holds has no
+    copy left in the layers above it."""
+    found = modules()
+    common = {m: ts for m, ts in found.items() if layer(m) == 0}
+    assert set(common) >= {f"tilecommon.{m}" for m in (
+        "errors", "jit", "runtime", "config", "files", "tables", "registry")}
+    assert sorted((m, t) for m, ts in common.items() for t in ts
+                  if not t.startswith("tilecommon")) == []
+    gone = {"kernels.exceptions", "kernels.jit", "kernels.runtime", "simulator.config",
+            "simulator.files", "simulator.tables"}
+    assert sorted(gone & set(found)) == []
+    assert sorted((m, t) for m, ts in found.items() for t in ts if t in gone) == []

@@ -108,9 +108,9 @@ def test_lowering_is_shared_by_equal_arguments() -> None:
     """`lower` keeps a build state's recent lowerings by content: equal
     arguments get the same object (the optimizer lowers each incumbent three
     times), another plan its own lowering; without a state nothing is kept."""
-    from planner.build.lower import lower
-    from planner.build.state import BuildState
     from planner.ir.models import load_model
+    from planner.lowering.lower import lower
+    from planner.lowering.state import BuildState
     from simulator.device import load_device
 
     g, dev, state = load_model("vit-tiny", layers=1), load_device("c600"), BuildState()

@@ -14,12 +14,12 @@ from kernels.abi import (
     PATCH_TABLE,
     TABLE_ENTRY_BYTES,
 )
-from kernels.exceptions import BuildFailure
-from planner.build.allocate import allocate
-from planner.build.link import link, reserve
-from planner.build.schedule import schedule
+from planner.lowering.allocate import allocate
+from planner.lowering.link import link, reserve
+from planner.lowering.schedule import schedule
 from simulator.device import load_device
 from simulator.verify import verify
+from tilecommon.errors import BuildFailure
 
 TINY = load_device("tiny")
 
@@ -134,7 +134,7 @@ def _transfer_loop_program(trips: int):
     after the loop y = w[trips - 1]."""
     from handprog import LD, ROWS, copy_vertex
 
-    from planner.build.program import IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
+    from planner.lowering.program import IOBlock, LoopMark, Phase, Program, Ref, Transfer, Vertex
 
     p = Program()
     w = p.new_buf(0, trips * NBYTES, "parameter", "w", persistent=True)
@@ -161,7 +161,7 @@ def _transfer_loop_program(trips: int):
 
 @pytest.mark.parametrize("trips", [2, 3])
 def test_iterated_transfer_endpoints(trips: int) -> None:
-    from planner.build.stages import build_program
+    from planner.lowering.stages import build_program
     from simulator.run import run
 
     built = build_program(_transfer_loop_program(trips), TINY, "xloop", {})
@@ -195,7 +195,7 @@ def test_vertex_args_match_per_ref_resolution() -> None:
 
 
 def test_unknown_kernel_fails_in_reserve() -> None:
-    from planner.build.program import Vertex
+    from planner.lowering.program import Vertex
 
     p = loop_program(2)
     for it in p.items:

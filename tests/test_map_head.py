@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import planner
-from kernels.exceptions import ConfigError, GraphError
 from planner.ir.graph import Broadcast, Tensor, make_graph, parameter_count
 from planner.ir.reference import fp32_graph, init_inputs, init_params, reference
 from planner.pipeline import run_model
 from planner.search.incumbent import PipelineConfig
 from simulator.device import load_device
+from tilecommon.errors import ConfigError, GraphError
 
 MICRO = (Path(planner.__file__).parent / "ir" / "zoo" / "vit-micro.toml").read_text()
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import planner
-from kernels.exceptions import ConfigError
 from planner.ir.graph import Graph, Repeat, graph_flops, parameter_count
+from tilecommon.errors import ConfigError
 
 
 def _vit_params(h: int, mlp: int, patch: int, channels: int, tokens: int, layers: int) -> int:

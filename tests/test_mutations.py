@@ -10,7 +10,6 @@ import re
 import pytest
 
 from experiments.mutations import apply_first, first_key, outcome, subjects
-from kernels.exceptions import PackageInvalid
 from simulator import save_package
 from simulator.engines.base import (
     F_ARGS,
@@ -23,6 +22,7 @@ from simulator.engines.base import (
 )
 from simulator.mutate import MUTATIONS, mutation
 from simulator.package import Package
+from tilecommon.errors import PackageInvalid
 
 # the fault each kind must raise first (numerics on)
 EXPECTED = {

@@ -18,9 +18,9 @@ from kernels import dispatch
 from kernels.dtypes import DT_FP8, DT_FP16, DT_FP32, fp8_decode, fp16_decode, fp16_encode
 from kernels.registry import by_name
 from kernels.testing import TileImage
-from planner.build.stages import build
 from planner.ir.graph import Add, Cast, Gelu, Graph, LayerNorm, Op, Softmax, Tensor, make_graph
 from planner.ir.reference import add, gelu, layernorm, quantize, softmax
+from planner.lowering.stages import build
 from planner.search.policies import baseline_plan
 
 SEED = 41

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.exceptions import PackageInvalid
 from simulator import load_device, load_package, save_package
 from simulator.package import ARRAYS_FILE, MANIFEST_FILE, Package, _derived, per_package
 from simulator.testing import ksplit_matmul, repeat_program
+from tilecommon.errors import PackageInvalid
 
 ROOT = Path(__file__).resolve().parents[1]
 

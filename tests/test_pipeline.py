@@ -10,12 +10,12 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import BuildFailure, ConfigError
 from planner.ir.graph import Graph
 from planner.pipeline import plan
 from planner.search.context import PlanningContext
 from planner.search.incumbent import Incumbent, PipelineConfig, evaluate
 from simulator.device import Device
+from tilecommon.errors import BuildFailure, ConfigError
 
 TINY = simulator.load_device("tiny")
 

@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 
 import simulator
-from kernels.exceptions import ConfigError
-from planner.build.lower import lower
 from planner.ir.graph import Graph
+from planner.lowering.lower import lower
 from planner.search.incumbent import Incumbent, evaluate
 from planner.search.optimize import profile
 from planner.search.policies import baseline_plan
 from planner.search.proposals import KINDS, Profile, Proposal, op_sites, proposals
+from tilecommon.errors import ConfigError
 
 TINY = simulator.load_device("tiny")
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import planner
-from kernels.exceptions import ConfigError
 from planner.ir.graph import Cast, Graph, MergeHeads, Repeat, SplitHeads, Tensor, make_graph
 from planner.ir.reference import quantize
+from tilecommon.errors import ConfigError
 
 
 def _ln64(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.exceptions import ConfigError, SimulationFault
 from simulator import load_device, run, verify
 from simulator.engines.base import F_ARGS, F_OUTPUT, F_UNINIT
 from simulator.testing import ksplit_matmul, repeat_program, repeat_reference
+from tilecommon.errors import ConfigError, SimulationFault
 
 
 @pytest.fixture(scope="module")

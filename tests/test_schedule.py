@@ -7,9 +7,8 @@ import pytest
 from handprog import copy_vertex, loop_program
 
 from kernels.abi import REDUCE
-from kernels.exceptions import BuildFailure
-from planner.build.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
-from planner.build.schedule import (
+from planner.lowering.program import LoopMark, Phase, Program, Ref, Transfer, Vertex, Xfers
+from planner.lowering.schedule import (
     COMPUTE,
     EXCHANGE,
     REPEAT_BEGIN,
@@ -17,6 +16,7 @@ from planner.build.schedule import (
     schedule,
     vertex_arrays,
 )
+from tilecommon.errors import BuildFailure
 
 
 def test_loop_program_steps_and_merge() -> None:

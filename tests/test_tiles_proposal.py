@@ -7,12 +7,11 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import BuildFailure
-from planner.build.lower import lower
-from planner.build.stages import plan_digest
 from planner.decide.layout import row_layout, spread_tiles
 from planner.decide.plan import Plan
 from planner.ir.graph import Add, Gelu, Graph, Tensor, make_graph
+from planner.lowering.lower import lower
+from planner.lowering.stages import plan_digest
 from planner.report import REL_FRO_TOLERANCE, compare
 from planner.search.incumbent import PipelineConfig, evaluate
 from planner.search.optimize import LocalOptimizer, profile
@@ -20,6 +19,7 @@ from planner.search.policies import baseline_plan
 from planner.search.proposals import apply_change, proposals
 from planner.search.tileload import phase_load, shifted, step_cycles
 from simulator.device import Device
+from tilecommon.errors import BuildFailure
 
 TINY = simulator.load_device("tiny")
 # 64 tiles x 256 KiB: canonical (128, 256) fp16 tensors have 4 owners (0, 16, 32, 48)

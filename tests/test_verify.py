@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from kernels.abi import BUF_SUPPORT, COPY
-from kernels.exceptions import PackageInvalid
 from simulator import load_device, run, verify
 from simulator.device import Device
 from simulator.engines.base import F_NO_BUFFER, F_RACE, F_UNINIT
 from simulator.package import Package
 from simulator.testing import BLOCK_R, PackageBuilder, ksplit_matmul, repeat_program
+from tilecommon.errors import PackageInvalid
 
 TRIPS = 5
 

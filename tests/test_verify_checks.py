@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from kernels.abi import STEP_REPEAT_BEGIN, STEP_REPEAT_END
-from kernels.exceptions import PackageInvalid
 from kernels.registry import KERNELS
 from simulator import load_device, verify
 from simulator.access import region_span
@@ -15,6 +14,7 @@ from simulator.device import Device
 from simulator.package import Package
 from simulator.testing import ksplit_matmul, repeat_program
 from simulator.verify import io_block_spans, patch_index, required_bytes
+from tilecommon.errors import PackageInvalid
 
 
 @pytest.fixture(scope="module")

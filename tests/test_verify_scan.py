@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from kernels.exceptions import PackageInvalid
 from simulator import load_device, verify
 from simulator.device import Device
 from simulator.testing import PackageBuilder
+from tilecommon.errors import PackageInvalid
 
 TILES = 3
 SPAN = 640  # bytes of tile memory the random endpoints fall into

@@ -11,7 +11,6 @@ import pytest
 
 import planner
 import simulator
-from kernels.exceptions import ConfigError
 from planner.cli import main
 from planner.ir.reference import init_inputs, init_params, reference
 from planner.ir.scales import data_scales, exponent_for, quantize_params
@@ -19,6 +18,7 @@ from planner.ir.weights import load_weights, save_weights, to_scheme
 from planner.pipeline import model_values, run_model
 from planner.search.incumbent import PipelineConfig
 from simulator.device import load_device
+from tilecommon.errors import ConfigError
 
 MICRO = (Path(planner.__file__).parent / "ir" / "zoo" / "vit-micro.toml").read_text()
 

@@ -56,7 +56,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kernels.exceptions import Unsupported
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.ir.graph import (
     DTYPE_BYTES,
@@ -73,6 +72,7 @@ from planner.ir.graph import (
 )
 from simulator.cost import kernel_cycles
 from simulator.device import Device
+from tilecommon.errors import Unsupported
 
 DEFAULT_LIMIT = 8
 # grid extents tried per matmul dimension (then clipped to the dimension)
@@ -170,7 +170,7 @@ def op_signature(g: Graph, op: Op) -> tuple:
 class CatalogueCache:
     """Shortlists by (op signature, device, limit, packing), recipes looked up
     by key, and kernel-call cycles, with hit and miss counts.  Owned by a
-    planning context (planner.build.state); thread-safe for the dict
+    planning context (planner.lowering.state); thread-safe for the dict
     operations it does (a thread-pool optimizer shares it)."""
 
     def __init__(self) -> None:

@@ -41,7 +41,7 @@ from functools import cached_property
 from typing import Any, ClassVar, Union
 
 from kernels.abi import DTYPE_SIZE
-from kernels.exceptions import GraphError
+from tilecommon.errors import GraphError
 
 DTYPES = ("fp8", "fp16", "fp32")
 KINDS = ("activation", "parameter", "input", "output")

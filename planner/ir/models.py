@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.exceptions import ConfigError
 from planner.ir.graph import (
     Add,
     BatchMatMul,
@@ -63,7 +62,8 @@ from planner.ir.graph import (
     Tensor,
     make_graph,
 )
-from simulator.config import Limits, check_fields, read_toml
+from tilecommon.config import Limits, check_fields, read_toml
+from tilecommon.errors import ConfigError
 
 ZOO_DIR = Path(__file__).resolve().parent / "zoo"
 PRECISIONS = ("fp8", "fp32")

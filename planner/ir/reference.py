@@ -40,7 +40,6 @@ import ml_dtypes
 import numpy as np
 
 from kernels import formulas
-from kernels.exceptions import ConfigError
 from planner.ir.graph import (
     Add,
     BatchMatMul,
@@ -59,6 +58,7 @@ from planner.ir.graph import (
     make_graph,
 )
 from planner.ir.models import WEIGHT_STD
+from tilecommon.errors import ConfigError
 
 F32 = np.float32
 

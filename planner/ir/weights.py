@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.exceptions import ConfigError
 from planner.ir.graph import Graph, Tensor
+from tilecommon.errors import ConfigError
 
 F32 = np.float32
 SCHEMES = ("ours", "hf", "big_vision")
@@ -288,7 +288,7 @@ def _missing(src: str, want: Mapping[str, Tensor], got: Mapping[str, np.ndarray]
 
 def save_weights(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write `arrays` as `.npz` or `.safetensors` (by suffix), atomically."""
-    from simulator.files import write_file_atomic
+    from tilecommon.files import write_file_atomic
 
     p = Path(path)
     data = {k: np.ascontiguousarray(v) for k, v in arrays.items()}

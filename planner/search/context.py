@@ -1,7 +1,7 @@
 """The planning context: everything one planning run remembers, as one object.
 
 `PlanningContext` is a `BuildState` (catalogue, lowerings, expansion prefixes,
-schedule-phase and buffer memos: planner.build.state) plus the search's own
+schedule-phase and buffer memos: planner.lowering.state) plus the search's own
 caches, keyed by content:
 
 - `expansions` — (graph, device, plan without the schedule-only
@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.build.program import Phase, Program
-from planner.build.schedule import Schedule
-from planner.build.state import LRU, BuildState
+from planner.lowering.program import Phase, Program
+from planner.lowering.schedule import Schedule
+from planner.lowering.state import LRU, BuildState
 
 CACHES = ("implementation", "expansion", "schedule", "trial")
 MAX_ENTRIES = 8

@@ -8,14 +8,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.exceptions import ConfigError
-from planner.build.stages import Built, build
-from planner.build.state import BuildState
 from planner.decide.catalogue import DEFAULT_LIMIT
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
+from planner.lowering.stages import Built, build
+from planner.lowering.state import BuildState
 from simulator.device import Device
 from simulator.run import run
+from tilecommon.errors import ConfigError
 
 
 @dataclass(frozen=True)

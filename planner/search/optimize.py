@@ -57,9 +57,9 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import dataclass
 from typing import Any
 
-from planner.build.expand import gc_paused
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
+from planner.lowering.expand import gc_paused
 from planner.search.context import Counters, PlanningContext
 from planner.search.incumbent import Incumbent, PipelineConfig
 from planner.search.proposals import (

@@ -40,12 +40,12 @@ bytes of a plan from lowering alone (no expansion), for balance checks.
 
 from __future__ import annotations
 
-from planner.build.lower import Lowered, absorbable, lower
-from planner.build.state import BuildState
 from planner.decide import catalogue as cat
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import Plan
 from planner.ir.graph import DTYPE_BYTES, BatchMatMul, Cast, Graph, MatMul, Op, Repeat
+from planner.lowering.lower import Lowered, absorbable, lower
+from planner.lowering.state import BuildState
 from planner.search.registry import BASELINES
 from simulator.device import Device
 
@@ -158,7 +158,7 @@ def _default_at(g: Graph, device: Device, limit: int, ctx: BuildState,
 
 def _cast_readers(g: Graph, op: Op) -> list[MatMul | BatchMatMul]:
     """The consumers of Cast `op` when an early cast may pay: the cast is
-    absorbable (planner.build.lower.absorbable) and every consumer is a
+    absorbable (planner.lowering.lower.absorbable) and every consumer is a
     MatMul or BatchMatMul reading it as its `a` operand (whose estimate
     knows the wide and the narrow arrival); otherwise []."""
     if not isinstance(op, Cast) or not absorbable(g, op):

@@ -78,7 +78,7 @@ incumbent's simulated per-step cycles back to the lowered steps the
 schedule's phases expand (Step.phases) and to graph ops through the
 package's provenance, and keeps every merged step's own cycles
 (`Profile.merged`).  No label is parsed: a move is told apart by the roles
-of the values it moves (planner.build.provenance.move_role).
+of the values it moves (planner.lowering.provenance.move_role).
 """
 
 from __future__ import annotations
@@ -89,22 +89,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner.build.lower import Lowered, arrives_narrow, lower
-from planner.build.lowered import Step
-from planner.build.provenance import CONTROL, move_role
-from planner.build.schedule import EXCHANGE
 from planner.decide import catalogue as cat
 from planner.decide import fusion
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import PACKINGS, Plan
 from planner.ir.graph import DTYPE_BYTES, MOVE_OPS, Cast, Graph, Op, Repeat
+from planner.lowering.lower import Lowered, arrives_narrow, lower
+from planner.lowering.lowered import Step
+from planner.lowering.provenance import CONTROL, move_role
+from planner.lowering.schedule import EXCHANGE
 from planner.search.registry import PROPOSALS
 from planner.search.tileload import MergedStep, Placement, phase_load, shift_gain
 from simulator.device import Device
 
 if TYPE_CHECKING:
-    from planner.build.stages import Built
-    from planner.build.state import BuildState
+    from planner.lowering.stages import Built
+    from planner.lowering.state import BuildState
 
 KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles", "fuse")
 # consumer alternatives tried per boundary by `joint` (best estimates first)
@@ -158,7 +158,7 @@ def op_sites(g: Graph, scope: str = "", trips: int = 1) -> list[OpSite]:
 @dataclass(frozen=True)
 class Merged:
     """A measured step of several phases: its kind, its phases in program
-    order as (label, lowered step, part) (planner.build.schedule.Step) and
+    order as (label, lowered step, part) (planner.lowering.schedule.Step) and
     its cycles summed over Repeat iterations."""
 
     kind: str
@@ -173,7 +173,7 @@ class Profile:
     step's cycles summed over Repeat iterations and split evenly among the
     phases merged into it), `ops` per graph op through the package's
     provenance (its compute, the conversions lowered for it and the move of
-    its result to canonical: planner.build.provenance), `reduction` the
+    its result to canonical: planner.lowering.provenance), `reduction` the
     K-split reduction phases' share and `merged` every step of several
     phases."""
 
@@ -256,12 +256,12 @@ class Around:
 
     def measured_moves(self, role: str, tensor: str) -> int:
         """Measured cycles of the incumbent's moves of `tensor` (qualified)
-        in `role` (planner.build.provenance.move_role)."""
+        in `role` (planner.lowering.provenance.move_role)."""
         return sum(self.measured(label) for label in self.moves.get((role, tensor), ()))
 
     def narrow(self, site: OpSite) -> bool:
         """`site`'s `a` operand arrives narrow under the incumbent's cast
-        orders (planner.build.lower.arrives_narrow)."""
+        orders (planner.lowering.lower.arrives_narrow)."""
         return arrives_narrow(site.graph, site.op, self.plan, site.scope)
 
     def current(self, site: OpSite) -> tuple[tuple[cat.Recipe, ...], cat.Recipe]:

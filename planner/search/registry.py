@@ -1,6 +1,6 @@
 """Extension points: baseline policies, proposal kinds and optimizers, by name.
 
-Each is a small Protocol and a `Registry`; the built-in ones register
+Each is a small Protocol and a `tilecommon.registry.Registry`; the built-in ones register
 themselves where they are defined (planner.search.policies, .proposals,
 .optimize), and a third party registers with the decorator
 
@@ -31,21 +31,18 @@ plug-in never changes what a default run does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kernels.exceptions import ConfigError
+from tilecommon.registry import Registry
 
 if TYPE_CHECKING:
-    from planner.build.state import BuildState
     from planner.decide.plan import Plan
     from planner.ir.graph import Graph
+    from planner.lowering.state import BuildState
     from planner.search.context import PlanningContext
     from planner.search.incumbent import Incumbent, PipelineConfig
     from planner.search.proposals import Around, Proposal
     from simulator.device import Device
-
-T = TypeVar("T")
 
 
 class BaselinePolicy(Protocol):
@@ -63,55 +60,6 @@ class Optimizer(Protocol):
 
 
 OptimizerFactory = Callable[["PipelineConfig"], Optimizer]
-
-
-class Registry(Generic[T]):
-    """Named extensions of one kind (`what`), in registration order; `group`
-    is the entry-point group searched for names not registered."""
-
-    def __init__(self, what: str, group: str, flag: str) -> None:
-        self.what = what
-        self.group = group
-        self.flag = flag
-        self._items: dict[str, T] = {}
-        self._loaded = False
-
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: register the object under `name` (re-registering the
-        same object is a no-op; another object under a taken name is an error)."""
-        def add(obj: T) -> T:
-            old = self._items.get(name)
-            if old is not None and old is not obj:
-                raise ValueError(f"{self.what} {name!r} is registered twice")
-            self._items[name] = obj
-            return obj
-        return add
-
-    def _load_entry_points(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
-        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
-            if ep.name in self._items:
-                continue
-            try:
-                self._items[ep.name] = ep.load()
-            except Exception as e:  # a broken plug-in names itself, not a traceback
-                raise ConfigError(f"entry point group {self.group}", ep.name,
-                                  f"{ep.value} does not load: {type(e).__name__}: {e}") from e
-
-    def get(self, name: str) -> T:
-        """The extension called `name`; ConfigError naming the known ones."""
-        if name not in self._items:
-            self._load_entry_points()
-        if name not in self._items:
-            raise ConfigError(self.flag, self.what, f"unknown; known: {self.names()}", name)
-        return self._items[name]
-
-    def names(self) -> list[str]:
-        """Every registered name (entry points included), in registration order."""
-        self._load_entry_points()
-        return list(self._items)
 
 
 BASELINES: Registry[BaselinePolicy] = Registry("baseline policy", "tileplan.baselines",

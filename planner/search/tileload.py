@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.build.lowered import Lowered, Step
 from planner.ir.graph import MOVE_OPS, MatMul
+from planner.lowering.lowered import Lowered, Step
 from simulator.device import Device
 
 PARTS = ("compute", "bytes_in", "bytes_out")
@@ -63,7 +63,7 @@ def _tiles_of(lowered: Lowered, value: str, tiles: int, primary: bool = False) -
 def phase_load(lowered: Lowered, step: Step, part: str, exchange: bool,
                device: Device) -> PhaseLoad:
     """The modelled load of the phase `part` ("" or one of
-    planner.build.program.PARTS) of lowered `step`, in an exchange
+    planner.lowering.program.PARTS) of lowered `step`, in an exchange
     (`exchange`) or compute step."""
     n = device.tiles
     zero = np.zeros(n, dtype=np.int64)

@@ -13,16 +13,16 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kernels.exceptions import BuildFailure
-from planner.build.expand import gc_paused
-from planner.build.stages import Built, build_program, expand_stage, graph_meta, plan_owners
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
+from planner.lowering.expand import gc_paused
+from planner.lowering.stages import Built, build_program, expand_stage, graph_meta, plan_owners
 from planner.search.context import Counters, PlanningContext
 from planner.search.incumbent import Incumbent
 from planner.search.proposals import Profile, step_profile
 from simulator.device import Device
 from simulator.run import run
+from tilecommon.errors import BuildFailure
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Trial:
 
 
 def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Built:
-    """`planner.build.build` through the context's expansion and schedule
+    """`planner.lowering.build` through the context's expansion and schedule
     caches.  Raises BuildFailure."""
     with gc_paused():
         clock: list[tuple[str, float]] = []

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from kernels.exceptions import ConfigError
+from tilecommon.errors import ConfigError
 
 if TYPE_CHECKING:
     from simulator.package import Package

@@ -45,7 +45,6 @@ from kernels.abi import (
     STEP_REPEAT_END,
 )
 from kernels.dispatch import vertex_check, vertex_cost
-from kernels.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 from simulator.access import (
     B_ADDR,
     B_END,
@@ -127,6 +126,7 @@ from simulator.timing import (
     loop_patch_words,
 )
 from simulator.verify import access_index, buffer_overlap, patch_index
+from tilecommon.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 
 MAX_DEPTH = 32
 # compute steps with at least this many vertices are costed and checked on all
@@ -235,7 +235,7 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
                   np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64),
                   np.zeros(4, dtype=np.int64), np.zeros(PROFILE_LEN, dtype=np.int64))
-    # Numba's thread pool is entered from the main thread only (kernels.jit:
+    # Numba's thread pool is entered from the main thread only (tilecommon.jit:
     # the fork-safe workqueue layer must never be entered by two threads)
     opts = np.zeros(3, dtype=np.int64)
     opts[OPT_PARALLEL_MIN] = PARALLEL_VERTICES \

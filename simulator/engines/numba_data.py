@@ -18,10 +18,10 @@ import numba
 import numpy as np
 
 from kernels.dispatch import vertex_execute, vertex_regions
-from kernels.jit import kjit, kjit_inline, kjit_parallel
 from simulator.access import R_LEN, bits_all_set, bits_first_unset, bits_set, region_span
 from simulator.engines.base import C_FAULTS, F_KERNEL
 from simulator.engines.ticks import ticks
+from tilecommon.jit import kjit, kjit_inline, kjit_parallel
 
 # the profile's phases (Outputs.prof) this module charges
 P_WRITTEN = 3  # compute: marking written bytes

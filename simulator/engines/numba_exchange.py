@@ -26,7 +26,6 @@ import numpy as np
 
 from kernels.abi import PATCH_ARITH, PATCH_XFER_SRC
 from kernels.cost import put_region
-from kernels.jit import kjit, kjit_inline, kjit_parallel
 from simulator.access import (
     B_ADDR,
     B_END,
@@ -48,6 +47,7 @@ from simulator.engines.base import (
 )
 from simulator.engines.numba_data import PARALLEL_CHUNKS, PARTS, fault, part_of
 from simulator.timing import DV_IN_BW, DV_OUT_BW, DV_RECV, DV_SEND, DV_SEND_MAX
+from tilecommon.jit import kjit, kjit_inline, kjit_parallel
 
 
 @kjit_inline

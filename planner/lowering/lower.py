@@ -63,8 +63,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kernels.exceptions import BuildFailure, Unsupported
-from planner.build.lowered import Carry, Lowered, Step, Value, identity_segments
 from planner.decide import catalogue as cat
 from planner.decide import fusion
 from planner.decide.layout import (
@@ -90,10 +88,12 @@ from planner.ir.graph import (
     Repeat,
     Tensor,
 )
+from planner.lowering.lowered import Carry, Lowered, Step, Value, identity_segments
 from simulator.device import Device
+from tilecommon.errors import BuildFailure, Unsupported
 
 if TYPE_CHECKING:
-    from planner.build.state import BuildState
+    from planner.lowering.state import BuildState
 
 __all__ = ["Carry", "Lowered", "Step", "Value", "identity_segments", "lower"]
 

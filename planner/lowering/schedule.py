@@ -45,8 +45,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from kernels.exceptions import BuildFailure
-from planner.build.columns import (
+from planner.lowering.columns import (
     PhaseColumns,
     PhaseMemo,
     VertexArrays,
@@ -55,7 +54,8 @@ from planner.build.columns import (
     phase_columns,
     xfer_arrays,
 )
-from planner.build.program import LoopMark, Phase, Program, Vertex, Xfers
+from planner.lowering.program import LoopMark, Phase, Program, Vertex, Xfers
+from tilecommon.errors import BuildFailure
 
 COMPUTE = "compute"
 EXCHANGE = "exchange"

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from planner.build.lowered import Lowered
-from planner.build.lowered import Step as LoweredStep
-from planner.build.schedule import Schedule
+from planner.lowering.lowered import Lowered
+from planner.lowering.lowered import Step as LoweredStep
+from planner.lowering.schedule import Schedule
 
 CONTROL = "(control)"
-# the role of each part of a lowered step (planner.build.program.PARTS)
+# the role of each part of a lowered step (planner.lowering.program.PARTS)
 PART_ROLES = {"partials": "compute", "partial sums": "partial sums", "reduce": "reduction",
               "pack": "pack", "unpack": "pack"}
 

@@ -41,10 +41,10 @@ from itertools import chain
 import numpy as np
 
 from kernels import abi
-from kernels.jit import kjit
-from planner.build.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
 from planner.decide.layout import Layout
+from planner.lowering.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
 from simulator.access import bisect_left, bisect_right
+from tilecommon.jit import kjit
 
 # (buf, offset, iter_stride, seq): where a cell lives; seq for ping-pong carries
 Loc = tuple[int, int, int, tuple[tuple[int, int], ...]]

@@ -20,10 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from kernels import abi
-from planner.build.expand_redist import Loc, loc_bufs, ref
-from planner.build.lower import Step, Value
-from planner.build.program import NARGS, LoopMark, Phase, Program, Ref, Vertex, Xfers
 from planner.ir.graph import BatchMatMul, Cast, Gelu, LayerNorm, MatMul, Softmax
+from planner.lowering.expand_redist import Loc, loc_bufs, ref
+from planner.lowering.lower import Step, Value
+from planner.lowering.program import NARGS, LoopMark, Phase, Program, Ref, Vertex, Xfers
 
 DT = {name: code for code, name in enumerate(abi.DTYPE_NAMES)}
 
@@ -32,7 +32,7 @@ Operands = tuple[tuple[int, Loc], ...]  # (vertex arg index, loc), in any order
 
 class ExpandContext(Protocol):
     """What the per-family expanders need of the expander
-    (planner.build.expand.Expander): the program being built, the placed
+    (planner.lowering.expand.Expander): the program being built, the placed
     values and their locations, phase emission and buffer materialisation."""
 
     prog: Program

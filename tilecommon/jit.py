@@ -9,7 +9,7 @@ like numpy instead of a Python exception; it also drops the per-division check
 from hot loops).  `fastmath` stays off: every kernel must round exactly where
 the numpy reference rounds.  Bounds checking stays off: the engine guards every
 index itself and records a fault instead.  Where the cache lives and how many
-threads BLAS runs are set by `kernels.runtime.configure`.
+threads BLAS runs are set by `tilecommon.runtime.configure`.
 """
 
 from __future__ import annotations

@@ -62,16 +62,16 @@ from kernels.abi import (
     STEP_REPEAT_END,
     TABLE_ENTRY_BYTES,
 )
-from kernels.exceptions import BuildFailure
 from kernels.registry import KERNELS
-from planner.build.allocate import Allocation, Overheads
-from planner.build.columns import BufColumns, BufMemo, buf_columns
-from planner.build.program import Program, Ref
-from planner.build.provenance import step_provenance
-from planner.build.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
+from planner.lowering.allocate import Allocation, Overheads
+from planner.lowering.columns import BufColumns, BufMemo, buf_columns
+from planner.lowering.program import Program, Ref
+from planner.lowering.provenance import step_provenance
+from planner.lowering.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_END, Schedule
 from simulator.device import Device
 from simulator.footprint import code_bytes, follows_previous, xtable_bytes
 from simulator.package import IoTensor, Package
+from tilecommon.errors import BuildFailure
 
 _STEP_CODES = {
     COMPUTE: STEP_COMPUTE,
@@ -260,7 +260,7 @@ def link(
 ) -> tuple[Package, LinkStats]:
     """Lower to a Package; raises BuildFailure("link", ...) on a seq whose length
     differs from its loop's trips or an iterated ref outside a loop.  `owners`
-    (planner.build.provenance.label_owners of the lowering) gives the
+    (planner.lowering.provenance.label_owners of the lowering) gives the
     package's provenance."""
     addr = alloc.addr
     cols = res.bufs

@@ -31,7 +31,17 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from planner.build.program import NARGS, TENSOR_KINDS, Buf, Phase, Program, Ref, Seq, Vertex, Xfers
+from planner.lowering.program import (
+    NARGS,
+    TENSOR_KINDS,
+    Buf,
+    Phase,
+    Program,
+    Ref,
+    Seq,
+    Vertex,
+    Xfers,
+)
 
 
 @dataclass(frozen=True, eq=False)

@@ -51,12 +51,12 @@ from operator import attrgetter
 
 import numpy as np
 
-from kernels.exceptions import BuildFailure
-from kernels.jit import kjit
-from planner.build.columns import BufColumns, buf_columns
-from planner.build.program import TENSOR_KINDS, Program
-from planner.build.schedule import Schedule
+from planner.lowering.columns import BufColumns, buf_columns
+from planner.lowering.program import TENSOR_KINDS, Program
+from planner.lowering.schedule import Schedule
 from simulator.device import Device
+from tilecommon.errors import BuildFailure
+from tilecommon.jit import kjit
 
 
 @dataclass(frozen=True)

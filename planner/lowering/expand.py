@@ -46,18 +46,18 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from kernels.exceptions import BuildFailure, Unsupported
-from planner.build import expand_ops
-from planner.build.expand_redist import Loc, moves, shareable
-from planner.build.lower import Lowered, Step, Value, lower
-from planner.build.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
 from planner.decide.layout import Layout, view2d
 from planner.decide.plan import Plan
 from planner.ir.graph import MOVE_OPS, BatchMatMul, Broadcast, Graph, MatMul, MergeHeads, SplitHeads
+from planner.lowering import expand_ops
+from planner.lowering.expand_redist import Loc, moves, shareable
+from planner.lowering.lower import Lowered, Step, Value, lower
+from planner.lowering.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
 from simulator.device import Device
+from tilecommon.errors import BuildFailure, Unsupported
 
 if TYPE_CHECKING:
-    from planner.build.state import BuildState
+    from planner.lowering.state import BuildState
 
 
 class Expander:

@@ -36,7 +36,7 @@ CACHE_TAG_PREFIX = "kernels-"
 # packages whose jitted functions are compiled into jitted callers in other
 # files (kernels.dispatch into the engine; simulator.access into the engine and
 # the verifier's scan); planner's jitted functions call only their own file's
-SHARED_JIT_PACKAGES = ("kernels", "simulator")
+SHARED_JIT_PACKAGES = ("tilecommon", "kernels", "simulator")
 _CYTHON_BLAS = "scipy.linalg.cython_blas"
 
 

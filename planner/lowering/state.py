@@ -18,10 +18,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from planner.build.columns import BufMemo, PhaseMemo
-from planner.build.expand import PrefixStore
-from planner.build.lowered import Lowered
 from planner.decide.catalogue import CatalogueCache
+from planner.lowering.columns import BufMemo, PhaseMemo
+from planner.lowering.expand import PrefixStore
+from planner.lowering.lowered import Lowered
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from kernels.exceptions import ConfigError
+from tilecommon.errors import ConfigError
 
 # field -> (type, minimum, maximum); int fields must be ints, float fields accept ints.
 Limits = dict[str, tuple[type, float, float]]

@@ -3,7 +3,7 @@
 Stages, in order (each raises `BuildFailure(stage, ...)` when it cannot
 succeed; STAGES names them): lower (the graph, checked by its verifier on
 entry, under the plan's selections, with explicit conversions:
-planner.build.lower) → expand (per-tile vertices and transfers: a symbolic
+planner.lowering.lower) → expand (per-tile vertices and transfers: a symbolic
 `Program`) → schedule → allocate (after `link.reserve` has sized code,
 exchange-table and support bytes) → link → verify (simulator.verify checks
 the package on exit).  A package that `simulator.verify` rejects is a
@@ -27,20 +27,20 @@ from typing import Any
 
 import numpy as np
 
-from kernels.exceptions import BuildFailure, PackageInvalid
-from planner.build.allocate import Allocation, allocate
-from planner.build.expand import expand_lowered, gc_paused
-from planner.build.link import link, reserve
-from planner.build.lower import lower
-from planner.build.program import Program
-from planner.build.provenance import label_owners
-from planner.build.schedule import Schedule, schedule
-from planner.build.state import BuildState
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph, verify_graph
+from planner.lowering.allocate import Allocation, allocate
+from planner.lowering.expand import expand_lowered, gc_paused
+from planner.lowering.link import link, reserve
+from planner.lowering.lower import lower
+from planner.lowering.program import Program
+from planner.lowering.provenance import label_owners
+from planner.lowering.schedule import Schedule, schedule
+from planner.lowering.state import BuildState
 from simulator.device import Device
 from simulator.package import Package
 from simulator.verify import verify
+from tilecommon.errors import BuildFailure, PackageInvalid
 
 STAGES = ("lower", "expand", "schedule", "allocate", "link", "verify")
 
@@ -167,7 +167,7 @@ def expand_stage(graph: Graph, device: Device, plan: Plan, state: BuildState | N
 
 def plan_owners(graph: Graph, device: Device, plan: Plan, state: BuildState | None
                 ) -> dict[str, tuple[str, str, str]]:
-    """What each step label of `plan`'s build serves (planner.build.provenance);
+    """What each step label of `plan`'s build serves (planner.lowering.provenance);
     the lowering comes from `state`'s cache when it has one."""
     return label_owners(lower(graph, device, plan, state))
 
