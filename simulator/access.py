@@ -23,6 +23,7 @@ import copy
 
 import numpy as np
 
+from kernels.abi import PATCH_ARITH, REGION_COLS
 from simulator.package import Package
 from tilecommon.jit import kjit, kjit_inline
 
@@ -33,7 +34,16 @@ R_ROWS = 3
 R_LD = 4
 R_ROW_BYTES = 5
 R_WRITE = 6
-R_LEN = 7
+R_LEN = REGION_COLS
+
+
+@kjit_inline
+def patched(mode, base, stride, table_at, i, table_values):  # type: ignore[no-untyped-def]
+    """The value a patch gives at loop iteration `i` (docs/contracts.md §3):
+    `base + i * stride` in PATCH_ARITH mode, else entry `table_at + i` of the
+    package's table values.  The one formula the engine, the verifier's scan
+    and the trace evaluate (one exit: it is inlined into parallel loops)."""
+    return base + i * stride if mode == PATCH_ARITH else table_values[table_at + i]
 
 
 @kjit

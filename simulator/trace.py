@@ -46,14 +46,16 @@ from typing import Any
 import numpy as np
 
 from kernels.abi import (
+    MAX_REGIONS,
     N_ARGS,
-    PATCH_ARITH,
+    REGION_COLS,
     STEP_COMPUTE,
     STEP_REPEAT_BEGIN,
     STEP_REPEAT_END,
     TENSOR_KINDS,
 )
 from kernels.dispatch import vertex_cost
+from simulator.access import patched
 from simulator.hardware import step_label, step_ops
 from simulator.package import Package
 from simulator.run import SimResult
@@ -86,17 +88,14 @@ def _compute_step(i0, i1, v_tile, v_kernel, v_args, vp_ptr, vp_list, ctr, p_arg,
     """Cycles of one COMPUTE execution at loop counters `ctr` (max over tiles of
     summed vertex cycles, as the engine); `sel_out[j]` = cycles of tile sel[j]."""
     row = np.zeros(N_ARGS, dtype=np.int64)
-    vr = np.zeros((8, 7), dtype=np.int64)
+    vr = np.zeros((MAX_REGIONS, REGION_COLS), dtype=np.int64)
     for v in range(i0, i1):
         for j in range(N_ARGS):
             row[j] = v_args[v, j]
         for q in range(vp_ptr[v], vp_ptr[v + 1]):
             p = vp_list[q]
-            i = ctr[p_loop[p]]
-            if p_mode[p] == PATCH_ARITH:
-                row[p_arg[p]] = p_base[p] + i * p_stride[p]
-            else:
-                row[p_arg[p]] = table_values[p_table[p] + i]
+            row[p_arg[p]] = patched(p_mode[p], p_base[p], p_stride[p], p_table[p],
+                                    ctr[p_loop[p]], table_values)
         c, n = vertex_cost(v_kernel[v], row, desc, vr)
         acc[v_tile[v]] += max(c, 0)
     m = 0

@@ -42,6 +42,7 @@ from kernels.abi import (
     BUF_SUPPORT,
     BUF_XTABLE,
     IO_DIMS,
+    MAX_REPEAT_DEPTH,
     N_ARGS,
     PATCH_ARITH,
     PATCH_TABLE,
@@ -78,8 +79,6 @@ from simulator.verify_scan import (
 )
 from tilecommon.errors import PackageInvalid
 from tilecommon.jit import kjit
-
-MAX_DEPTH = 32
 
 
 def verify(pkg: Package) -> None:
@@ -127,8 +126,8 @@ def check_structure(pkg: Package) -> None:
     for s in np.flatnonzero(begin | (kind == STEP_REPEAT_END)).tolist():
         if kind[s] == STEP_REPEAT_BEGIN:
             stack.append(s)
-            if len(stack) > MAX_DEPTH:
-                raise PackageInvalid(f"step {s}: Repeat nesting deeper than {MAX_DEPTH}")
+            if len(stack) > MAX_REPEAT_DEPTH:
+                raise PackageInvalid(f"step {s}: Repeat nesting deeper than {MAX_REPEAT_DEPTH}")
             continue
         if not stack:
             raise PackageInvalid(f"step {s}: REPEAT_END without an open REPEAT_BEGIN")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.abi import N_ARGS, PATCH_ARITH, PATCH_XFER_DST, PATCH_XFER_SRC
+from kernels.abi import MAX_REGIONS, N_ARGS, PATCH_XFER_DST, PATCH_XFER_SRC
 from kernels.dispatch import vertex_check, vertex_regions
 from simulator.access import (
     B_ADDR,
@@ -48,6 +48,7 @@ from simulator.access import (
     find_race,
     find_row,
     granule_of,
+    patched,
     span_of,
     tile_order_into,
 )
@@ -103,9 +104,8 @@ VS_LEN = 2
 
 @kjit
 def _patched_value(p, i, pt, table_values):  # type: ignore[no-untyped-def]
-    if pt[p, PT_MODE] == PATCH_ARITH:
-        return pt[p, PT_BASE] + i * pt[p, PT_STRIDE]
-    return table_values[pt[p, PT_TABLE] + i]
+    return patched(pt[p, PT_MODE], pt[p, PT_BASE], pt[p, PT_STRIDE], pt[p, PT_TABLE], i,
+                   table_values)
 
 
 @kjit
@@ -255,7 +255,7 @@ def _compute_step(s, i0, i1, q0, q1, lst, pt, table_values, ctr, v_tile, v_kerne
     the vertices on tiles t with mark[t] == stamp (the tiles of the patched
     vertices, in a later iteration: every other tile's regions, bounds and
     races are those of iteration 0).  Returns 0 or an E_* code (err filled)."""
-    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
     args = np.zeros(N_ARGS, dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     tiles, owner = vs[VS_TILE], vs[VS_OWNER]

@@ -38,6 +38,8 @@ import numpy as np
 
 from kernels.abi import (
     KERNEL_IDS,
+    MAX_REGIONS,
+    MAX_REPEAT_DEPTH,
     N_ARGS,
     STEP_COMPUTE,
     STEP_EXCHANGE,
@@ -128,7 +130,6 @@ from simulator.timing import (
 from simulator.verify import access_index, buffer_overlap, patch_index
 from tilecommon.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 
-MAX_DEPTH = 32
 # compute steps with at least this many vertices are costed and checked on all
 # cores (`_vertex_pass_parallel`) when the engine runs in the main thread;
 # smaller ones, and all in other threads, in this thread
@@ -366,7 +367,7 @@ def _vertex_pass(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, faults,
                  counters, checks):  # type: ignore[no-untyped-def]
     """`_vertex_one` for vertices i0..i1, in this thread (small steps)."""
     row = np.zeros(N_ARGS, dtype=np.int64)
-    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
     for v in range(i0, i1):
         _vertex_one(v, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, row, vr, faults,
                     counters, checks)
@@ -381,7 +382,7 @@ def _vertex_pass_parallel(i0, i1, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, 
     chunks = min(n, PARALLEL_CHUNKS)
     for ch in numba.prange(chunks):
         row = np.zeros(N_ARGS, dtype=np.int64)
-        vr = np.zeros((8, R_LEN), dtype=np.int64)
+        vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
         for v in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
             _vertex_one(v, s, prog, ctr, desc, vcyc, vcost, vflag, vbuf, row, vr, faults,
                         counters, checks)
@@ -394,7 +395,7 @@ def _report_vertex(v, s, loop, it, prog, ctr, desc, vbuf, faults,
     the order the checks run: arguments, then each region's buffer and
     alignment."""
     row = np.zeros(N_ARGS, dtype=np.int64)
-    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
     _fill_args(v, row, prog, ctr)
     kid, tile = prog.v_kernel[v], prog.v_tile[v]
     st = vertex_check(kid, row)
@@ -471,7 +472,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     touched = np.zeros(n_tiles, dtype=np.int64)
     mark = np.zeros(n_tiles, dtype=np.bool_)
     ctr = np.zeros(max(n_steps, 1), dtype=np.int64)
-    stack = np.zeros(MAX_DEPTH, dtype=np.int64)
+    stack = np.zeros(MAX_REPEAT_DEPTH, dtype=np.int64)
     depth = 0
     max_vtx, max_xfer = 1, 1
     for s in range(n_steps):
@@ -494,7 +495,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     # per transfer of a step: patched addresses, check_transfer bits (written
     # by the step's patch pass before any read)
     x_src, x_dst, xflag = scratch.x_src, scratch.x_dst, scratch.xflag
-    vr = np.zeros((8, R_LEN), dtype=np.int64)
+    vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     vcyc = np.full(v_tile.shape[0], -1, dtype=np.int64)  # cycles of unpatched vertices
     xcyc = np.full(max(n_steps, 1), -1, dtype=np.int64)  # cycles of unpatched exchanges

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from kernels.abi import MAX_REGIONS
 from kernels.dispatch import vertex_execute, vertex_regions
 from simulator.access import R_LEN, bits_all_set, bits_first_unset, bits_set, region_span
 from simulator.engines.base import C_FAULTS, F_KERNEL
@@ -117,7 +118,7 @@ def mark_parallel(i0, i1, v_tile, v_kernel, args, skip, status, image):  # type:
     takes the vertices on tiles of class p, whose bitmap rows no other part
     touches (`part_of`)."""
     for p in numba.prange(PARTS):
-        vr = np.zeros((8, R_LEN), dtype=np.int64)
+        vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
         for j in range(i1 - i0):
             v = i0 + j
             if not skip[j] and status[j] == 0 and part_of(v_tile[v]) == p:

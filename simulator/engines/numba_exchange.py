@@ -24,7 +24,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from kernels.abi import PATCH_ARITH, PATCH_XFER_SRC
+from kernels.abi import PATCH_XFER_SRC
 from kernels.cost import put_region
 from simulator.access import (
     B_ADDR,
@@ -35,6 +35,7 @@ from simulator.access import (
     find_race,
     granule_of,
     live_buffer,
+    patched,
     sort_segment,
 )
 from simulator.engines.base import (
@@ -228,10 +229,8 @@ def send_segments_parallel(ktile, keys, n, order, start, xhist, packed):  # type
 @kjit_inline
 def patch_value(p, ctr, prog):  # type: ignore[no-untyped-def]
     """The value of patch `p` at the loop counters `ctr`."""
-    i = ctr[prog.p_loop[p]]
-    if prog.p_mode[p] == PATCH_ARITH:
-        return prog.p_base[p] + i * prog.p_stride[p]
-    return prog.table_values[prog.p_table[p] + i]
+    return patched(prog.p_mode[p], prog.p_base[p], prog.p_stride[p], prog.p_table[p],
+                   ctr[prog.p_loop[p]], prog.table_values)
 
 
 @kjit

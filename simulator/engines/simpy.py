@@ -82,9 +82,11 @@ import numpy as np
 import simpy
 
 from kernels.abi import (
+    MAX_REGIONS,
     PATCH_ARITH,
     PATCH_VERTEX_ARG,
     PATCH_XFER_SRC,
+    REGION_COLS,
     STEP_COMPUTE,
     STEP_EXCHANGE,
     STEP_REPEAT_BEGIN,
@@ -113,7 +115,6 @@ from simulator.engines.base import (
 from simulator.package import Package
 from simulator.verify import access_index
 
-MAX_REGIONS = 8
 Proc = Generator[simpy.Event, Any, None]
 
 
@@ -440,7 +441,7 @@ class _Machine:
         if st:
             self.step_faults.append((0, v, (F_ARGS, *where, 0, w.loop, w.iteration, v, st)))
             return False
-        regs = np.zeros((MAX_REGIONS, 7), dtype=np.int64)
+        regs = np.zeros((MAX_REGIONS, REGION_COLS), dtype=np.int64)
         n = int(vertex_regions(kid, args, regs))
         if n < 0:
             self.step_faults.append((0, v, (F_NO_REGIONS, *where, 0, w.loop, w.iteration, v,
@@ -491,7 +492,7 @@ class _Machine:
             self.step_faults.append((2, v, (F_KERNEL, w.step, t, 0, w.loop, w.iteration, v,
                                             status)))
             return
-        regs = np.zeros((MAX_REGIONS, 7), dtype=np.int64)
+        regs = np.zeros((MAX_REGIONS, REGION_COLS), dtype=np.int64)
         for r in range(int(vertex_regions(kid, args, regs))):
             addr, outer, ostride, rows, ld, nb, is_write = (int(x) for x in regs[r])
             if not is_write:
