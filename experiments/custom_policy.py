@@ -7,8 +7,8 @@ threshold.  pyproject.toml's entry points make both known to the CLI:
     tileplan run vit-tiny --layers 1 --baseline overlapped --proposals row-moves,operator
 """
 
+from planner.search.around import Proposal
 from planner.search.policies import default_plan
-from planner.search.proposals import Proposal
 from planner.search.registry import BASELINES, PROPOSALS
 
 

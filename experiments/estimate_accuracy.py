@@ -3,7 +3,7 @@ cycles of the same op in a built package?
 
 For each case (model, layers) on DEVICE this builds the default baseline
 (`baseline_plan` → `build` → timing simulation), maps the simulated cycles
-of every step back to ops (`proposals.step_profile`: through the package's
+of every step back to ops (`profile.step_profile`: through the package's
 provenance, an op's own steps, the conversions lowered for it and the move
 of its result to canonical) and sets them
 beside the catalogue estimate of the recipe the op runs (`Recipe.cycles` ×
@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.common import ARTIFACTS, publish, setup
+from planner.ir.graph import op_sites
 from planner.ir.models import load_model
 from planner.lowering.lower import lower
 from planner.search.incumbent import evaluate
 from planner.search.policies import baseline_plan
-from planner.search.proposals import op_sites, step_profile
+from planner.search.profile import step_profile
 from simulator.device import Device, load_device
 from simulator.run import run
 from tilecommon.tables import table

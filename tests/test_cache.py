@@ -25,7 +25,7 @@ def test_cached_builds_equal_uncached(micro_graph: Graph) -> None:
     p = baseline_plan(micro_graph, TINY)
     q = p.with_reduction_overlap(True)
     for plan in (p, q, p):
-        built = trials.build(c, micro_graph, TINY, plan)
+        built = build(micro_graph, TINY, plan, c)
         ref = build(micro_graph, TINY, plan)
         assert built.package.content_hash() == ref.package.content_hash()
     # p: miss; q differs only in the schedule flag: expansion hit; p again: both hit
@@ -67,16 +67,15 @@ def test_failed_trial_is_cached_with_its_reason(micro_graph: Graph) -> None:
 def test_lru_bound(micro_graph: Graph) -> None:
     c = PlanningContext(max_entries=1)
     p = baseline_plan(micro_graph, TINY)
-    trials.build(c, micro_graph, TINY, p)
-    trials.build(c, micro_graph, TINY, p.with_packing("half"))
+    build(micro_graph, TINY, p, c)
+    build(micro_graph, TINY, p.with_packing("half"), c)
     assert len(c.expansions.data) == 1
-    trials.build(c, micro_graph, TINY, p)
+    build(micro_graph, TINY, p, c)
     assert c.expansions.misses == 3
 
 
 def test_lru_weight_bound(micro_graph: Graph) -> None:
-    from planner.lowering.state import LRU
-    from planner.search.context import program_rows
+    from planner.lowering.state import LRU, program_rows
 
     lru: LRU[str, int] = LRU(8, 10, weigh=lambda v: v)
     for k, v in (("a", 4), ("b", 4), ("c", 4)):
@@ -87,11 +86,11 @@ def test_lru_weight_bound(micro_graph: Graph) -> None:
     # a context whose row budget holds one micro program keeps one expansion
     p = baseline_plan(micro_graph, TINY)
     c = PlanningContext()
-    trials.build(c, micro_graph, TINY, p)
+    build(micro_graph, TINY, p, c)
     rows = program_rows(next(iter(c.expansions.data.values())))
     c = PlanningContext(max_rows=rows + 1)
-    trials.build(c, micro_graph, TINY, p)
-    trials.build(c, micro_graph, TINY, p.with_packing("half"))
+    build(micro_graph, TINY, p, c)
+    build(micro_graph, TINY, p.with_packing("half"), c)
     assert len(c.expansions.data) == 1 and len(c.prefixes.entries) == 1
 
 

@@ -18,7 +18,8 @@ from planner.ir.graph import Graph
 from planner.pipeline import extension_rows
 from planner.search.incumbent import PipelineConfig
 from planner.search.policies import default_plan
-from planner.search.proposals import KINDS, Profile, proposals
+from planner.search.profile import Profile
+from planner.search.proposals import KINDS, proposals
 from planner.search.registry import BASELINES, PROPOSALS
 from tilecommon import registry
 from tilecommon.errors import ConfigError

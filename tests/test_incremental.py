@@ -13,10 +13,11 @@ from planner.ir.graph import Graph
 from planner.lowering.expand import Expander, PrefixStore, expand_lowered, signature
 from planner.lowering.lower import lower
 from planner.lowering.stages import build_program, graph_meta
+from planner.search.around import pinned
 from planner.search.incumbent import evaluate
 from planner.search.optimize import profile
 from planner.search.policies import baseline_plan
-from planner.search.proposals import pinned, proposals
+from planner.search.proposals import proposals
 from tilecommon.errors import BuildFailure
 
 TINY = simulator.load_device("tiny")

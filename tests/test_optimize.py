@@ -16,15 +16,15 @@ import pytest
 import planner
 import simulator
 from planner.ir.graph import Add, Cast, Graph, MatMul, Tensor, make_graph
+from planner.lowering import stages as cache_mod
 from planner.pipeline import plan as pipeline_plan
 from planner.report import REL_FRO_TOLERANCE, compare
 from planner.search import optimize
-from planner.search import trials as cache_mod
+from planner.search.around import Proposal
 from planner.search.context import PlanningContext
 from planner.search.incumbent import Incumbent, PipelineConfig, evaluate
 from planner.search.optimize import LocalOptimizer, Record
 from planner.search.policies import baseline_plan
-from planner.search.proposals import Proposal
 from simulator.device import Device
 
 ROOT = Path(__file__).resolve().parents[1]

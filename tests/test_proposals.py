@@ -7,12 +7,14 @@ import dataclasses
 import pytest
 
 import simulator
-from planner.ir.graph import Graph
+from planner.ir.graph import Graph, op_sites
 from planner.lowering.lower import lower
+from planner.search.around import Proposal
 from planner.search.incumbent import Incumbent, evaluate
 from planner.search.optimize import profile
 from planner.search.policies import baseline_plan
-from planner.search.proposals import KINDS, Profile, Proposal, op_sites, proposals
+from planner.search.profile import Profile
+from planner.search.proposals import KINDS, proposals
 from tilecommon.errors import ConfigError
 
 TINY = simulator.load_device("tiny")
@@ -117,7 +119,7 @@ def test_proposal_sorts_as_value() -> None:
 
 def test_apply_change_replays_one_change_on_another() -> None:
     from planner.decide.plan import Plan
-    from planner.search.proposals import apply_change
+    from planner.search.plandiff import apply_change
 
     base = Plan(recipes=(("a", "rows:1"), ("b", "mm:1x1x1")), open_boundaries=("t",))
     first = base.with_recipe("a", "rows:2")
@@ -138,7 +140,8 @@ def test_next_round_proposes_the_replayed_change(micro_graph: Graph,
     (two packings are alternatives, not changes that compose; recipe
     alternatives are re-ranked around the new incumbent, so B is a boundary
     or cast change)."""
-    from planner.search.proposals import apply_change, pinned
+    from planner.search.around import pinned
+    from planner.search.plandiff import apply_change
 
     props = proposals(micro_graph, TINY, incumbent.plan, profile(incumbent))
     a = props[0]

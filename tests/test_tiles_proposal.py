@@ -15,8 +15,9 @@ from planner.lowering.stages import plan_digest
 from planner.report import REL_FRO_TOLERANCE, compare
 from planner.search.incumbent import PipelineConfig, evaluate
 from planner.search.optimize import LocalOptimizer, profile
+from planner.search.plandiff import apply_change
 from planner.search.policies import baseline_plan
-from planner.search.proposals import apply_change, proposals
+from planner.search.proposals import proposals
 from planner.search.tileload import phase_load, shifted, step_cycles
 from simulator.device import Device
 from tilecommon.errors import BuildFailure

@@ -577,6 +577,34 @@ _CHECKS: dict[type, Callable[[Graph, Any], None]] = {
 }
 
 
+# ---------------------------------------------------------------- walking
+
+
+@dataclass(frozen=True)
+class OpSite:
+    """A non-Repeat op with its qualified name (`<repeat>/<op>` inside a
+    Repeat body), its graph (the body or the top graph), its trips (how many
+    times it runs: how many layers of its parameters live on the device) and
+    its scope (the name prefix, "" at the top)."""
+
+    name: str
+    graph: Graph
+    op: Op
+    trips: int
+    scope: str
+
+
+def op_sites(g: Graph, scope: str = "", trips: int = 1) -> list[OpSite]:
+    """Every non-Repeat op of `g` in program order (Repeat bodies inlined once)."""
+    out: list[OpSite] = []
+    for op in g.ops:
+        if isinstance(op, Repeat):
+            out += op_sites(op.body, f"{scope}{op.name}/", op.trips)
+        else:
+            out.append(OpSite(f"{scope}{op.name}", g, op, trips, scope))
+    return out
+
+
 # ---------------------------------------------------------------- counting
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -175,11 +175,25 @@ def plan_owners(graph: Graph, device: Device, plan: Plan, state: BuildState | No
 def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = None) -> Built:
     """The whole build of `graph` on `device` under `plan`: the named stages
     of STAGES in order (module docstring); every choice comes from `plan`.
-    `state` is the build state to remember lowerings, expansions and memos
-    in."""
+    `state` is the build state whose caches it goes through (None: a fresh
+    one): a recent lowering is reused, an expansion resumes from the longest
+    common lowered-step prefix of a recent one (or is reused whole when the
+    plan differs only in reduction overlap), and a schedule of the very
+    same program is reused.  Raises BuildFailure."""
+    state = state if state is not None else BuildState()
     with gc_paused():  # ~10⁶ acyclic objects: collections would cost as much as the build
         clock: list[tuple[str, float]] = []
-        program = expand_stage(graph, device, plan, state, clock)
-        return build_program(program, device, graph.name, graph_meta(graph, plan),
-                             reduction_overlap=plan.reduction_overlap, timings=clock,
-                             state=state, owners=plan_owners(graph, device, plan, state))
+        ekey = (graph, device, replace(plan, reduction_overlap=False))
+        program = state.expansions.get(ekey)
+        if program is None:
+            program = expand_stage(graph, device, plan, state, clock)
+            state.expansions.put(ekey, program)
+        skey = (ekey, plan.reduction_overlap)
+        sched = state.schedules.get(skey)
+        built = build_program(program, device, graph.name, graph_meta(graph, plan),
+                              reduction_overlap=plan.reduction_overlap, timings=clock,
+                              sched=sched, state=state,
+                              owners=plan_owners(graph, device, plan, state))
+        if sched is None:
+            state.schedules.put(skey, built.schedule)
+        return built

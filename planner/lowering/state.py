@@ -3,10 +3,19 @@ globals.
 
 A state holds the catalogue's cache (shortlists, recipes by key, kernel-call
 cycles), the recent lowerings by content, the recent expansions a new one
-resumes from (`PrefixStore`), the facts of recent schedule phases and the
-buffer columns of recent programs.  `planner.search.context.PlanningContext`
-adds the search's caches; `planner.plan` makes one per call unless one is
-passed in, and a benchmark that wants a cold start makes a new one.  Every
+resumes from (`PrefixStore`), the facts of recent schedule phases, the buffer
+columns of recent programs, and whole expansions and schedules by content:
+
+- `expansions` — (graph, device, plan without the schedule-only
+  `reduction_overlap` flag) → the expanded `Program`; two plans that differ
+  only in reduction overlap share one expansion;
+- `schedules` — (expansion key, reduction_overlap) → its `Schedule`.
+
+Both are bounded by entries and by their programs' vertices and transfer rows
+(PROGRAM_ROWS, SCHEDULE_ROWS): a 27-layer full-size program is hundreds of MB.
+`planner.search.context.PlanningContext` adds the search's trial outcomes;
+`planner.plan` makes one per call unless one is passed in, and a benchmark
+that wants a cold start makes a new one.  Every
 function that takes a state accepts None: a fresh state for that call (nothing
 shared).  Results never depend on what a state remembers, only speed does.
 """
@@ -22,16 +31,39 @@ from planner.decide.catalogue import CatalogueCache
 from planner.lowering.columns import BufMemo, PhaseMemo
 from planner.lowering.expand import PrefixStore
 from planner.lowering.lowered import Lowered
+from planner.lowering.program import Phase, Program
+from planner.lowering.schedule import Schedule
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 # lowerings kept by content: the optimizer lowers each incumbent three times
-# (its build's expansion, `proposals.pinned`, the proposal generator)
+# (its build's expansion, `around.pinned`, the proposal generator)
 RECENT_LOWERINGS = 8
 # weight of the remembered schedule phases: vertices + transfer rows (about
 # eight vit-tiny 2-layer programs' compute phases)
 PHASE_WEIGHT = 200_000
+# expansions and schedules kept (entries)
+MAX_ENTRIES = 8
+# expansions kept while their vertices and transfer rows sum to at most this
+# many: a 27-layer siglip-so400m-map program holds ~2.6M rows (about 0.2 GB
+# each for its Program and its Schedule), so it is one
+PROGRAM_ROWS = 3_000_000
+# schedules kept by the same measure: a hit needs the very plan again, which
+# a planning context's trial cache already answers, so only small programs'
+# are worth keeping
+SCHEDULE_ROWS = 500_000
+
+
+def program_rows(program: Program) -> int:
+    """Vertices and transfer rows of an expanded program (its cache weight)."""
+    return sum(len(p.vertices) + len(p.transfers) for p in program.items
+               if isinstance(p, Phase))
+
+
+def schedule_rows(sched: Schedule) -> int:
+    """Vertices and transfer rows of a schedule (its cache weight)."""
+    return sum(len(st.vertices) + len(st.transfers) for st in sched.steps)
 
 
 class LRU(Generic[K, V]):
@@ -77,11 +109,16 @@ class LRU(Generic[K, V]):
 class BuildState:
     """The build layer's caches (module docstring); `prefix_entries` = 0
     makes every expansion start from scratch; `max_rows` bounds the
-    expansions kept to resume from by their vertices and transfer rows."""
+    expansions kept to resume from and the expansion and schedule caches by
+    their vertices and transfer rows, `max_entries` the latter two by count."""
 
-    def __init__(self, prefix_entries: int = 4, max_rows: int = 1 << 62) -> None:
+    def __init__(self, prefix_entries: int = 4, max_rows: int = PROGRAM_ROWS,
+                 max_entries: int = MAX_ENTRIES) -> None:
         self.catalogue = CatalogueCache()
         self.lowerings: LRU[tuple, Lowered] = LRU(RECENT_LOWERINGS)
         self.prefixes = PrefixStore(prefix_entries, max_rows)
         self.phases: PhaseMemo = PhaseMemo(PHASE_WEIGHT)
         self.bufs = BufMemo(4)
+        self.expansions: LRU[tuple, Program] = LRU(max_entries, max_rows, program_rows)
+        self.schedules: LRU[tuple, Schedule] = LRU(max_entries, min(max_rows, SCHEDULE_ROWS),
+                                                   schedule_rows)

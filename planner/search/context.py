@@ -1,22 +1,14 @@
 """The planning context: everything one planning run remembers, as one object.
 
 `PlanningContext` is a `BuildState` (catalogue, lowerings, expansion prefixes,
-schedule-phase and buffer memos: planner.lowering.state) plus the search's own
-caches, keyed by content:
+schedule-phase and buffer memos, expansions and schedules by content:
+planner.lowering.state) plus the search's own cache, keyed by content:
 
-- `expansions` — (graph, device, plan without the schedule-only
-  `reduction_overlap` flag, shortlist limit) → the expanded `Program`; two
-  plans that differ only in reduction overlap share one expansion;
-- `schedules` — (expansion key, reduction_overlap) → its `Schedule`;
-- `trials` — (graph, device, plan, limit) → the outcome of its evaluation
-  (cycles and step profile, or why it did not build), without the build
-  itself: a plan already evaluated (for instance speculatively) is not
-  evaluated again, and one accepted from there is rebuilt
-  (planner.search.trials.evaluate `complete`).
-
-The expansion and schedule caches (and the expansion prefixes) are bounded by
-entries and by their programs' vertices and transfer rows (PROGRAM_ROWS,
-SCHEDULE_ROWS): a 27-layer full-size program is hundreds of MB.
+- `trials` — (graph, device, plan) → the outcome of its evaluation (cycles
+  and step profile, or why it did not build), without the build itself: a
+  plan already evaluated (for instance speculatively) is not evaluated again,
+  and one accepted from there is rebuilt (planner.search.trials.evaluate
+  `complete`).
 
 `planner.plan` makes a fresh context per call unless one is passed in; a
 benchmark that wants a cold start makes a new one.  Worker processes of a
@@ -29,32 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.lowering.program import Phase, Program
-from planner.lowering.schedule import Schedule
-from planner.lowering.state import LRU, BuildState
+from planner.lowering.state import LRU, MAX_ENTRIES, PROGRAM_ROWS, BuildState
 
 CACHES = ("implementation", "expansion", "schedule", "trial")
-MAX_ENTRIES = 8
-# expansions and schedules kept while their vertices and transfer rows sum to
-# at most this many: a 27-layer siglip-so400m-map program holds ~2.6M rows
-# (about 0.2 GB each for its Program and its Schedule), so it is one
-PROGRAM_ROWS = 3_000_000
-# schedules kept by the same measure: a hit needs the very plan again, which
-# the trial cache already answers, so only small programs' are worth keeping
-SCHEDULE_ROWS = 500_000
 # trial outcomes kept (without their builds: planner.search.trials)
 TRIAL_ENTRIES = 64
-
-
-def program_rows(program: Program) -> int:
-    """Vertices and transfer rows of an expanded program (its cache weight)."""
-    return sum(len(p.vertices) + len(p.transfers) for p in program.items
-               if isinstance(p, Phase))
-
-
-def schedule_rows(sched: Schedule) -> int:
-    """Vertices and transfer rows of a schedule (its cache weight)."""
-    return sum(len(st.vertices) + len(st.transfers) for st in sched.steps)
 
 
 @dataclass
@@ -90,10 +61,7 @@ class PlanningContext(BuildState):
 
     def __init__(self, max_entries: int = MAX_ENTRIES, prefix_entries: int = 4,
                  max_rows: int = PROGRAM_ROWS) -> None:
-        super().__init__(prefix_entries, max_rows)
-        self.expansions: LRU[tuple, Program] = LRU(max_entries, max_rows, program_rows)
-        self.schedules: LRU[tuple, Schedule] = LRU(max_entries, min(max_rows, SCHEDULE_ROWS),
-                                                   schedule_rows)
+        super().__init__(prefix_entries, max_rows, max_entries)
         self.trials: LRU[tuple, Any] = LRU(TRIAL_ENTRIES)
         # increments reported by worker processes (their contexts are their own)
         self.remote = Counters()

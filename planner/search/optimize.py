@@ -26,7 +26,7 @@ workers that the optimizer owns for the call) or an `executor` passed in,
 this process decides proposal i while the executor builds up to `in_flight`
 (default jobs − 1) guesses of what will be evaluated next: while most
 proposals so far were accepted, the later proposals' changes replayed on
-proposal i (`proposals.apply_change`: what the next round proposes if i is
+proposal i (`plandiff.apply_change`: what the next round proposes if i is
 accepted), otherwise the later proposals as they are.  Speculative results
 are kept by plan until a decision needs that plan; a guess only changes the
 timing, never a decision, so the result (final plan and package hash) is
@@ -60,16 +60,12 @@ from typing import Any
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.lowering.expand import gc_paused
+from planner.search.around import Proposal, pinned
 from planner.search.context import Counters, PlanningContext
 from planner.search.incumbent import Incumbent, PipelineConfig
-from planner.search.proposals import (
-    Profile,
-    Proposal,
-    apply_change,
-    pinned,
-    proposals,
-    step_profile,
-)
+from planner.search.plandiff import apply_change
+from planner.search.profile import Profile, step_profile
+from planner.search.proposals import proposals
 from planner.search.registry import OPTIMIZERS
 from planner.search.trials import Trial, evaluate, evaluate_in_worker, init_worker
 from simulator.device import Device

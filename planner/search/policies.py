@@ -43,7 +43,7 @@ from __future__ import annotations
 from planner.decide import catalogue as cat
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import Plan
-from planner.ir.graph import DTYPE_BYTES, BatchMatMul, Cast, Graph, MatMul, Op, Repeat
+from planner.ir.graph import DTYPE_BYTES, BatchMatMul, Cast, Graph, MatMul, Op, op_sites
 from planner.lowering.lower import Lowered, absorbable, lower
 from planner.lowering.state import BuildState
 from planner.search.registry import BASELINES
@@ -54,18 +54,6 @@ POLICIES = ("default", "element", "capacity")  # the built-in policies (BASELINE
 DEFAULT_PACKINGS = ("element", "rows")
 # a recipe's parameter homes may hold this multiple of the device mean per tile
 PARAM_HEADROOM = 1.25
-
-
-def _ops(g: Graph, scope: str = "", trips: int = 1) -> list[tuple[str, Graph, Op, int]]:
-    """(qualified name, graph, op, trips) of every non-Repeat op, body ops
-    included (trips: how many layers of its parameters live on the device)."""
-    out: list[tuple[str, Graph, Op, int]] = []
-    for op in g.ops:
-        if isinstance(op, Repeat):
-            out += _ops(op.body, f"{scope}{op.name}/", op.trips)
-        else:
-            out.append((f"{scope}{op.name}", g, op, trips))
-    return out
 
 
 def parameter_tile_bytes(lw: Lowered, tiles: int) -> list[int]:
@@ -112,7 +100,7 @@ def _default_at(g: Graph, device: Device, limit: int, ctx: BuildState,
     redistribution where that is estimated cheaper, unless not
     `early_casts`), and its estimate (cycles: Σ trips × each chosen
     recipe's estimate)."""
-    sites = _ops(g)
+    sites = [(s.name, s.graph, s.op, s.trips) for s in op_sites(g)]
     # parameter bytes per tile if spread evenly (the shared rotation's aim)
     mean_params = sum(g.tensor(p).nbytes for p in g.parameters) / device.tiles
     free = device.memory_size - device.fixed_bytes - int(PARAM_HEADROOM * mean_params)
@@ -193,14 +181,15 @@ def capacity_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan
     (ties: after).  The memory score is per op, a local estimate: it does not
     prove that the whole program fits."""
     chosen: dict[str, str] = {}
-    for name, sub, op, trips in _ops(g):
+    for site in op_sites(g):
+        name, sub, op, trips = site.name, site.graph, site.op, site.trips
         if isinstance(op, Cast):
             continue
         shortlist = cat.catalogue(sub, op, device, limit, cache=ctx.catalogue)
         pick = min(shortlist, key=lambda r: (trips * r.home_bytes + r.mem_bytes, r.xbytes,
                                              r.cycles, r.key))
         chosen[name] = pick.key
-    casts = [(name, sub, op) for name, sub, op, _ in _ops(g) if isinstance(op, Cast)]
+    casts = [(s.name, s.graph, s.op) for s in op_sites(g) if isinstance(s.op, Cast)]
     base = Plan(recipes=tuple(sorted(chosen.items())), packing="rows",
                 row_moves=default_row_moves(device))
     after = base.with_cast_orders({name: "after" for name, _, _ in casts})

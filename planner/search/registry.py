@@ -21,7 +21,7 @@ plug-in never changes what a default run does.
 
 - `BaselinePolicy`: `(graph, device, limit, ctx) -> Plan` — the first plan.
 - `ProposalKind`: `(around) -> list[Proposal]` — the proposals of one kind
-  around an incumbent; `around` (planner.search.proposals.Around) holds the
+  around an incumbent; `around` (planner.search.around.Around) holds the
   graph, device, pinned incumbent plan, its lowering, measured profile and
   catalogue access.
 - `OptimizerFactory`: `(cfg) -> Optimizer`, an optimizer being
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from planner.decide.plan import Plan
     from planner.ir.graph import Graph
     from planner.lowering.state import BuildState
+    from planner.search.around import Around, Proposal
     from planner.search.context import PlanningContext
     from planner.search.incumbent import Incumbent, PipelineConfig
-    from planner.search.proposals import Around, Proposal
     from simulator.device import Device
 
 

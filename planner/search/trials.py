@@ -1,9 +1,8 @@
-"""Trials: a plan built into a complete package and costed, through a
-planning context's caches (planner.search.context), so that an unchanged
-recipe skips catalogue generation, a plan that differs from a recent one only
-in reduction overlap reuses its expansion, a build resumes from the longest
-common lowered-step prefix of a recent expansion, and a plan already built
-(for instance speculatively) is never built twice.
+"""Trials: a plan built into a complete package and costed
+(planner.search.incumbent.evaluate, through the build caches of a planning
+context: planner.lowering.stages.build), remembered by the context without
+the build, so that a plan already built (for instance speculatively) is never
+built twice, and evaluated in a worker process for the parallel optimizer.
 """
 
 from __future__ import annotations
@@ -16,12 +15,11 @@ from typing import Any
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.lowering.expand import gc_paused
-from planner.lowering.stages import Built, build_program, expand_stage, graph_meta, plan_owners
 from planner.search.context import Counters, PlanningContext
 from planner.search.incumbent import Incumbent
-from planner.search.proposals import Profile, step_profile
+from planner.search.incumbent import evaluate as incumbent_of
+from planner.search.profile import Profile, step_profile
 from simulator.device import Device
-from simulator.run import run
 from tilecommon.errors import BuildFailure
 
 
@@ -38,29 +36,8 @@ class Trial:
     failure: str = ""
     seconds: float = 0.0
     cycles: int | None = None
-    # measured cycles per lowered step and per op (proposals.step_profile), when built
+    # measured cycles per lowered step and per op (planner.search.profile.step_profile), when built
     profile: Profile | None = None
-
-
-def build(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Built:
-    """`planner.lowering.build` through the context's expansion and schedule
-    caches.  Raises BuildFailure."""
-    with gc_paused():
-        clock: list[tuple[str, float]] = []
-        ekey = (graph, device, replace(plan, reduction_overlap=False))
-        program = ctx.expansions.get(ekey)
-        if program is None:
-            program = expand_stage(graph, device, plan, ctx, clock)
-            ctx.expansions.put(ekey, program)
-        skey = (ekey, plan.reduction_overlap)
-        sched = ctx.schedules.get(skey)
-        built = build_program(program, device, graph.name, graph_meta(graph, plan),
-                              reduction_overlap=plan.reduction_overlap, timings=clock,
-                              sched=sched, state=ctx,
-                              owners=plan_owners(graph, device, plan, ctx))
-        if sched is None:
-            ctx.schedules.put(skey, built.schedule)
-        return built
 
 
 def evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan,
@@ -84,16 +61,13 @@ def evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan,
 def _evaluate(ctx: PlanningContext, graph: Graph, device: Device, plan: Plan) -> Trial:
     t0 = time.perf_counter()
     try:
-        built = build(ctx, graph, device, plan)
+        inc = incumbent_of(graph, device, plan, ctx)
     except BuildFailure as e:
         return Trial(None, " ".join(str(e).split()), time.perf_counter() - t0)
-    t1 = time.perf_counter()
-    sim = run(built.package, numerics=False)
-    inc = Incumbent(plan, built, int(sim.cycles), time.perf_counter() - t1, int(sim.n_faults))
-    failure = f"simulation faults: {sim.n_faults}" if sim.n_faults else ""
-    prof = None if failure else step_profile(built, sim.cycles_per_step)
-    return Trial(None if failure else inc, failure, time.perf_counter() - t0,
-                 None if failure else inc.cycles, prof)
+    if inc.faults:
+        return Trial(None, f"simulation faults: {inc.faults}", time.perf_counter() - t0)
+    prof = step_profile(inc.built, inc.cycles_per_step)
+    return Trial(inc, "", time.perf_counter() - t0, inc.cycles, prof)
 
 
 # the context of this worker process, set by `init_worker` when the pool
