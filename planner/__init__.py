@@ -16,9 +16,13 @@ from typing import Any
 # public name -> the module that defines it
 _EXPORTS = {
     **{name: "planner.ir.graph" for name in (
-        "Add", "BatchMatMul", "Broadcast", "Cast", "Gelu", "Graph", "LayerNorm", "MatMul",
-        "MergeHeads", "Op", "Repeat", "Softmax", "SplitHeads", "Tensor", "graph_flops",
-        "graph_macs", "make_graph", "parameter_count", "verify_graph")},
+        "Graph", "Op", "OpBase", "Repeat", "Tensor", "graph_flops", "graph_macs", "make_graph",
+        "parameter_count", "verify_graph")},
+    **{name: f"planner.ir.ops.{module}" for name, module in (
+        ("Add", "add"), ("BatchMatMul", "batch_matmul"), ("Broadcast", "broadcast"),
+        ("Cast", "cast"), ("Gelu", "gelu"), ("LayerNorm", "layernorm"), ("MatMul", "matmul"),
+        ("MergeHeads", "heads"), ("Softmax", "softmax"), ("SplitHeads", "heads"))},
+    **{name: "planner.ir.opkind" for name in ("OPS", "register_op")},
     **{name: "planner.ir.models" for name in (
         "ModelConfig", "load_config", "load_model", "zoo_names")},
     **{name: "planner.ir.reference" for name in ("init_inputs", "init_params", "reference")},

@@ -12,6 +12,10 @@ import simulator
 from kernels.registry import by_name
 from planner.cli import main
 from planner.decide import catalogue as cat
+from planner.decide.families.rows import block_cycles
+from planner.ir.graph import Tensor, make_graph
+from planner.ir.ops.gelu import Gelu
+from planner.ir.ops.softmax import Softmax
 from simulator import kernel_cycles, load_device, run, verify
 from simulator.cost import call_args
 from simulator.testing import PackageBuilder
@@ -85,8 +89,12 @@ def test_catalogue_estimates_are_kernel_cycles() -> None:
         C600, "MATMUL", M=50, K=192, N=24, in_dtype="fp8", out_dtype="fp16")
     assert cat.reduce_cycles(7, 96, 4, "fp16", C600, bias=True) == kernel_cycles(
         C600, "REDUCE", M=7, N=96, k=4, bias=1)
-    assert cat.row_kernel_cycles("Gelu", 6, 300, "fp16", "fp16", C600) == kernel_cycles(
-        C600, "GELU", M=6, N=300)
-    assert cat.row_kernel_cycles("Softmax", 8, 197, "fp16", "fp16", C600) == kernel_cycles(
+    # a row op's estimate is its own kernel call on a dense block (op.row_call)
+    g = make_graph("sm", [Tensor("x", (8, 300), "fp16", "input"),
+                          Tensor("y", (8, 300), "fp16", "activation"),
+                          Tensor("z", (8, 300), "fp16", "output")],
+                   [Gelu("ge", "x", "y"), Softmax("sm", "y", "z", 0.125)], ["x"], ["z"])
+    assert block_cycles(g, g.op("ge"), 6, 300, C600) == kernel_cycles(C600, "GELU", M=6, N=300)
+    assert block_cycles(g, g.op("sm"), 8, 197, C600) == kernel_cycles(
         C600, "SOFTMAX", M=8, N=197)
     assert simulator.kernel_cycles is kernel_cycles

@@ -10,7 +10,10 @@ import pytest
 
 import planner
 import simulator
-from planner.ir.graph import Cast, Graph, LayerNorm, MatMul, Repeat, Tensor, make_graph
+from planner.ir.graph import Graph, Repeat, Tensor, make_graph
+from planner.ir.ops.cast import Cast
+from planner.ir.ops.layernorm import LayerNorm
+from planner.ir.ops.matmul import MatMul
 from planner.lowering.expand import expand_program
 from planner.lowering.program import LoopMark, Phase, Program
 from planner.lowering.stages import build
@@ -347,7 +350,7 @@ def test_gc_paused_freezes_survivors_when_the_outermost_pause_ends() -> None:
 def test_partial_sums_columns_equal_transfer_objects() -> None:
     """The K-split partial-sum columns equal the transfers written one by one:
     partial l's row block → block l of the landing buffer."""
-    from planner.lowering.expand_ops import partial_sums
+    from planner.lowering.families.matmul import partial_sums
     from planner.lowering.program import Ref, Transfer, Xfers
 
     gk, parts = 3, [10, 11, 12, 20, 21, 22]

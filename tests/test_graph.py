@@ -7,17 +7,8 @@ import dataclasses
 import pytest
 
 from planner.ir.graph import (
-    Add,
-    BatchMatMul,
-    Cast,
-    Gelu,
     Graph,
-    LayerNorm,
-    MatMul,
-    MergeHeads,
     Repeat,
-    Softmax,
-    SplitHeads,
     Tensor,
     graph_flops,
     graph_macs,
@@ -25,6 +16,14 @@ from planner.ir.graph import (
     op_macs,
     parameter_count,
 )
+from planner.ir.ops.add import Add
+from planner.ir.ops.batch_matmul import BatchMatMul
+from planner.ir.ops.cast import Cast
+from planner.ir.ops.gelu import Gelu
+from planner.ir.ops.heads import MergeHeads, SplitHeads
+from planner.ir.ops.layernorm import LayerNorm
+from planner.ir.ops.matmul import MatMul
+from planner.ir.ops.softmax import Softmax
 from tilecommon.errors import GraphError
 
 T = Tensor

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import planner
-from planner.ir.graph import Broadcast, Tensor, make_graph, parameter_count
+from planner.ir.graph import Tensor, make_graph, parameter_count
+from planner.ir.ops.broadcast import Broadcast
 from planner.ir.reference import fp32_graph, init_inputs, init_params, reference
 from planner.pipeline import run_model
 from planner.search.incumbent import PipelineConfig

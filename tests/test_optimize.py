@@ -15,7 +15,10 @@ import pytest
 
 import planner
 import simulator
-from planner.ir.graph import Add, Cast, Graph, MatMul, Tensor, make_graph
+from planner.ir.graph import Graph, Tensor, make_graph
+from planner.ir.ops.add import Add
+from planner.ir.ops.cast import Cast
+from planner.ir.ops.matmul import MatMul
 from planner.lowering import stages as cache_mod
 from planner.pipeline import plan as pipeline_plan
 from planner.report import REL_FRO_TOLERANCE, compare

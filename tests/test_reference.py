@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import planner
-from planner.ir.graph import Cast, Graph, MergeHeads, Repeat, SplitHeads, Tensor, make_graph
+from planner.ir.graph import Graph, Repeat, Tensor, make_graph
+from planner.ir.ops.cast import Cast
+from planner.ir.ops.heads import MergeHeads, SplitHeads
 from planner.ir.reference import quantize
 from tilecommon.errors import ConfigError
 

@@ -9,7 +9,9 @@ import planner
 import simulator
 from planner.decide.layout import row_layout, spread_tiles
 from planner.decide.plan import Plan
-from planner.ir.graph import Add, Gelu, Graph, Tensor, make_graph
+from planner.ir.graph import Graph, Tensor, make_graph
+from planner.ir.ops.add import Add
+from planner.ir.ops.gelu import Gelu
 from planner.lowering.lower import lower
 from planner.lowering.stages import plan_digest
 from planner.report import REL_FRO_TOLERANCE, compare

@@ -23,8 +23,11 @@ cycles apart, 63,886 fused).
 
 from __future__ import annotations
 
+from typing import cast
+
 from planner.decide import catalogue as cat
-from planner.ir.graph import Graph, MatMul, Tensor, make_graph
+from planner.ir.graph import Graph, Tensor, make_graph
+from planner.ir.ops.matmul import MatMul
 from simulator.device import Device
 
 # shortlist length searched for a fused grid whose column blocks divide among the members
@@ -36,8 +39,9 @@ def sibling_groups(g: Graph) -> tuple[tuple[MatMul, ...], ...]:
     (module docstring); a Repeat body's ops are not looked at."""
     by_input: dict[tuple, list[MatMul]] = {}
     for op in g.ops:
-        if not isinstance(op, MatMul):
+        if op.FAMILY != "matmul":
             continue
+        op = cast(MatMul, op)  # the matmul family's one kind
         w = g.tensor(op.b)
         if w.kind != "parameter" or (op.bias is not None and g.tensor(op.bias).kind
                                      != "parameter"):

@@ -25,13 +25,9 @@ from functools import cached_property
 import numpy as np
 
 from planner.decide.plan import PACKING_FACTOR, Plan
+from planner.ir.graph import view2d
 
-
-def view2d(shape: tuple[int, ...]) -> tuple[int, int]:
-    """(rows, cols) of the 2-D view of a tensor of `shape`."""
-    if len(shape) == 1:
-        return 1, shape[0]
-    return math.prod(shape[:-1]), shape[-1]
+__all__ = ["view2d"]  # the IR's 2-D view, used with every layout
 
 
 def even_cuts(n: int, parts: int) -> tuple[int, ...]:

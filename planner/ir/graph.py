@@ -14,19 +14,13 @@ fields; a transform returns a new `Graph` made with `make_graph`, which runs
   an earlier op (ops are in topological order, so there are no cycles); every
   tensor has at most one producer; inputs and parameters have none; every
   activation/output tensor has one;
-- per-op shape and dtype rules (below; `_check_<Op>`);
+- each op's own shape and dtype rule (`op.check(g)`: the op kinds of
+  planner.ir.ops, declared in planner.ir.opkind);
 - a Repeat's body is itself a valid graph whose `inputs` are the arguments
   (kind "input") and `outputs` the yields (kind "output"); argument k, yield k,
   init k and final k have equal shape, dtype and scale_exp; an iterated
   parameter's outer tensor has shape `(trips, *body_shape)`, invariant ones the
   body shape; every body parameter is bound exactly once.
-
-Extension of the contract: `Broadcast` repeats x [R, N] row-periodically
-into out [B·R, N] (out[r] = x[r mod R]; the MAP head's learned probe over
-the batch), a pure data movement like SplitHeads/MergeHeads (`MOVE_OPS`).
-`Add` allows `b` with fewer rows than `a` when
-`b.shape[0]` divides `a.shape[0]` (row-periodic broadcast: the position
-embedding [T, H] added to [B·T, H]; out[r] = a[r] + b[r mod b.rows]).
 
 The reference-only precision variant (`load_model(..., precision="fp32")`) has
 fp32 MatMul operands; the verifier accepts that, the planner need not.
@@ -35,10 +29,10 @@ fp32 MatMul operands; the verifier accepts that, the planner need not.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from kernels.abi import DTYPE_SIZE
 from tilecommon.errors import GraphError
@@ -46,6 +40,13 @@ from tilecommon.errors import GraphError
 DTYPES = ("fp8", "fp16", "fp32")
 KINDS = ("activation", "parameter", "input", "output")
 DTYPE_BYTES = DTYPE_SIZE  # dtype name -> bytes (kernels.abi)
+
+
+def view2d(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(rows, cols) of a tensor seen as a matrix: the last dim is the columns."""
+    if len(shape) == 1:
+        return 1, shape[0]
+    return math.prod(shape[:-1]), shape[-1]
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,17 @@ class Tensor:
 class OpBase:
     """Common part of every op; `kind` is the class name.  An op names the
     fields that hold the tensors it reads (`READS`, in order; a field that is
-    None is left out) and writes (`WRITES`)."""
+    None is left out) and writes (`WRITES`).  The hooks below are what an op
+    kind declares (planner.ir.opkind; the built-in kinds are planner.ir.ops)."""
 
     READS: ClassVar[tuple[str, ...]] = ()
     WRITES: ClassVar[tuple[str, ...]] = ("out",)
+    # the recipe family that places the op (planner.ir.opkind.FAMILIES)
+    FAMILY: ClassVar[str] = ""
+    # a conversion redistributions may absorb (Cast)
+    CONVERSION: ClassVar[bool] = False
+    # the read field whose fp8 cast may run before the move (matmul operands)
+    NARROW_OPERAND: ClassVar[str | None] = None
 
     name: str
 
@@ -93,116 +101,23 @@ class OpBase:
         """Tensor names written."""
         return tuple(getattr(self, f) for f in self.WRITES)
 
+    def check(self, g: Graph) -> None:
+        """The op's shape and dtype rule in graph `g` (GraphError)."""
+        raise GraphError(self.name, f"op kind {self.kind} declares no shape rule")
 
-@dataclass(frozen=True)
-class MatMul(OpBase):
-    """out[M,N] = a[M,K] @ b[K,N] (+ bias[N]), fp32 accumulation, one rounding."""
+    def compute(self, g: Graph, env: Mapping[str, Any]) -> Any:
+        """The unrounded float32 result (a numpy array) from the values of
+        its inputs in `env` (planner.ir.reference rounds it)."""
+        raise TypeError(f"op {self.name}: op kind {self.kind} has no reference formula")
 
-    READS: ClassVar[tuple[str, ...]] = ("a", "b", "bias")
+    def macs(self, g: Graph) -> int:
+        """Multiply-accumulates of one execution (matmuls; 0 for the rest)."""
+        return 0
 
-    a: str
-    b: str
-    out: str
-    bias: str | None = None
-
-
-@dataclass(frozen=True)
-class BatchMatMul(OpBase):
-    """out[Bt,M,N] = a[Bt,M,K] @ b[Bt,K,N] (b is [Bt,N,K] when transpose_b)."""
-
-    READS: ClassVar[tuple[str, ...]] = ("a", "b")
-
-    a: str
-    b: str
-    out: str
-    transpose_b: bool = False
-
-
-@dataclass(frozen=True)
-class LayerNorm(OpBase):
-    """Over the last dim of x [M,N]; fp32 statistics (two-pass, biased variance)."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x", "gamma", "beta")
-
-    x: str
-    gamma: str
-    beta: str
-    out: str
-    eps: float
-
-
-@dataclass(frozen=True)
-class Gelu(OpBase):
-    """Tanh-form GELU in fp32."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x",)
-
-    x: str
-    out: str
-
-
-@dataclass(frozen=True)
-class Softmax(OpBase):
-    """Softmax over the last dim of x*scale, max-subtracted, fp32 inside."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x",)
-
-    x: str
-    out: str
-    scale: float
-
-
-@dataclass(frozen=True)
-class Add(OpBase):
-    """out = a + b in fp32, one rounding; b may be row-periodic (see module doc)."""
-
-    READS: ClassVar[tuple[str, ...]] = ("a", "b")
-
-    a: str
-    b: str
-    out: str
-
-
-@dataclass(frozen=True)
-class Cast(OpBase):
-    """out = convert(x) to out.dtype with out.scale_exp (contracts §1)."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x",)
-
-    x: str
-    out: str
-
-
-@dataclass(frozen=True)
-class SplitHeads(OpBase):
-    """x [B·T, H] -> out [B·heads, T, H/heads]; out[b·heads+h, t, d] = x[b·T+t, h·dh+d]."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x",)
-
-    x: str
-    out: str
-    heads: int
-
-
-@dataclass(frozen=True)
-class MergeHeads(OpBase):
-    """Inverse of SplitHeads: x [B·heads, T, dh] -> out [B·T, heads·dh]."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x",)
-
-    x: str
-    out: str
-    heads: int
-
-
-@dataclass(frozen=True)
-class Broadcast(OpBase):
-    """x [R, N] -> out [B·R, N] with out[r] = x[r mod R] (row-periodic copy)."""
-
-    READS: ClassVar[tuple[str, ...]] = ("x",)
-
-    x: str
-    out: str
+    def param_roles(self) -> dict[str, str]:
+        """Init role (weight, bias, gamma, beta, ...) of the parameters it
+        reads, by tensor name; a parameter no op names is "other"."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -234,15 +149,11 @@ class Repeat(OpBase):
     def outputs(self) -> tuple[str, ...]:
         return self.final
 
+    def check(self, g: Graph) -> None:
+        _check_repeat(g, self)
 
-Op = Union[  # noqa: UP007 - a runtime alias used in isinstance-free annotations
-    MatMul, BatchMatMul, LayerNorm, Gelu, Softmax, Add, Cast, SplitHeads, MergeHeads,
-    Broadcast, Repeat
-]
-OP_TYPES = (MatMul, BatchMatMul, LayerNorm, Gelu, Softmax, Add, Cast, SplitHeads, MergeHeads,
-            Broadcast, Repeat)
-# ops that only move data between canonical layouts (lowered as one exchange)
-MOVE_OPS = (SplitHeads, MergeHeads, Broadcast)
+
+Op = OpBase  # an op of any kind (planner.ir.opkind)
 
 
 @dataclass(frozen=True)
@@ -337,7 +248,7 @@ def verify_graph(g: Graph) -> None:
     produced: set[str] = set()
     op_names: set[str] = set()
     for op in g.ops:
-        if not isinstance(op, OP_TYPES):
+        if not isinstance(op, OpBase):
             raise GraphError(str(getattr(op, "name", op)), f"{where}: not an op: {type(op)}")
         if op.name in op_names:
             raise GraphError(op.name, f"{where}: duplicate op name")
@@ -359,7 +270,7 @@ def verify_graph(g: Graph) -> None:
                 raise GraphError(op.name, f"second producer of {t!r}")
             produced.add(t)
             defined.add(t)
-        _CHECKS[type(op)](g, op)
+        op.check(g)
     for tensor in g.tensors:
         if tensor.kind in ("activation", "output") and tensor.name not in produced:
             raise GraphError(where, f"tensor {tensor.name!r} ({tensor.kind}) has no producer")
@@ -389,126 +300,6 @@ def _check_tensors(g: Graph, where: str) -> None:
         raise GraphError(where, f"outputs {list(g.outputs)} != tensors of kind output {declared}")
 
 
-def _same_shape(op: OpBase, what: str, a: Tensor, b: Tensor) -> None:
-    if a.shape != b.shape:
-        raise GraphError(op.name, f"{what}: {a.name} {a.shape} vs {b.name} {b.shape}")
-
-
-def _dtype_in(op: OpBase, t: Tensor, allowed: tuple[str, ...]) -> None:
-    if t.dtype not in allowed:
-        raise GraphError(op.name, f"{t.name}: dtype {t.dtype} not in {allowed}")
-
-
-def _rank(op: OpBase, t: Tensor, rank: int) -> None:
-    if len(t.shape) != rank:
-        raise GraphError(op.name, f"{t.name}: rank {len(t.shape)} (shape {t.shape}), want {rank}")
-
-
-_ACT = ("fp16", "fp32")
-
-
-def _check_matmul(g: Graph, op: MatMul) -> None:
-    a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
-    for t in (a, b, out):
-        _rank(op, t, 2)
-    _dtype_in(op, a, DTYPES)
-    if a.dtype != b.dtype:
-        raise GraphError(op.name, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
-    _dtype_in(op, out, _ACT)
-    if a.shape[1] != b.shape[0]:
-        raise GraphError(op.name, f"inner dims differ: {op.a} {a.shape} @ {op.b} {b.shape}")
-    if out.shape != (a.shape[0], b.shape[1]):
-        raise GraphError(op.name, f"out {out.shape} != {(a.shape[0], b.shape[1])}")
-    if op.bias is not None:
-        bias = g.tensor(op.bias)
-        _dtype_in(op, bias, _ACT)
-        if bias.shape != (b.shape[1],):
-            raise GraphError(op.name, f"bias {bias.shape} != {(b.shape[1],)}")
-
-
-def _check_batch_matmul(g: Graph, op: BatchMatMul) -> None:
-    a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
-    for t in (a, b, out):
-        _rank(op, t, 3)
-    _dtype_in(op, a, DTYPES)
-    if a.dtype != b.dtype:
-        raise GraphError(op.name, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
-    _dtype_in(op, out, _ACT)
-    k_b, n = (b.shape[2], b.shape[1]) if op.transpose_b else (b.shape[1], b.shape[2])
-    if a.shape[0] != b.shape[0] or a.shape[2] != k_b:
-        raise GraphError(
-            op.name, f"shapes {a.shape} @ {b.shape} (transpose_b={op.transpose_b}) mismatch"
-        )
-    if out.shape != (a.shape[0], a.shape[1], n):
-        raise GraphError(op.name, f"out {out.shape} != {(a.shape[0], a.shape[1], n)}")
-
-
-def _check_layernorm(g: Graph, op: LayerNorm) -> None:
-    x, out = g.tensor(op.x), g.tensor(op.out)
-    _rank(op, x, 2)
-    _same_shape(op, "out shape", x, out)
-    _dtype_in(op, x, _ACT)
-    _dtype_in(op, out, _ACT)
-    for p in (g.tensor(op.gamma), g.tensor(op.beta)):
-        _dtype_in(op, p, _ACT)
-        if p.shape != (x.shape[1],):
-            raise GraphError(op.name, f"{p.name} {p.shape} != {(x.shape[1],)}")
-    if not (isinstance(op.eps, float) and 0.0 < op.eps < 1.0):
-        raise GraphError(op.name, f"eps {op.eps!r} must be a float in (0, 1)")
-
-
-def _check_elementwise(g: Graph, op: Gelu | Softmax | Cast) -> None:
-    x, out = g.tensor(op.x), g.tensor(op.out)
-    _same_shape(op, "out shape", x, out)
-    if isinstance(op, Cast):
-        return
-    _dtype_in(op, x, _ACT)
-    _dtype_in(op, out, _ACT)
-    if isinstance(op, Softmax) and not (isinstance(op.scale, float) and op.scale > 0.0):
-        raise GraphError(op.name, f"scale {op.scale!r} must be a positive float")
-
-
-def _check_add(g: Graph, op: Add) -> None:
-    a, b, out = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
-    _same_shape(op, "out shape", a, out)
-    for t in (a, b, out):
-        _dtype_in(op, t, _ACT)
-    if a.shape == b.shape:
-        return
-    if len(a.shape) != len(b.shape) or a.shape[1:] != b.shape[1:] or a.shape[0] % b.shape[0]:
-        raise GraphError(
-            op.name, f"b {b.shape} neither equals a {a.shape} nor divides its rows"
-        )
-
-
-def _check_heads(g: Graph, op: SplitHeads | MergeHeads) -> None:
-    x, out = g.tensor(op.x), g.tensor(op.out)
-    flat, split = (x, out) if isinstance(op, SplitHeads) else (out, x)
-    _rank(op, flat, 2)
-    _rank(op, split, 3)
-    if x.dtype != out.dtype:
-        raise GraphError(op.name, f"dtype changes {x.dtype} -> {out.dtype}")
-    if op.heads <= 0 or split.shape[0] % op.heads:
-        raise GraphError(op.name, f"heads {op.heads} does not divide {split.name} {split.shape}")
-    batch, tokens, dh = split.shape[0] // op.heads, split.shape[1], split.shape[2]
-    if flat.shape != (batch * tokens, op.heads * dh):
-        raise GraphError(
-            op.name, f"{flat.name} {flat.shape} != {(batch * tokens, op.heads * dh)} "
-            f"for {split.name} {split.shape} with {op.heads} heads"
-        )
-
-
-def _check_broadcast(g: Graph, op: Broadcast) -> None:
-    x, out = g.tensor(op.x), g.tensor(op.out)
-    _rank(op, x, 2)
-    _rank(op, out, 2)
-    if (x.dtype, x.scale_exp) != (out.dtype, out.scale_exp):
-        raise GraphError(op.name, f"format changes {x.dtype} -> {out.dtype}")
-    if x.shape[1] != out.shape[1] or out.shape[0] % x.shape[0]:
-        raise GraphError(op.name, f"out {out.shape} is not a whole number of copies of "
-                                  f"{x.name} {x.shape}")
-
-
 def _same_format(op: OpBase, what: str, a: Tensor, b: Tensor) -> None:
     if (a.shape, a.dtype, a.scale_exp) != (b.shape, b.dtype, b.scale_exp):
         raise GraphError(
@@ -518,6 +309,7 @@ def _same_format(op: OpBase, what: str, a: Tensor, b: Tensor) -> None:
 
 
 def _check_repeat(g: Graph, op: Repeat) -> None:
+    """Repeat's rule (module docstring)."""
     body = op.body
     if not isinstance(body, Graph):
         raise GraphError(op.name, "body is not a Graph")
@@ -562,21 +354,6 @@ def _check_repeat(g: Graph, op: Repeat) -> None:
         )
 
 
-_CHECKS: dict[type, Callable[[Graph, Any], None]] = {
-    MatMul: _check_matmul,
-    BatchMatMul: _check_batch_matmul,
-    LayerNorm: _check_layernorm,
-    Gelu: _check_elementwise,
-    Softmax: _check_elementwise,
-    Cast: _check_elementwise,
-    Add: _check_add,
-    SplitHeads: _check_heads,
-    MergeHeads: _check_heads,
-    Broadcast: _check_broadcast,
-    Repeat: _check_repeat,
-}
-
-
 # ---------------------------------------------------------------- walking
 
 
@@ -609,16 +386,10 @@ def op_sites(g: Graph, scope: str = "", trips: int = 1) -> list[OpSite]:
 
 
 def op_macs(g: Graph, op: Op) -> int:
-    """Multiply-accumulates of one op (MatMul/BatchMatMul; Repeat: trips × body)."""
-    if isinstance(op, MatMul):
-        m, k = g.tensor(op.a).shape
-        return m * k * g.tensor(op.b).shape[1]
-    if isinstance(op, BatchMatMul):
-        bt, m, k = g.tensor(op.a).shape
-        return bt * m * k * g.tensor(op.out).shape[2]
+    """Multiply-accumulates of one op (`op.macs`; Repeat: trips × body)."""
     if isinstance(op, Repeat):
         return op.trips * graph_macs(op.body)
-    return 0
+    return op.macs(g)
 
 
 def op_flops(g: Graph, op: Op) -> int:

@@ -45,23 +45,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.ir.graph import (
-    Add,
-    BatchMatMul,
-    Broadcast,
-    Cast,
-    Gelu,
-    Graph,
-    LayerNorm,
-    MatMul,
-    MergeHeads,
-    Op,
-    Repeat,
-    Softmax,
-    SplitHeads,
-    Tensor,
-    make_graph,
-)
+from planner.ir.graph import Graph, Op, Repeat, Tensor, make_graph
+from planner.ir.ops.add import Add
+from planner.ir.ops.batch_matmul import BatchMatMul
+from planner.ir.ops.broadcast import Broadcast
+from planner.ir.ops.cast import Cast
+from planner.ir.ops.gelu import Gelu
+from planner.ir.ops.heads import MergeHeads, SplitHeads
+from planner.ir.ops.layernorm import LayerNorm
+from planner.ir.ops.matmul import MatMul
+from planner.ir.ops.softmax import Softmax
 from tilecommon.config import Limits, check_fields, read_toml
 from tilecommon.errors import ConfigError
 

@@ -6,15 +6,15 @@ Values are float32 arrays of *logical* values (an fp8 tensor's array holds
 - every tensor an op writes is rounded to its dtype once: fp16 via
   `np.float16`, fp8 via ml_dtypes `float8_e4m3fn` after scaling by
   `2**-scale_exp` (the oracle; independent of kernels/dtypes.py), fp32 as is;
-- MatMul: float32 `a @ b` of the decoded values, plus the bias in fp32, one
-  rounding; BatchMatMul likewise;
-- LayerNorm, Softmax, GELU, Add: the vector-op formulas of kernels.formulas
-  (the rounding contract, docs/contracts.md §6): row statistics (LayerNorm
-  mean and variance, softmax sum) accumulated in float64 and rounded to fp32,
-  exp/tanh in float64 rounded to fp32, everything else one fp32 operation at
-  a time.  The simulator's kernels compute the same formulas, so these ops
-  agree with it bit for bit whatever either side's summation order (`layernorm`,
-  `softmax`, `gelu`, `add` are the per-op functions).
+- each op's value is its kind's formula (`op.compute`, planner.ir.ops):
+  MatMul is a float32 `a @ b` of the decoded values plus the bias in fp32,
+  one rounding, BatchMatMul likewise; the vector ops (LayerNorm, Softmax,
+  GELU, Add, ...) are the formulas of kernels.formulas (the rounding
+  contract, docs/contracts.md §6): row statistics accumulated in float64 and
+  rounded to fp32, transcendentals in float64 rounded to fp32, everything
+  else one fp32 operation at a time.  The simulator's kernels compute the
+  same formulas, so these ops agree with it bit for bit whatever either
+  side's summation order.
 
 MatMul accumulation order is BLAS's, so a simulated matmul whose K is split
 over tiles (partials summed by REDUCE) agrees to within fp32 accumulation
@@ -39,24 +39,7 @@ from collections.abc import Mapping
 import ml_dtypes
 import numpy as np
 
-from kernels import formulas
-from planner.ir.graph import (
-    Add,
-    BatchMatMul,
-    Broadcast,
-    Cast,
-    Gelu,
-    Graph,
-    LayerNorm,
-    MatMul,
-    MergeHeads,
-    Op,
-    Repeat,
-    Softmax,
-    SplitHeads,
-    Tensor,
-    make_graph,
-)
+from planner.ir.graph import Graph, Op, Repeat, Tensor, make_graph
 from planner.ir.models import WEIGHT_STD
 from tilecommon.errors import ConfigError
 
@@ -88,31 +71,6 @@ def quantize(x: np.ndarray, t: Tensor) -> np.ndarray:
     return codes.astype(F32) * F32(2.0**t.scale_exp)
 
 
-def layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    """Unrounded LayerNorm over the last axis of float32 `x` (eps taken as float32)."""
-    return formulas.layernorm(x, gamma, beta, float(F32(eps)))
-
-
-def softmax(x: np.ndarray, scale: float) -> np.ndarray:
-    """Unrounded softmax over the last axis of `x * scale` (scale taken as float32)."""
-    return formulas.softmax(x, float(F32(scale)))
-
-
-def gelu(x: np.ndarray) -> np.ndarray:
-    """Unrounded GELU (tanh form) of float32 `x`."""
-    return formulas.gelu(x)
-
-
-def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Unrounded `a + b` in float32; `b` may have fewer rows than `a`, repeated
-    row-periodically (`out[r] = a[r] + b[r mod rows(b)]`)."""
-    a = np.asarray(a, dtype=F32)
-    b = np.asarray(b, dtype=F32)
-    if a.shape == b.shape:
-        return formulas.add(a, b)
-    return formulas.add(a.reshape(-1, *b.shape), b).reshape(a.shape)
-
-
 def fp32_graph(g: Graph) -> Graph:
     """`g` with every tensor fp32 (scales 0; Casts become fp32 → fp32, Repeat
     bodies too): the unquantised forward the cosine-to-fp32 accuracy of a
@@ -129,21 +87,17 @@ def _rng(seed: int, name: str) -> np.random.Generator:
 
 
 def parameter_roles(g: Graph) -> dict[str, str]:
-    """Role of each parameter by use: weight, bias, gamma, beta or other
-    (outer parameters of a Repeat take their body parameter's role)."""
+    """Role of each parameter by use (`op.param_roles()`: weight, bias,
+    gamma, beta, ...; "other" when no op names one; outer parameters of a
+    Repeat take their body parameter's role)."""
     roles: dict[str, str] = {}
     for op in g.ops:
-        if isinstance(op, MatMul):
-            roles[op.b] = "weight"
-            if op.bias is not None:
-                roles[op.bias] = "bias"
-        elif isinstance(op, LayerNorm):
-            roles[op.gamma] = "gamma"
-            roles[op.beta] = "beta"
-        elif isinstance(op, Repeat):
+        if isinstance(op, Repeat):
             inner = parameter_roles(op.body)
             for outer, body_name in op.iterated + op.invariant:
                 roles[outer] = inner.get(body_name, "other")
+        else:
+            roles.update(op.param_roles())
     return {p: roles.get(p, "other") for p in g.parameters}
 
 
@@ -253,33 +207,5 @@ def _repeat(g: Graph, op: Repeat, env: dict[str, np.ndarray],
 
 
 def _compute(g: Graph, op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
-    """The unrounded fp32 result of one non-Repeat op."""
-    if isinstance(op, MatMul):
-        y = env[op.a] @ env[op.b]
-        return y if op.bias is None else y + env[op.bias]
-    if isinstance(op, BatchMatMul):
-        b = env[op.b]
-        return env[op.a] @ (np.swapaxes(b, 1, 2) if op.transpose_b else b)
-    if isinstance(op, LayerNorm):
-        return layernorm(env[op.x], env[op.gamma], env[op.beta], op.eps)
-    if isinstance(op, Softmax):
-        return softmax(env[op.x], op.scale)
-    if isinstance(op, Gelu):
-        return gelu(env[op.x])
-    if isinstance(op, Add):
-        return add(env[op.a], env[op.b])
-    if isinstance(op, Cast):
-        return env[op.x]
-    if isinstance(op, Broadcast):
-        x = env[op.x]
-        return np.tile(x, (g.tensor(op.out).shape[0] // x.shape[0], 1))
-    if isinstance(op, SplitHeads):
-        x = env[op.x]
-        bh, t, dh = g.tensor(op.out).shape
-        return x.reshape(bh // op.heads, t, op.heads, dh).transpose(0, 2, 1, 3).reshape(bh, t, dh)
-    if isinstance(op, MergeHeads):
-        x = env[op.x]
-        bh, t, dh = x.shape
-        return x.reshape(bh // op.heads, op.heads, t, dh).transpose(0, 2, 1, 3).reshape(
-            -1, op.heads * dh)
-    raise TypeError(f"op {op.name}: reference has no rule for {op.kind}")
+    """The unrounded fp32 result of one non-Repeat op: its kind's formula."""
+    return np.asarray(op.compute(g, env), dtype=F32)

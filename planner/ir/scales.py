@@ -13,8 +13,8 @@ inputs)` returns `g` with every fp8 tensor's `scale_exp` chosen from data:
   (the fp32 graph, `reference.fp32_graph`, on `params` and `inputs`; a
   Repeat body's tensor over every iteration), with one bit of headroom
   (amax · 2^-e <= 224) for inputs beyond the calibration's;
-- a SplitHeads / MergeHeads / Broadcast output keeps its input's exponent (a
-  move copies codes).
+- the output of a move op (SplitHeads, MergeHeads, Broadcast, ...) keeps its
+  input's exponent (a move copies codes).
 
 fp8 keeps ~3 significant bits at any exponent, so a scale only decides what
 saturates (|value| beyond 448 · 2^e is NaN in e4m3fn) and what is flushed to
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from planner.ir.graph import MOVE_OPS, Cast, Graph, Repeat, make_graph
+from planner.ir.graph import Graph, Repeat, make_graph
 from planner.ir.reference import FP8_MAX, cast_counts, fp32_graph, quantize, reference
 
 EXP_RANGE = (-60, 60)  # keeps a BATCH_MATMUL's combined exponent in int8
@@ -88,10 +88,10 @@ def _activation_scales(g: Graph, amax: Mapping[str, float], scales: dict[str, in
     for op in g.ops:
         if isinstance(op, Repeat):
             _activation_scales(op.body, amax, scales, f"{scope}{op.name}/")
-        elif isinstance(op, Cast) and g.tensor(op.out).dtype == "fp8":
-            scales[scope + op.out] = exponent_for(amax.get(scope + op.out, 0.0),
-                                                  ACTIVATION_HEADROOM_BITS)
-        elif isinstance(op, MOVE_OPS) and g.tensor(op.outputs[0]).dtype == "fp8":
+        elif op.CONVERSION and g.tensor(op.outputs[0]).dtype == "fp8":
+            out = scope + op.outputs[0]
+            scales[out] = exponent_for(amax.get(out, 0.0), ACTIVATION_HEADROOM_BITS)
+        elif op.FAMILY == "move" and g.tensor(op.outputs[0]).dtype == "fp8":
             src = scope + op.inputs[0]
             scales[scope + op.outputs[0]] = scales.get(src, g.tensor(op.inputs[0]).scale_exp)
 

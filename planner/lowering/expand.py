@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 from planner.decide.layout import Layout, view2d
 from planner.decide.plan import Plan
-from planner.ir.graph import MOVE_OPS, BatchMatMul, Broadcast, Graph, MatMul, MergeHeads, SplitHeads
-from planner.lowering import expand_ops
+from planner.ir.graph import Graph
 from planner.lowering.expand_redist import Loc, moves, shareable
+from planner.lowering.families.rows import expand_cast_step
 from planner.lowering.lower import Lowered, Step, Value, lower
+from planner.lowering.placement import PLACEMENTS
 from planner.lowering.program import TENSOR_KINDS, Buf, IOBlock, LoopMark, Phase, Program
 from simulator.device import Device
 from tilecommon.errors import BuildFailure, Unsupported
@@ -276,18 +277,10 @@ class Expander:
         elif s.kind == "redistribute":
             self.redistribute(s.inputs[0], s.outputs[0], s.segments, s.label, s.row_moves)
         elif s.kind == "cast":
-            expand_ops.expand_cast_step(self, s)
-        elif isinstance(s.op, MatMul):
-            self.params(s)
-            expand_ops.expand_matmul(self, s)
-        elif isinstance(s.op, BatchMatMul):
-            expand_ops.expand_bmm(self, s)
-        elif isinstance(s.op, MOVE_OPS):
-            self.redistribute(s.inputs[0], s.outputs[0], heads_segments(self.lw, s), s.label,
-                              s.row_moves)
-        else:
-            self.params(s)
-            expand_ops.expand_rows(self, s)
+            expand_cast_step(self, s)
+        else:  # compute: its family's placement expands it
+            assert s.op is not None
+            PLACEMENTS[s.op.FAMILY].expand(self, s)
 
     def params(self, s: Step) -> None:
         for name in s.inputs:
@@ -384,28 +377,6 @@ def cell_bytes(lay: Layout, elem: int) -> list[int]:
     rows = [b - a for a, b in zip(lay.row_cuts, lay.row_cuts[1:], strict=False)]
     cols = [b - a for a, b in zip(lay.col_cuts, lay.col_cuts[1:], strict=False)]
     return [r * c * elem for r in rows for c in cols]
-
-
-def heads_segments(lw: Lowered, s: Step) -> tuple[tuple[int, int, int, int, int, int], ...]:
-    """Segments of SplitHeads (x [B·T, H] → [B·heads·T, dh]), MergeHeads, or
-    Broadcast (x [R, N] → [B·R, N], one whole copy per batch)."""
-    op = s.op
-    if isinstance(op, Broadcast):
-        xr, cols = lw.values[s.inputs[0]].shape
-        total = lw.values[s.outputs[0]].shape[0]
-        return tuple((r, r + xr, 0, 0, 0, cols) for r in range(0, total, xr))
-    assert isinstance(op, (SplitHeads, MergeHeads))
-    split = lw.values[s.outputs[0] if isinstance(op, SplitHeads) else s.inputs[0]]
-    bt, t, dh = split.shape
-    heads = op.heads
-    segs = []
-    for b in range(bt // heads):
-        for h in range(heads):
-            if isinstance(op, SplitHeads):
-                segs.append(((b * heads + h) * t, (b * heads + h + 1) * t, 0, b * t, h * dh, dh))
-            else:
-                segs.append((b * t, (b + 1) * t, h * dh, (b * heads + h) * t, 0, dh))
-    return tuple(segs)
 
 
 @contextmanager
@@ -547,5 +518,5 @@ class PrefixStore:
         return exp
 
 
-__all__ = ["expand_program", "expand_lowered", "heads_segments", "view2d",
+__all__ = ["expand_program", "expand_lowered", "view2d",
            "Expansion", "PrefixStore", "signature"]

@@ -60,8 +60,7 @@ absorbed Cast, no such op).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.decide import catalogue as cat
 from planner.decide import fusion
@@ -70,25 +69,16 @@ from planner.decide.layout import (
     canonical_layout,
     even_cuts,
     grid_tiles,
-    row_layout,
-    step_cuts,
     view2d,
 )
 from planner.decide.plan import Plan
-from planner.ir.graph import (
-    DTYPE_BYTES,
-    MOVE_OPS,
-    Add,
-    BatchMatMul,
-    Cast,
-    Graph,
-    LayerNorm,
-    MatMul,
-    Op,
-    Repeat,
-    Tensor,
-)
+from planner.ir.graph import DTYPE_BYTES, Graph, Op, Repeat, Tensor
+from planner.ir.opkind import MoveOp, Segment
+from planner.lowering import families as _families  # noqa: F401  (registers the placements)
+from planner.lowering.families.matmul import grid_layouts
+from planner.lowering.families.rows import operand_segments
 from planner.lowering.lowered import Carry, Lowered, Step, Value, identity_segments
+from planner.lowering.placement import PLACEMENTS
 from simulator.device import Device
 from tilecommon.errors import BuildFailure, Unsupported
 
@@ -99,10 +89,6 @@ __all__ = ["Carry", "Lowered", "Step", "Value", "identity_segments", "lower"]
 
 # LayerNorm gamma/beta homes: chunks of at most this many bytes, on rotating tiles.
 VECTOR_CHUNK_BYTES = 256
-# a weight block (all layers) is sharded over up to gm readers, one shard per
-# this many bytes: balance where it matters, few all-gather transfers (gm² per
-# block when fully sharded) where blocks are small
-HOME_SHARD_BYTES = 4096
 
 
 def must_materialise(g: Graph, tensor: str) -> bool:
@@ -112,23 +98,32 @@ def must_materialise(g: Graph, tensor: str) -> bool:
     return any(isinstance(op, Repeat) and tensor in op.init + op.final for op in g.ops)
 
 
-def absorbable(g: Graph, op: Cast) -> bool:
+def moves_only(op: Op) -> bool:
+    """A consumer that cannot absorb a conversion: a Repeat, another
+    conversion or a move op."""
+    return isinstance(op, Repeat) or op.CONVERSION or op.FAMILY == "move"
+
+
+def absorbable(g: Graph, op: Op) -> bool:
     """A Cast its consumers' conversions can absorb (cast order "after"): its
     result need not be materialised and every consumer is a compute op."""
-    if must_materialise(g, op.out):
+    if must_materialise(g, op.outputs[0]):
         return False
-    users = g.consumers(op.out)
-    return bool(users) and all(not isinstance(u, (Repeat, Cast, *MOVE_OPS)) for u in users)
+    users = g.consumers(op.outputs[0])
+    return bool(users) and all(not moves_only(u) for u in users)
 
 
 def arrives_narrow(g: Graph, op: Op, plan: Plan, scope: str = "") -> bool:
-    """True when `op` (in graph `g`, ops named under `scope`) is a MatMul or
-    BatchMatMul whose `a` operand is the result of a Cast that `plan` runs
-    before redistribution: it arrives as fp8, not as the wide value its
-    estimate otherwise assumes (catalogue module docstring)."""
-    return isinstance(op, (MatMul, BatchMatMul)) and any(
-        isinstance(c, Cast) and c.out == op.a and plan.cast_before(f"{scope}{c.name}")
-        for c in g.ops)
+    """True when `op` (in graph `g`, ops named under `scope`) has a narrow
+    operand (`NARROW_OPERAND`: a matmul's `a`) that is the result of a
+    conversion `plan` runs before redistribution: it arrives as fp8, not as
+    the wide value its estimate otherwise assumes (catalogue module
+    docstring)."""
+    if op.NARROW_OPERAND is None:
+        return False
+    x = getattr(op, op.NARROW_OPERAND)
+    return any(c.CONVERSION and c.outputs[0] == x and plan.cast_before(f"{scope}{c.name}")
+               for c in g.ops)
 
 
 class _Lowerer:
@@ -141,7 +136,7 @@ class _Lowerer:
         self.out = Lowered()
         self.tensors: dict[str, Tensor] = {}
         self.source: dict[str, str] = {}  # tensor -> value consumers convert from
-        self.casts: dict[str, tuple[str, Cast]] = {}  # absorbed cast out -> (x, op)
+        self.casts: dict[str, tuple[str, Op]] = {}  # absorbed conversion out -> (x, op)
         self.params: dict[str, tuple[str, int]] = {}  # tensor -> (outer param, trips)
         self.rotation = 0
         self.converted: dict[tuple, str] = {}
@@ -220,12 +215,12 @@ class _Lowerer:
                 done.update(o.name for o in groups[op.name])
             elif isinstance(op, Repeat):
                 self.lower_repeat(g, op)
-            elif isinstance(op, Cast) and self.absorb_cast(g, op):
-                self.casts[self.qual(op.out)] = (self.qual(op.x), op)
+            elif op.CONVERSION and self.absorb_cast(g, op):
+                self.casts[self.qual(op.outputs[0])] = (self.qual(op.inputs[0]), op)
             else:
                 self.lower_compute(g, op)
 
-    def absorb_cast(self, g: Graph, op: Cast) -> bool:
+    def absorb_cast(self, g: Graph, op: Op) -> bool:
         return not self.plan.cast_before(self.qual(op.name)) and absorbable(g, op)
 
     # ------------------------------------------------------------ ops
@@ -262,7 +257,7 @@ class _Lowerer:
         self.op_shift = 0
         self.emit_compute(g, op, recipe, in_layouts, out_layout, homes)
 
-    def fused_groups(self, g: Graph) -> dict[str, tuple[MatMul, ...]]:
+    def fused_groups(self, g: Graph) -> dict[str, tuple[Any, ...]]:
         """First op name -> sibling group, for the groups of `g` the plan fuses."""
         if not self.plan.fused:
             return {}
@@ -274,7 +269,7 @@ class _Lowerer:
                 self.fused_found.add(key)
         return out
 
-    def lower_fused(self, g: Graph, grp: tuple[MatMul, ...]) -> None:
+    def lower_fused(self, g: Graph, grp: tuple[Any, ...]) -> None:
         """A sibling group on one grid (planner.decide.fusion): `a` in one
         layout read by every column block's tiles, member x on the column
         blocks x·gn ... of the group's rotation base."""
@@ -303,7 +298,7 @@ class _Lowerer:
             def tile(i: int, j: int, l: int, x: int = x) -> int:  # the outputs: the
                 return tl[(i * g_cols + x * gn + j) * gk + l]  # computes share one step
 
-            ins, out, homes = self.grid_layouts(g, op, mc, kc, nc, tile)
+            ins, out, homes = grid_layouts(self, g, op, mc, kc, nc, tile)
             recipe = cat.recipe_from_key(g, op, self.device, f"mm:{gm}x{gn}x{gk}",
                                          cache=self.cache)
             step = self.compute_step(g, op, recipe, (a, *ins[1:]), out, homes)
@@ -328,13 +323,14 @@ class _Lowerer:
         for name, lay in zip(op.inputs, in_layouts, strict=True):
             q = self.qual(name)
             if q in self.params:
-                ins.append(self.param_value(q, homes[name], lay, g, op))
+                ins.append(self.param_value(q, homes[name], lay, g, op, name))
             else:
-                ins.append(self.convert(q, lay, self.periodic(g, op, name)))
+                ins.append(self.convert(q, lay, operand_segments(g, op, name)))
         out_t = self.qual(op.outputs[0])
         out_v = self.new_value(out_t, out_layout, suffix=f"@{op.name}")
+        segments: tuple[Segment, ...] = op.segments(g) if isinstance(op, MoveOp) else ()
         return Step("compute", self.qual(op.name), tuple(ins), (out_v,), op, recipe,
-                    row_moves=self.plan.row_moves)
+                    segments=segments, row_moves=self.plan.row_moves)
 
     def publish(self, g: Graph, name: str, value: str) -> None:
         """Make `value` (the producer's layout) the source of tensor `name`:
@@ -356,15 +352,6 @@ class _Lowerer:
                                    segments=identity_segments(rows, cols),
                                    row_moves=self.plan.row_moves))
         self.source[q] = cv
-
-    def periodic(self, g: Graph, op: Op, name: str) -> tuple:
-        """Segments for reading `name` into op's layout (row-periodic Add b)."""
-        t = g.tensor(name)
-        rows, cols = view2d(t.shape)
-        if isinstance(op, Add) and name == op.b and t.shape != g.tensor(op.a).shape:
-            total = view2d(g.tensor(op.a).shape)[0]
-            return tuple((s, s + rows, 0, 0, 0, cols) for s in range(0, total, rows))
-        return identity_segments(rows, cols)
 
     def convert(self, tensor: str, layout: Layout, segments: tuple) -> str:
         """A value of `tensor` in `layout`, converting from its source (and
@@ -395,7 +382,11 @@ class _Lowerer:
 
     # ------------------------------------------------------------ parameters
 
-    def param_value(self, tensor: str, home: Layout, layout: Layout, g: Graph, op: Op) -> str:
+    def param_value(self, tensor: str, home: Layout, layout: Layout, g: Graph, op: Op,
+                    name: str) -> str:
+        """A value of parameter `tensor` (qualified; `name` in graph `g`) in
+        `layout` for `op`, moved from its home (made here by the first
+        consumer)."""
         outer, trips = self.params[tensor]
         t = self.tensors[tensor]
         if outer in self.out.homes:  # a later consumer converts from the first one's home
@@ -405,10 +396,7 @@ class _Lowerer:
             hv = self.add_value(Value(f"home:{outer}", tensor, t.shape, t.dtype, t.scale_exp,
                                       home, "parameter", trips))
             self.out.homes[outer] = hv
-        rows, cols = view2d(t.shape)
-        segs = identity_segments(rows, cols)
-        if isinstance(op, Add):
-            segs = self.periodic(g, op, op.b)
+        segs = operand_segments(g, op, name)
         if home == layout and len(segs) == 1:
             return hv
         out = self.new_value(tensor, layout, suffix=f"@{op.name}")
@@ -437,139 +425,9 @@ class _Lowerer:
 
     def recipe_layouts(self, g: Graph, op: Op, r: cat.Recipe
                        ) -> tuple[tuple[Layout, ...], Layout, dict[str, Layout]]:
-        """Input layouts (op.inputs order), output layout, parameter homes."""
-        if isinstance(op, MatMul):
-            return self.matmul_layouts(g, op, r)
-        if isinstance(op, BatchMatMul):
-            return self.bmm_layouts(g, op, r)
-        if isinstance(op, MOVE_OPS):
-            return self.heads_layouts(g, op)
-        return self.row_layouts(g, op, r)
-
-    def matmul_layouts(self, g: Graph, op: MatMul, r: cat.Recipe):
-        m, k = g.tensor(op.a).shape
-        n = g.tensor(op.b).shape[1]
-        gm, gn, gk = r.grid
-        mc, kc, nc = even_cuts(m, gm), even_cuts(k, gk), even_cuts(n, gn)
-        gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
-        base = self.rotate(gm * gn * gk, self.qual(op.name))
-        tl = grid_tiles(base + self.op_shift, gm * gn * gk, self.device.tiles, self.plan)
-
-        def tile(i: int, j: int, l: int) -> int:
-            return tl[(i * gn + j) * gk + l]
-
-        return self.grid_layouts(g, op, mc, kc, nc, tile)
-
-    def grid_layouts(self, g: Graph, op: MatMul, mc: tuple[int, ...], kc: tuple[int, ...],
-                     nc: tuple[int, ...], tile: Callable[[int, int, int], int]):
-        """Matmul layouts (a, b, bias; out; homes) on the grid of cuts `mc` x
-        `nc` x `kc` whose cell (i, j, l) runs on `tile(i, j, l)`."""
-        m, k = g.tensor(op.a).shape
-        n = g.tensor(op.b).shape[1]
-        gm, gk, gn = len(mc) - 1, len(kc) - 1, len(nc) - 1
-        a = Layout(m, k, mc, kc, tuple(tuple(tile(i, j, l) for j in range(gn))
-                                       for i in range(gm) for l in range(gk)))
-        b = Layout(k, n, kc, nc, tuple(tuple(tile(i, j, l) for i in range(gm))
-                                       for l in range(gk) for j in range(gn)))
-        if gk == 1:
-            out = Layout(m, n, mc, nc, tuple((tile(i, j, 0),) for i in range(gm)
-                                             for j in range(gn)))
-            bias_owners = [tuple(tile(i, j, 0) for i in range(gm)) for j in range(gn)]
-        else:
-            rc = [0]
-            slices = []  # (i, l') per output row cell
-            for i in range(gm):
-                sub = even_cuts(mc[i + 1] - mc[i], gk)
-                for s in range(len(sub) - 1):
-                    rc.append(mc[i] + sub[s + 1])
-                    slices.append((i, s))
-            out = Layout(m, n, tuple(rc), nc, tuple((tile(i, j, s),) for i, s in slices
-                                                   for j in range(gn)))
-            bias_owners = [tuple(tile(i, j, s) for i, s in slices) for j in range(gn)]
-        ins = [a, b]
-        w = g.tensor(op.b)
-        layers = max(1, self.params.get(self.qual(op.b), ("", 0))[1])
-        block = b.max_cell_bytes(DTYPE_BYTES[w.dtype]) * layers
-        shards = min(gm, max(1, -(-block // HOME_SHARD_BYTES)))
-        homes = {op.b: self.sharded_home(b, shards)}
-        if op.bias is not None:
-            bias = Layout(1, n, (0, 1), nc, tuple(bias_owners))
-            ins.append(bias)
-            # one replica per column block holds the home, rotating over the
-            # readers: biases do not pile onto the i = 0 tiles
-            homes[op.bias] = Layout(1, n, (0, 1), nc, tuple(
-                (o[j % len(o)],) for j, o in enumerate(bias.owners)))
-        return tuple(ins), out, homes
-
-    @staticmethod
-    def sharded_home(b: Layout, gm: int) -> Layout:
-        """The compact home of a matmul weight: each kernel block (K slice l,
-        columns j) split by rows into `gm` shards, shard i on the tile (i, j, l)
-        that reads the block — every element once, spread over the grid."""
-        rc = [0]
-        owners: list[tuple[int, ...]] = []
-        for l in range(b.nr):
-            r0, r1 = b.row_cuts[l], b.row_cuts[l + 1]
-            sub = even_cuts(r1 - r0, gm)
-            for s in range(len(sub) - 1):
-                rc.append(r0 + sub[s + 1])
-                owners.extend((b.owners[l * b.nc + j][s],) for j in range(b.nc))
-        return Layout(b.rows, b.cols, tuple(rc), b.col_cuts, tuple(owners))
-
-    def bmm_layouts(self, g: Graph, op: BatchMatMul, r: cat.Recipe):
-        a_t, b_t, o_t = g.tensor(op.a), g.tensor(op.b), g.tensor(op.out)
-        bt, m, k = a_t.shape
-        n = o_t.shape[2]
-        kb = b_t.shape[1]
-        if len(r.grid) == 3:
-            return self.bmm_split_layouts(op, bt, m, k, n, kb, b_t.shape[2], r.grid[1:])
-        bg, gr = r.grid
-        groups = even_cuts(bt, -(-bt // bg)) if bg > 1 else tuple(range(bt + 1))
-        ng = len(groups) - 1
-        sub = even_cuts(m, gr)
-        gr = len(sub) - 1
-        tl = self.spread(ng * gr)
-        rows_a = [0]
-        owners = []
-        for gi in range(ng):
-            if gr == 1:
-                rows_a.append(groups[gi + 1] * m)
-                owners.append((tl[gi],))
-                continue
-            for s in range(gr):
-                rows_a.append(groups[gi] * m + sub[s + 1])
-                owners.append((tl[gi * gr + s],))
-        a = Layout(bt * m, k, tuple(rows_a), (0, k), tuple(owners))
-        out = Layout(bt * m, n, tuple(rows_a), (0, n), tuple(owners))
-        b = Layout(bt * kb, b_t.shape[2], tuple(x * kb for x in groups), (0, b_t.shape[2]),
-                   tuple(tuple(tl[gi * gr + s] for s in range(gr)) for gi in range(ng)))
-        return (a, b), out, {}
-
-    def bmm_split_layouts(self, op: BatchMatMul, bt: int, m: int, k: int, n: int, kb: int,
-                          bcols: int, grid: tuple[int, ...]):
-        """bmm:1x<gr>x<gc>: tile (b, s, c) = batch b, row block s, out column
-        block c; a cells (b, s) replicated over c, b cells (b, c) (key rows
-        for transpose_b, value columns otherwise) replicated over s."""
-        sub, nc = even_cuts(m, grid[0]), even_cuts(n, grid[1])
-        gr, gc = len(sub) - 1, len(nc) - 1
-        tl = self.spread(bt * gr * gc)
-
-        def tile(b: int, s: int, c: int) -> int:
-            return tl[(b * gr + s) * gc + c]
-
-        rows_a = (0,) + tuple(b * m + sub[s + 1] for b in range(bt) for s in range(gr))
-        a = Layout(bt * m, k, rows_a, (0, k), tuple(
-            tuple(tile(b, s, c) for c in range(gc)) for b in range(bt) for s in range(gr)))
-        out = Layout(bt * m, n, rows_a, nc, tuple(
-            (tile(b, s, c),) for b in range(bt) for s in range(gr) for c in range(gc)))
-        b_owners = tuple(tuple(tile(b, s, c) for s in range(gr))
-                         for b in range(bt) for c in range(gc))
-        if op.transpose_b:  # b is [Bt, N, K]: a column block of out is a row block of b
-            rows_b = (0,) + tuple(b * n + nc[c + 1] for b in range(bt) for c in range(gc))
-            lay_b = Layout(bt * n, bcols, rows_b, (0, bcols), b_owners)
-        else:
-            lay_b = Layout(bt * kb, bcols, tuple(b * kb for b in range(bt + 1)), nc, b_owners)
-        return (a, lay_b), out, {}
+        """Input layouts (op.inputs order), output layout, parameter homes:
+        the placement of the op's family (planner.lowering.families)."""
+        return PLACEMENTS[op.FAMILY].layouts(self, g, op, r)
 
     def spread(self, count: int) -> tuple[int, ...]:
         """Physical tiles of `count` places spread over the device (shifted
@@ -577,49 +435,6 @@ class _Lowerer:
         tiles = self.device.tiles
         return self.plan.physical_tiles(
             ((q * tiles // count + self.op_shift) % tiles for q in range(count)), tiles)
-
-    def heads_layouts(self, g: Graph, op: Op):
-        # the redistribution itself is the op: it reads its input where the
-        # source value is (canonical, or the producer's layout when that
-        # boundary is open; a parameter from its canonical home) and writes
-        # the canonical layout of its output
-        if self.op_shift:
-            raise BuildFailure("lower", -1, 0, 0, f"tile shift of {self.qual(op.name)}: a "
-                                                  f"heads op has no placement of its own")
-        x = self.qual(op.inputs[0])
-        src = self.source.get(x)
-        lay = self.out.values[src].layout if src else self.canonical(x)
-        homes = {op.inputs[0]: lay} if x in self.params else {}
-        return (lay,), self.canonical(self.qual(op.outputs[0])), homes
-
-    def row_layouts(self, g: Graph, op: Op, r: cat.Recipe):
-        x_name = op.inputs[0]
-        rows, cols = view2d(g.tensor(x_name).shape)
-        if len(r.grid) == 2:  # elementwise grid: row blocks × column blocks, spread
-            rc, cc = step_cuts(rows, r.grid[0]), even_cuts(cols, r.grid[1])
-            n = (len(rc) - 1) * (len(cc) - 1)
-            lay = Layout(rows, cols, rc, cc, tuple((t,) for t in self.spread(n)))
-        else:
-            lay = row_layout(rows, cols, r.grid[0], self.device.tiles, self.plan,
-                             self.op_shift)
-        homes: dict[str, Layout] = {}
-        if isinstance(op, LayerNorm):
-            vec = Layout(1, cols, (0, 1), (0, cols), (tuple(o[0] for o in lay.owners),))
-            homes[op.gamma] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.gamma).dtype],
-                                               self.qual(op.gamma))
-            homes[op.beta] = self.vector_home(cols, DTYPE_BYTES[g.tensor(op.beta).dtype],
-                                              self.qual(op.beta))
-            return (lay, vec, vec), lay, homes
-        if isinstance(op, Add):
-            b = g.tensor(op.b)
-            if b.kind == "parameter":
-                # whole rows over as many tiles as possible (balanced homes);
-                # moved into the op's row blocks each time it runs
-                brows = view2d(b.shape)[0]
-                homes[op.b] = row_layout(brows, cols, -(-brows // self.device.tiles),
-                                         self.device.tiles, self.plan)
-            return (lay, lay), lay, homes
-        return (lay,), lay, homes
 
     # ------------------------------------------------------------ Repeat
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from planner.decide import catalogue as cat
 from planner.decide import fusion
 from planner.decide.plan import Plan
-from planner.ir.graph import MOVE_OPS, Cast, Graph, OpSite, Repeat, op_sites
-from planner.lowering.lower import Lowered, arrives_narrow, lower, must_materialise
+from planner.ir.graph import Graph, OpSite, op_sites
+from planner.lowering.lower import Lowered, arrives_narrow, lower, moves_only, must_materialise
 from planner.lowering.lowered import Step
 from planner.lowering.provenance import move_role
 from planner.search.profile import Profile
@@ -126,14 +126,14 @@ class Around:
         out = []
         for site in self.sites:
             g = site.graph
-            if isinstance(site.op, (Cast, *MOVE_OPS)):
+            if site.op.CONVERSION or site.op.FAMILY == "move":
                 continue
             t = site.op.outputs[0]
             q = f"{site.scope}{t}"
             if self.plan.is_open(q) or must_materialise(g, t):
                 continue
             users = g.consumers(t)
-            if len(users) != 1 or isinstance(users[0], (Repeat, Cast, *MOVE_OPS)):
+            if len(users) != 1 or moves_only(users[0]):
                 continue
             consumer = next(s for s in self.sites
                             if s.graph is g and s.op is users[0])

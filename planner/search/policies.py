@@ -43,7 +43,7 @@ from __future__ import annotations
 from planner.decide import catalogue as cat
 from planner.decide.layout import canonical_rows_per_owner, view2d
 from planner.decide.plan import Plan
-from planner.ir.graph import DTYPE_BYTES, BatchMatMul, Cast, Graph, MatMul, Op, op_sites
+from planner.ir.graph import DTYPE_BYTES, Graph, Op, op_sites
 from planner.lowering.lower import Lowered, absorbable, lower
 from planner.lowering.state import BuildState
 from planner.search.registry import BASELINES
@@ -132,27 +132,28 @@ def _default_at(g: Graph, device: Device, limit: int, ctx: BuildState,
     chosen: dict[str, str] = {name: r.key for name, r in early.items()}
     total = sum(trips * early[name].cycles for name, _, _, trips in sites if name in early)
     for name, sub, op, trips in sites:
-        if isinstance(op, Cast):
+        if op.CONVERSION:
             continue
         r = pick(sub, op, trips, name in narrow)
         chosen[name] = r.key
         total += trips * r.cycles
     casts = {name: "before" if name in early else "after"
-             for name, _, op, _ in sites if isinstance(op, Cast)}
+             for name, _, op, _ in sites if op.CONVERSION}
     plan = Plan(recipes=tuple(sorted(chosen.items())), cast_order=tuple(sorted(casts.items())),
                 packing=packing, row_moves=default_row_moves(device))
     return plan, total
 
 
-def _cast_readers(g: Graph, op: Op) -> list[MatMul | BatchMatMul]:
-    """The consumers of Cast `op` when an early cast may pay: the cast is
-    absorbable (planner.lowering.lower.absorbable) and every consumer is a
-    MatMul or BatchMatMul reading it as its `a` operand (whose estimate
+def _cast_readers(g: Graph, op: Op) -> list[Op]:
+    """The consumers of conversion `op` (a Cast) when an early cast may pay:
+    the cast is absorbable (planner.lowering.lower.absorbable) and every
+    consumer reads it as its narrow operand (a matmul's `a`, whose estimate
     knows the wide and the narrow arrival); otherwise []."""
-    if not isinstance(op, Cast) or not absorbable(g, op):
+    if not op.CONVERSION or not absorbable(g, op):
         return []
-    users = g.consumers(op.out)
-    readers = [u for u in users if isinstance(u, (MatMul, BatchMatMul)) and u.a == op.out]
+    users = g.consumers(op.outputs[0])
+    readers = [u for u in users if u.NARROW_OPERAND is not None
+               and getattr(u, u.NARROW_OPERAND) == op.outputs[0]]
     return readers if len(readers) == len(users) else []
 
 
@@ -183,13 +184,13 @@ def capacity_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan
     chosen: dict[str, str] = {}
     for site in op_sites(g):
         name, sub, op, trips = site.name, site.graph, site.op, site.trips
-        if isinstance(op, Cast):
+        if op.CONVERSION:
             continue
         shortlist = cat.catalogue(sub, op, device, limit, cache=ctx.catalogue)
         pick = min(shortlist, key=lambda r: (trips * r.home_bytes + r.mem_bytes, r.xbytes,
                                              r.cycles, r.key))
         chosen[name] = pick.key
-    casts = [(s.name, s.graph, s.op) for s in op_sites(g) if isinstance(s.op, Cast)]
+    casts = [(s.name, s.graph, s.op) for s in op_sites(g) if s.op.CONVERSION]
     base = Plan(recipes=tuple(sorted(chosen.items())), packing="rows",
                 row_moves=default_row_moves(device))
     after = base.with_cast_orders({name: "after" for name, _, _ in casts})
@@ -201,13 +202,13 @@ def capacity_plan(g: Graph, device: Device, limit: int, ctx: BuildState) -> Plan
     return base.with_cast_orders(orders)
 
 
-def _conversion_bytes(lw: Lowered, casts: list[tuple[str, Graph, Cast]]) -> dict[str, int]:
+def _conversion_bytes(lw: Lowered, casts: list[tuple[str, Graph, Op]]) -> dict[str, int]:
     """Per Cast op: bytes of every value of its input or output tensor (all
     cells and replicas) in a lowering — what that cast's conversions store."""
     out: dict[str, int] = {}
     for name, _, op in casts:
         scope = name[: len(name) - len(op.name)]
-        tensors = {scope + op.x, scope + op.out}
+        tensors = {scope + op.inputs[0], scope + op.outputs[0]}
         total = 0
         for v in lw.values.values():
             if v.tensor in tensors:

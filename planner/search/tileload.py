@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.ir.graph import MOVE_OPS, MatMul
 from planner.lowering.lowered import Lowered, Step
 from simulator.device import Device
 
@@ -112,8 +111,9 @@ def shifted(load: PhaseLoad, parts: tuple[str, ...], by: int) -> PhaseLoad:
 
 
 def is_heads(step: Step) -> bool:
-    """True for a SplitHeads/MergeHeads/Broadcast step (expand makes it an exchange)."""
-    return isinstance(step.op, MOVE_OPS)
+    """True for a move op's step (SplitHeads, MergeHeads, Broadcast, ...:
+    expand makes it an exchange)."""
+    return step.op is not None and step.op.FAMILY == "move"
 
 
 # a measured merged step: (cycles, exchange?, [(phase load, {op: parts it moves})])
@@ -159,8 +159,8 @@ class Placement:
             readers = [self.consumer(st.outputs[0]) for st in lw.steps
                        if st.kind == "redistribute" and st.inputs == (value,)]
             ops = {st.label: st for st in lw.steps if st.kind == "compute"}
-            if len(readers) == 1 and readers[0] is not None and \
-                    isinstance(ops[readers[0]].op, MatMul):
+            op = ops[readers[0]].op if len(readers) == 1 and readers[0] is not None else None
+            if op is not None and op.FAMILY == "matmul":
                 return readers[0]
         return None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.decide import catalogue as cat
 from planner.decide.layout import canonical_rows_per_owner, view2d
-from planner.ir.graph import DTYPE_BYTES, Cast
+from planner.ir.graph import DTYPE_BYTES
 from planner.search.around import Around, Proposal
 from planner.search.registry import PROPOSALS
 
@@ -19,13 +19,13 @@ def cast(around: Around) -> list[Proposal]:
     """Cast on the canonical owners, then move the narrow result (cast order before)."""
     out = []
     for site in around.sites:
-        if not isinstance(site.op, Cast) or around.plan.cast_before(site.name):
+        if not site.op.CONVERSION or around.plan.cast_before(site.name):
             continue
         measured = around.measured(f"cast {site.name}")
         if measured == 0:
             continue  # not absorbed (already a compute op on canonical owners)
-        x = site.graph.tensor(site.op.x)
-        y = site.graph.tensor(site.op.out)
+        x = site.graph.tensor(site.op.inputs[0])
+        y = site.graph.tensor(site.op.outputs[0])
         rows, cols = view2d(x.shape)
         rpo = canonical_rows_per_owner(rows, cols, DTYPE_BYTES[x.dtype],
                                        around.device.element_bytes, around.device.tiles,
@@ -36,7 +36,7 @@ def cast(around: Around) -> list[Proposal]:
         key = f"rows:{rpo}"
         early = site.trips * cat.recipe_from_key(site.graph, site.op, around.device, key,
                                                  around.plan.packing, around.cache).cycles
-        moved = around.measured_moves("input", f"{site.scope}{site.op.x}")
+        moved = around.measured_moves("input", f"{site.scope}{site.op.inputs[0]}")
         sync = around.device.exchange_fixed_cycles
         payload = max(0, moved - sync * site.trips)
         narrow = 1 - DTYPE_BYTES[y.dtype] / DTYPE_BYTES[x.dtype]

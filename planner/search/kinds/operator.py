@@ -7,7 +7,6 @@ estimate, clipped to [¼, 4].
 
 from __future__ import annotations
 
-from planner.ir.graph import Cast
 from planner.search.around import Around, Proposal
 from planner.search.registry import PROPOSALS
 
@@ -17,7 +16,7 @@ def operator(around: Around) -> list[Proposal]:
     """Another shortlisted recipe for one op, by estimated cycles saved."""
     out = []
     for site in around.sites:
-        if isinstance(site.op, Cast) or site.name in around.fused_ops:
+        if site.op.CONVERSION or site.name in around.fused_ops:
             continue
         short, cur = around.current(site)
         for alt in short:
