@@ -39,6 +39,8 @@ SOFTMAX = 8
 CAST = 9
 COPY = 10
 TRANSPOSE = 11
+RMSNORM = 12
+ROPE = 13
 
 N_ARGS = 16  # int64 args per vertex
 MAX_REGIONS = 8  # rows of the vertex_regions `out` array
@@ -69,11 +71,14 @@ KERNEL_ARGS: dict[str, tuple[str, ...]] = {
     "ADD": ("a", "lda", "b", "ldb", "c", "ldc", "M", "N", "dtype_a", "dtype_b", "dtype_c"),
     "BIAS_ADD": ("x", "ldx", "bias", "y", "ldy", "M", "N", "dtype_x", "dtype_y"),
     "LAYERNORM": ("x", "ldx", "gamma", "beta", "y", "ldy", "M", "N", "eps"),
-    "GELU": ("x", "ldx", "y", "ldy", "M", "N"),
-    "SOFTMAX": ("x", "ldx", "y", "ldy", "M", "N", "scale", "dtype_x", "dtype_y", "path"),
+    "GELU": ("x", "ldx", "y", "ldy", "M", "N", "form", "b", "ldb"),
+    "SOFTMAX": ("x", "ldx", "y", "ldy", "M", "N", "scale", "dtype_x", "dtype_y", "path",
+                "mask", "ldm", "mask_rep", "mask_rows", "row0", "causal"),
     "CAST": ("x", "ldx", "y", "ldy", "M", "N", "dtype_x", "dtype_y", "shift"),
     "COPY": ("src", "lds", "dst", "ldd", "rows", "row_bytes"),
     "TRANSPOSE": ("src", "lds", "dst", "ldd", "M", "N", "elem_bytes"),
+    "RMSNORM": ("x", "ldx", "gamma", "y", "ldy", "M", "N", "eps"),
+    "ROPE": ("x", "ldx", "cos", "sin", "ldt", "y", "ldy", "M", "N", "head_dim", "dtype_t"),
 }
 KERNEL_IDS: dict[str, int] = {name: i + 1 for i, name in enumerate(KERNEL_ARGS)}
 # argument names that carry float32 bits

@@ -60,6 +60,10 @@ from kernels.layernorm import (
     layernorm_cost,
     layernorm_execute,
     layernorm_regions,
+    rmsnorm_check,
+    rmsnorm_cost,
+    rmsnorm_execute,
+    rmsnorm_regions,
 )
 from kernels.matmul import (
     batch_matmul_check,
@@ -72,6 +76,7 @@ from kernels.matmul import (
     matmul_regions,
 )
 from kernels.reduce import reduce_check, reduce_cost, reduce_execute, reduce_regions
+from kernels.rope import rope_check, rope_cost, rope_execute, rope_regions
 from kernels.softmax import softmax_check, softmax_cost, softmax_execute, softmax_regions
 from kernels.status import BAD_KERNEL
 from tilecommon.jit import kjit, kjit_inline
@@ -102,6 +107,10 @@ def vertex_call_work(kid, args, desc):  # type: ignore[no-untyped-def]
         return copy_cost(args, desc)
     if kid == abi.TRANSPOSE:
         return transpose_cost(args, desc)
+    if kid == abi.RMSNORM:
+        return rmsnorm_cost(args, desc)
+    if kid == abi.ROPE:
+        return rope_cost(args, desc)
     return np.int64(-1), np.int64(-1)
 
 
@@ -130,6 +139,10 @@ def vertex_regions(kid, args, out):  # type: ignore[no-untyped-def]
         return copy_regions(args, out)
     if kid == abi.TRANSPOSE:
         return transpose_regions(args, out)
+    if kid == abi.RMSNORM:
+        return rmsnorm_regions(args, out)
+    if kid == abi.ROPE:
+        return rope_regions(args, out)
     return -1
 
 
@@ -191,6 +204,10 @@ def vertex_check(kid, args):  # type: ignore[no-untyped-def]
         return copy_check(args)
     if kid == abi.TRANSPOSE:
         return transpose_check(args)
+    if kid == abi.RMSNORM:
+        return rmsnorm_check(args)
+    if kid == abi.ROPE:
+        return rope_check(args)
     return BAD_KERNEL
 
 
@@ -219,4 +236,8 @@ def vertex_execute(kid, mem, base, args):  # type: ignore[no-untyped-def]
         return copy_execute(mem, base, args)
     if kid == abi.TRANSPOSE:
         return transpose_execute(mem, base, args)
+    if kid == abi.RMSNORM:
+        return rmsnorm_execute(mem, base, args)
+    if kid == abi.ROPE:
+        return rope_execute(mem, base, args)
     return BAD_KERNEL

@@ -1,9 +1,16 @@
 """Elementwise vector kernels: ADD (id 4), BIAS_ADD (id 5), GELU (id 7).
 
 Numerics follow kernels.formulas: operands decoded exactly to float32, one
-float32 operation (add) or the GELU tanh formula, one rounding at the output.
-Rows are processed one at a time (read a row, compute, write it), so y may
-alias x.
+float32 operation (add) or the activation's formula, one rounding at the
+output.  Rows are processed one at a time (read a row, compute, write it), so
+y may alias x.
+
+GELU is the activation kernel: arg `form` picks the function (formulas.ACT_*:
+0 the tanh-form GELU, 1 the exact erf-form GELU, 2 CLIP's quick GELU x ·
+sigmoid(1.702 x), 3 SiLU x · sigmoid(x), 4 tanh), and a non-zero `b` (fp16
+rows at stride `ldb`) multiplies the result by b (the gated MLP's product,
+SwiGLU = silu(gate) · up), one float32 multiply before the rounding.  Packages
+saved before `form` existed have 0 there: the tanh form, no gate.
 
 Cycle models (the IPU21 kernels' structure):
 
@@ -27,6 +34,17 @@ Cycle models (the IPU21 kernels' structure):
   without one (measured: 94 elements 1,182 cycles, 96 elements 792); the model
   is monotone in whole blocks and in rows.  Each further non-contiguous row
   costs `gelu_row`.
+  Only the tanh form was measured.  The other forms borrow this structure
+  (the same workers, blocks, tails and rows) with a block's cost
+  interpolated by the vector operations per element between two measured
+  kernels: ADD (1 operation: `add_slots` per group of lanes, A cycles for a
+  block) and the tanh GELU (ACT_OPS = 9: x², x³, two scalings, an add, tanh,
+  1 + t, 0.5x and the product): block(ops) = A + (gelu_block - A)(ops - 1)/8,
+  likewise for `gelu_tail_block` and `gelu_pair`.  Operation counts
+  (ACT_OPS): erf GELU 18 (no erf instruction: a rational approximation of
+  ~13 operations, the exp of its tail and the GELU product), quick GELU 3
+  (scale, sigmoid, multiply: the IPU's vector unit has a sigmoid instruction),
+  SiLU 2, tanh 1 (the tanh instruction alone); a gate adds 1 (the multiply).
 """
 
 from __future__ import annotations
@@ -37,8 +55,18 @@ from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, contiguous, put_region, vector_pass
 from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes
-from kernels.formulas import GELU_C0, GELU_C1
-from kernels.status import BAD_DTYPE, BAD_SHAPE, OK
+from kernels.formulas import (
+    ACT_GELU_ERF,
+    ACT_GELU_TANH,
+    ACT_QUICK_GELU,
+    ACT_SILU,
+    ACT_TANH,
+    GELU_C0,
+    GELU_C1,
+    QUICK_GELU,
+    SQRT1_2,
+)
+from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, OK
 from kernels.tile import (
     D_ADD_CALL,
     D_ADD_ROW,
@@ -54,13 +82,17 @@ from kernels.tile import (
     D_VECTOR_BYTES,
     D_WORKERS,
 )
-from kernels.transcend import tanh64
+from kernels.transcend import erf64, exp_nonpos, tanh64
 from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 AD = ARGS.ADD
 BA = ARGS.BIAS_ADD
 GE = ARGS.GELU
+
+# vector operations per element of each activation form (module docstring)
+ACT_OPS = (9, 18, 3, 2, 1)
+GELU_OPS = ACT_OPS[ACT_GELU_TANH]  # the measured form
 
 
 @kjit
@@ -127,28 +159,55 @@ def bias_add_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 @kjit
 def gelu_check(args):  # type: ignore[no-untyped-def]
-    """GELU argument check (kernels.status code)."""
-    return BAD_SHAPE if args[GE.M] < 1 or args[GE.N] < 1 else OK
+    """GELU (activation) argument check (kernels.status code)."""
+    if args[GE.M] < 1 or args[GE.N] < 1:
+        return BAD_SHAPE
+    if args[GE.form] < ACT_GELU_TANH or args[GE.form] > ACT_TANH:
+        return BAD_FLAGS
+    return OK
+
+
+@kjit_inline
+def activation(form, v):  # type: ignore[no-untyped-def]
+    """The activation `form` of float32 `v` (kernels.formulas, bit for bit)."""
+    half = np.float32(0.5)
+    one = np.float32(1.0)
+    if form == ACT_GELU_TANH:
+        u = np.float32(GELU_C0) * (v + ((np.float32(GELU_C1) * v) * v) * v)
+        y = (half * v) * (one + np.float32(tanh64(np.float64(u))))
+    elif form == ACT_GELU_ERF:
+        t = np.float32(erf64(np.float64(v * np.float32(SQRT1_2))))
+        y = (half * v) * (one + t)
+    elif form == ACT_QUICK_GELU:
+        z = np.float32(QUICK_GELU) * v
+        y = v / (one + np.float32(exp_nonpos(np.float64(-z))))
+    elif form == ACT_SILU:
+        y = v / (one + np.float32(exp_nonpos(np.float64(-v))))
+    else:
+        y = np.float32(tanh64(np.float64(v)))
+    return y
 
 
 @kjit
 def gelu_execute(mem, base, args):  # type: ignore[no-untyped-def]
-    """GELU (tanh form, kernels.formulas.gelu) on fp16 rows, fp16 out."""
+    """GELU (the activation `form`, optionally times the gate b) on fp16 rows,
+    fp16 out (module docstring)."""
     m, n = args[GE.M], args[GE.N]
-    if gelu_check(args) != OK:
-        return BAD_SHAPE
+    st = gelu_check(args)
+    if st != OK:
+        return st
+    form, gate = args[GE.form], args[GE.b] != 0
     x = np.empty(n, dtype=np.float32)
-    half = np.float32(0.5)
-    one = np.float32(1.0)
-    c0 = np.float32(GELU_C0)
-    c1 = np.float32(GELU_C1)
+    b = np.empty(n, dtype=np.float32)
     for i in range(m):
         read_row(mem, args[GE.x] - base + i * args[GE.ldx], n, DT_FP16, x)
-        for j in range(n):
-            v = x[j]
-            u = c0 * (v + ((c1 * v) * v) * v)
-            t = np.float32(tanh64(np.float64(u)))
-            x[j] = (half * v) * (one + t)
+        if gate:
+            read_row(mem, args[GE.b] - base + i * args[GE.ldb], n, DT_FP16, b)
+            for j in range(n):
+                x[j] = activation(form, x[j]) * b[j]
+        else:
+            for j in range(n):
+                x[j] = activation(form, x[j])
         write_row(mem, args[GE.y] - base + i * args[GE.ldy], n, DT_FP16, x)
     return OK
 
@@ -194,27 +253,42 @@ def bias_add_cost(args, desc):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def gelu_row_work(n, desc):  # type: ignore[no-untyped-def]
-    """Busiest-worker cycles of GELU over one contiguous run of n elements."""
+def act_scaled(cycles, ops, desc):  # type: ignore[no-untyped-def]
+    """A measured tanh-GELU block cost `cycles` for an activation of `ops`
+    vector operations per element (module docstring): interpolated between
+    ADD's cost of the same block (1 operation) and the GELU's (GELU_OPS)."""
+    lanes = max(desc[D_VECTOR_BYTES] // 2, 1)
+    a = desc[D_ADD_SLOTS] * desc[D_WORKERS] * ceil_div(desc[D_GELU_BLOCK_ELEMS], lanes)
+    return a + (cycles - a) * (ops - 1) // (GELU_OPS - 1)
+
+
+@kjit_inline
+def gelu_row_work(n, ops, desc):  # type: ignore[no-untyped-def]
+    """Busiest-worker cycles of an activation of `ops` operations per element
+    over one contiguous run of n elements."""
     w = desc[D_WORKERS]
     nb = n // desc[D_GELU_BLOCK_ELEMS]
     rem = n - nb * desc[D_GELU_BLOCK_ELEMS]
-    if rem == 0:
-        return desc[D_GELU_BLOCK] * ceil_div(nb, w)
+    block = act_scaled(desc[D_GELU_BLOCK], ops, desc)
+    tail_block = act_scaled(desc[D_GELU_TAIL_BLOCK], ops, desc)
+    pair = act_scaled(desc[D_GELU_PAIR], ops, desc)
     full, tail_worker = nb // w, nb % w
-    others = desc[D_GELU_TAIL_BLOCK] * (full + (1 if tail_worker > 0 else 0))
-    tail = (desc[D_GELU_TAIL_BLOCK] * full + desc[D_GELU_PAIR] * ((rem + 1) // 2)
-            + desc[D_GELU_TAIL_SETUP])
-    return max(others, tail)
+    others = tail_block * (full + (1 if tail_worker > 0 else 0))
+    tail = tail_block * full + pair * ((rem + 1) // 2) + desc[D_GELU_TAIL_SETUP]
+    return block * ceil_div(nb, w) if rem == 0 else max(others, tail)
 
 
 @kjit_inline
 def gelu_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a GELU vertex (module docstring)."""
     m, n = max(args[GE.M], 1), max(args[GE.N], 1)
-    if contiguous(m, args[GE.ldx], 2 * n) and contiguous(m, args[GE.ldy], 2 * n):
+    form, gate = args[GE.form], args[GE.b] != 0
+    ops = ACT_OPS[form] if form >= 0 and form < len(ACT_OPS) else GELU_OPS
+    ops += 1 if gate else 0
+    if (contiguous(m, args[GE.ldx], 2 * n) and contiguous(m, args[GE.ldy], 2 * n)
+            and (not gate or contiguous(m, args[GE.ldb], 2 * n))):
         m, n = 1, m * n
-    return desc[D_GELU_CALL], m * gelu_row_work(n, desc) + (m - 1) * desc[D_GELU_ROW]
+    return desc[D_GELU_CALL], m * gelu_row_work(n, ops, desc) + (m - 1) * desc[D_GELU_ROW]
 
 
 @kjit_inline
@@ -240,7 +314,9 @@ def bias_add_regions(args, out):  # type: ignore[no-untyped-def]
 
 @kjit_inline
 def gelu_regions(args, out):  # type: ignore[no-untyped-def]
-    """GELU regions: x read; y written (fp16)."""
+    """GELU regions: x (and the gate b) read; y written (fp16)."""
     m, n = args[GE.M], args[GE.N]
     i = put_region(out, 0, args[GE.x], 1, 0, m, args[GE.ldx], n * 2, 0)
+    if args[GE.b] != 0:
+        i = put_region(out, i, args[GE.b], 1, 0, m, args[GE.ldb], n * 2, 0)
     return put_region(out, i, args[GE.y], 1, 0, m, args[GE.ldy], n * 2, 1)

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.transcend import exp_f32, tanh_f32
+from kernels.transcend import erf_f32, exp_f32, tanh_f32
 
 GELU_C0 = np.float32(0.7978845608028654)  # sqrt(2 / pi)
 GELU_C1 = np.float32(0.044715)
+SQRT1_2 = np.float32(0.7071067811865476)  # 1 / sqrt(2): the erf form's argument scale
+QUICK_GELU = np.float32(1.702)  # CLIP's quick GELU: x * sigmoid(1.702 x)
 HALF = np.float32(0.5)
 ONE = np.float32(1.0)
+# the activation forms of the GELU kernel (its `form` argument) and of the IR's ops
+ACT_GELU_TANH, ACT_GELU_ERF, ACT_QUICK_GELU, ACT_SILU, ACT_TANH = 0, 1, 2, 3, 4
 
 
 def row_sum64(x: np.ndarray) -> np.ndarray:
@@ -49,6 +53,77 @@ def gelu(x: np.ndarray) -> np.ndarray:
     u = GELU_C0 * (x + ((GELU_C1 * x) * x) * x)
     t = tanh_f32(u)
     return (HALF * x) * (ONE + t)
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """0.5*x*(1 + erf(x/sqrt(2))) in float32: u = x*SQRT1_2; t = f32(erf64(f64(u)));
+    y = (0.5*x)*(1 + t)."""
+    x = np.asarray(x, dtype=np.float32)
+    t = erf_f32(x * SQRT1_2)
+    return (HALF * x) * (ONE + t)
+
+
+def quick_gelu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(1.702 x) in float32: z = 1.702*x; e = f32(exp64(f64(-z)));
+    y = x / (1 + e)."""
+    x = np.asarray(x, dtype=np.float32)
+    e = exp_f32(-(QUICK_GELU * x))
+    return x / (ONE + e)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x) in float32: e = f32(exp64(f64(-x))); y = x / (1 + e)."""
+    x = np.asarray(x, dtype=np.float32)
+    e = exp_f32(-x)
+    return x / (ONE + e)
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    """tanh in float32: f32(tanh64(f64(x)))."""
+    return tanh_f32(np.asarray(x, dtype=np.float32))
+
+
+def activation(form: int, x: np.ndarray) -> np.ndarray:
+    """The activation `form` (ACT_*) of float32 `x`, unrounded."""
+    fns = {ACT_GELU_TANH: gelu, ACT_GELU_ERF: gelu_erf, ACT_QUICK_GELU: quick_gelu,
+           ACT_SILU: silu, ACT_TANH: tanh}
+    return fns[form](x)
+
+
+def gated(form: int, x: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """activation(form, x) * b in float32 (one multiply): the gated MLP's
+    product (SwiGLU: silu(gate) * up)."""
+    return activation(form, x) * np.asarray(b, dtype=np.float32)
+
+
+def rmsnorm(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """Row RMSNorm: ms = f32(sum64(f64(x)**2) / N); y = x / sqrt(ms + eps) * gamma
+    in float32, left to right (eps as float32; sqrt correctly rounded)."""
+    x = np.asarray(x, dtype=np.float32)
+    n = x.shape[-1]
+    x64 = x.astype(np.float64)
+    ms = (row_sum64(x64 * x64) / n).astype(np.float32)
+    den = np.sqrt(ms + np.float32(eps))
+    return (x / den[..., None]) * np.asarray(gamma, np.float32)
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head_dim: int) -> np.ndarray:
+    """Rotary position embedding, rotate-half form, of rows x [R, heads·head_dim]
+    with the tables of those rows cos/sin [R, head_dim/2]: per head, with x1,
+    x2 its two halves, y1 = x1*cos - x2*sin, y2 = x2*cos + x1*sin (float32,
+    one operation at a time)."""
+    x = np.asarray(x, dtype=np.float32)
+    c = np.asarray(cos, dtype=np.float32)
+    s = np.asarray(sin, dtype=np.float32)
+    rows, width = x.shape
+    half = head_dim // 2
+    h = x.reshape(rows, width // head_dim, 2, half)
+    x1, x2 = h[:, :, 0, :], h[:, :, 1, :]
+    c, s = c[:, None, :], s[:, None, :]
+    y = np.empty_like(h)
+    y[:, :, 0, :] = (x1 * c) - (x2 * s)
+    y[:, :, 1, :] = (x2 * c) + (x1 * s)
+    return y.reshape(rows, width)
 
 
 def layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
@@ -66,12 +141,23 @@ def layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) ->
     return (d / den[..., None]) * np.asarray(gamma, np.float32) + np.asarray(beta, np.float32)
 
 
-def softmax(x: np.ndarray, scale: float) -> np.ndarray:
-    """Row softmax of x*scale: z = x*scale (float32); e = f32(exp_nonpos(f64(z - max z)));
-    s = f32(sum64(e)); y = e / s (float32)."""
+def softmax(x: np.ndarray, scale: float, add: np.ndarray | None = None,
+            valid: np.ndarray | None = None) -> np.ndarray:
+    """Row softmax of x*scale: z = x*scale (float32), plus `add` (an additive
+    mask, float32, one add) when given; e = f32(exp_nonpos(f64(z - max z)));
+    s = f32(sum64(e)); y = e / s (float32).  With `valid` (keys per row, x's
+    shape without its last dim), only a row's first valid keys take part
+    (max, exp and sum over them); the others are 0 (the causal mask)."""
     z = np.asarray(x, dtype=np.float32) * np.float32(scale)
-    d = z - np.max(z, axis=-1, keepdims=True)
-    e = exp_f32(d)
+    if add is not None:
+        z = z + np.asarray(add, dtype=np.float32)
+    if valid is None:
+        d = z - np.max(z, axis=-1, keepdims=True)
+        e = exp_f32(d)
+    else:
+        keep = np.arange(z.shape[-1]) < np.asarray(valid)[..., None]
+        mx = np.max(np.where(keep, z, -np.inf), axis=-1, keepdims=True)
+        e = np.where(keep, exp_f32(z - mx), np.float32(0.0))
     s = row_sum64(e).astype(np.float32)
     return e / s[..., None]
 

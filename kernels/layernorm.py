@@ -1,4 +1,4 @@
-"""LAYERNORM (id 6): fp16 rows in, fp16 rows out, fp32 statistics.
+"""LAYERNORM (id 6) and RMSNORM (id 12): fp16 rows in, fp16 rows out, fp32 statistics.
 
 Numerics = kernels.formulas.layernorm: mean = f32(sum64(x) / N) with a float64
 row sum, d = x - mean in fp32, biased var = f32(sum64(d*d) / N) (second pass,
@@ -17,6 +17,15 @@ plus `ln_stats` per workers x 8 elements of the statistics pass and
 With many rows the workers may instead take whole rows each (no sharing:
 ceil(rows / w) rounds of ln_row + ln_stats * ceil(N / 8) + ln_chunk *
 ceil(N / 4)); the kernel takes the cheaper.  cycles = ln_call + work.
+
+RMSNORM (kernels.formulas.rmsnorm): ms = f32(sum64(x*x) / N), y = x /
+sqrt(ms + eps) * gamma, rounded once to fp16.  Not measured: its model
+borrows LAYERNORM's, which it is one pass short of.  Its statistics pass
+sums squares (the `ln_stats` pass: the same loads, a multiply-accumulate
+instead of an add), there is no mean to subtract and no moments pass, and its
+apply pass has no beta: of `ln_chunk` (moments + apply) half remains:
+
+    shared = rows * (ln_row + ln_stats * ceil(N / (8 w)) + ln_chunk / 2 * ceil(N / (4 w)))
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from tilecommon.jit import kjit, kjit_inline
 
 # argument slots (kernels.abi)
 LN = ARGS.LAYERNORM
+RN = ARGS.RMSNORM
 
 
 @kjit_inline
@@ -94,13 +104,20 @@ def layernorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def layernorm_cost(args, desc):  # type: ignore[no-untyped-def]
-    """(call, work) cycles of a LAYERNORM vertex (module docstring)."""
-    m, n, w = max(args[LN.M], 1), max(args[LN.N], 1), desc[D_WORKERS]
-    row, stats, chunk = desc[D_LN_ROW], desc[D_LN_STATS], desc[D_LN_CHUNK]
+def _norm_work(m, n, chunk, desc):  # type: ignore[no-untyped-def]
+    """Work of a row normalisation of m x n with `chunk` cycles per workers x 4
+    elements of its apply passes (module docstring): shared rows or whole rows."""
+    w, row, stats = desc[D_WORKERS], desc[D_LN_ROW], desc[D_LN_STATS]
     shared = m * (row + stats * ceil_div(n, 8 * w) + chunk * ceil_div(n, 4 * w))
     whole = ceil_div(m, w) * (row + stats * ceil_div(n, 8) + chunk * ceil_div(n, 4))
-    return desc[D_LN_CALL], min(shared, whole)
+    return min(shared, whole)
+
+
+@kjit_inline
+def layernorm_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a LAYERNORM vertex (module docstring)."""
+    m, n = max(args[LN.M], 1), max(args[LN.N], 1)
+    return desc[D_LN_CALL], _norm_work(m, n, desc[D_LN_CHUNK], desc)
 
 
 @kjit_inline
@@ -111,3 +128,45 @@ def layernorm_regions(args, out):  # type: ignore[no-untyped-def]
     i = put_region(out, i, args[LN.gamma], 1, 0, 1, 0, n * 2, 0)
     i = put_region(out, i, args[LN.beta], 1, 0, 1, 0, n * 2, 0)
     return put_region(out, i, args[LN.y], 1, 0, m, args[LN.ldy], n * 2, 1)
+
+
+@kjit
+def rmsnorm_check(args):  # type: ignore[no-untyped-def]
+    """RMSNORM argument check (kernels.status code)."""
+    return BAD_SHAPE if args[RN.M] < 1 or args[RN.N] < 1 else OK
+
+
+@kjit
+def rmsnorm_execute(mem, base, args):  # type: ignore[no-untyped-def]
+    """RMSNORM numeric body; returns a kernels.status code."""
+    m, n = args[RN.M], args[RN.N]
+    if rmsnorm_check(args) != OK:
+        return BAD_SHAPE
+    eps = u32_as_f32(args[RN.eps])
+    gamma = np.empty(n, dtype=np.float32)
+    read_row(mem, args[RN.gamma] - base, n, DT_FP16, gamma)
+    x = np.empty(n, dtype=np.float32)
+    for i in range(m):
+        read_row(mem, args[RN.x] - base + i * args[RN.ldx], n, DT_FP16, x)
+        ms = np.float32(_sum64(x, n, True) / n)
+        den = np.float32(math.sqrt(ms + eps))
+        for j in range(n):
+            x[j] = (x[j] / den) * gamma[j]
+        write_row(mem, args[RN.y] - base + i * args[RN.ldy], n, DT_FP16, x)
+    return OK
+
+
+@kjit_inline
+def rmsnorm_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of an RMSNORM vertex (module docstring)."""
+    m, n = max(args[RN.M], 1), max(args[RN.N], 1)
+    return desc[D_LN_CALL], _norm_work(m, n, desc[D_LN_CHUNK] // 2, desc)
+
+
+@kjit_inline
+def rmsnorm_regions(args, out):  # type: ignore[no-untyped-def]
+    """RMSNORM regions: x, gamma read; y written (all fp16)."""
+    m, n = args[RN.M], args[RN.N]
+    i = put_region(out, 0, args[RN.x], 1, 0, m, args[RN.ldx], n * 2, 0)
+    i = put_region(out, i, args[RN.gamma], 1, 0, 1, 0, n * 2, 0)
+    return put_region(out, i, args[RN.y], 1, 0, m, args[RN.ldy], n * 2, 1)

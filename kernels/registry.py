@@ -21,9 +21,10 @@ from kernels.cast import cast_execute
 from kernels.copy import copy_execute, transpose_execute
 from kernels.dtypes import f32_as_u32
 from kernels.elementwise import add_execute, bias_add_execute, gelu_execute
-from kernels.layernorm import layernorm_execute
+from kernels.layernorm import layernorm_execute, rmsnorm_execute
 from kernels.matmul import batch_matmul_execute, matmul_execute
 from kernels.reduce import reduce_execute
+from kernels.rope import rope_execute
 from kernels.softmax import softmax_execute
 
 FLOAT_ARGS = abi.FLOAT_ARGS  # args passed as float32 bits
@@ -66,6 +67,7 @@ _EXECUTE = {
     abi.REDUCE: reduce_execute, abi.ADD: add_execute, abi.BIAS_ADD: bias_add_execute,
     abi.LAYERNORM: layernorm_execute, abi.GELU: gelu_execute, abi.SOFTMAX: softmax_execute,
     abi.CAST: cast_execute, abi.COPY: copy_execute, abi.TRANSPOSE: transpose_execute,
+    abi.RMSNORM: rmsnorm_execute, abi.ROPE: rope_execute,
 }
 
 KERNELS: Mapping[int, KernelSpec] = {

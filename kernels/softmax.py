@@ -21,6 +21,22 @@ Cycle model (the IPU21 softmax's two paths; the kernel takes the cheaper):
 
 Arg 9 `path` picks one (PATH_WHOLE 1, PATH_SPLIT 2; 0, the default, the
 cheaper); the numerics do not depend on it (the row sum is order-free).
+
+Masks (args 10-15; packages saved before them hold zeros: no mask, not
+causal).  Row i of the block is row r = row0 + i of the whole softmax.
+- `mask` (non-zero: an fp16 [mask_rows, N] additive mask, row stride `ldm`):
+  row r adds mask row (r // mask_rep) % mask_rows to x*scale, one fp32 add
+  (a key-padding mask [B, Tk] has mask_rep = heads·Tq; a [Tq, Tk] mask 1);
+- `causal` = Tq (non-zero): row r is query q = r mod Tq and sees the first
+  q + 1 + (N - Tq) keys; max, exp and sum run over those alone and the rest
+  of the row is written 0 — the masked triangle's work is skipped.
+Cost: each row's panels are counted over its valid keys, the rounds of
+`workers` rows (whole) or `split_rows` rows (split) waiting for their
+longest row; a mask adds one vector pass to the four of a panel (max, exp,
+sum, scale: SOFTMAX_PASSES), so a masked panel costs 5/4 of one; writing the
+zeros of the skipped keys costs one pass (1/4 panel) per skipped panel.
+Not measured: the masked and causal paths borrow the measured softmax's
+constants.
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ import numpy as np
 from kernels.abi import ARGS
 from kernels.blocks import read_row, write_row
 from kernels.cost import ceil_div, put_region, slots
-from kernels.dtypes import DT_FP32, dtype_bytes, u32_as_f32
+from kernels.dtypes import DT_FP16, DT_FP32, dtype_bytes, u32_as_f32
 from kernels.status import BAD_DTYPE, BAD_FLAGS, BAD_SHAPE, OK
 from kernels.tile import (
     D_SOFTMAX_CALL,
@@ -53,6 +69,7 @@ SM = ARGS.SOFTMAX
 PATH_AUTO = 0
 PATH_WHOLE = 1
 PATH_SPLIT = 2
+SOFTMAX_PASSES = 4  # vector passes over a panel of keys: max, exp, sum, scale
 
 
 @kjit_inline
@@ -83,7 +100,18 @@ def softmax_check(args):  # type: ignore[no-untyped-def]
         return BAD_DTYPE
     if args[SM.path] < PATH_AUTO or args[SM.path] > PATH_SPLIT:
         return BAD_FLAGS
+    if args[SM.row0] < 0 or args[SM.causal] < 0 or args[SM.causal] > args[SM.N]:
+        return BAD_SHAPE
+    if args[SM.mask] != 0 and (args[SM.mask_rep] < 1 or args[SM.mask_rows] < 1):
+        return BAD_SHAPE
     return OK
+
+
+@kjit_inline
+def valid_keys(r, n, causal):  # type: ignore[no-untyped-def]
+    """Keys row r of the whole softmax sees: all n, or with `causal` = Tq the
+    first (r mod Tq) + 1 + (n - Tq)."""
+    return n if causal == 0 else min(n, r % causal + 1 + n - causal)
 
 
 @kjit
@@ -94,22 +122,42 @@ def softmax_execute(mem, base, args):  # type: ignore[no-untyped-def]
     if st != OK:
         return st
     scale = u32_as_f32(args[SM.scale])
+    row0, causal, masked = args[SM.row0], args[SM.causal], args[SM.mask] != 0
     x = np.empty(n, dtype=np.float32)
+    mk = np.empty(n, dtype=np.float32)
     for i in range(m):
+        r = row0 + i
+        v = valid_keys(r, n, causal)
         read_row(mem, args[SM.x] - base + i * args[SM.ldx], n, args[SM.dtype_x], x)
         for j in range(n):
             x[j] = x[j] * scale
+        if masked:
+            mrow = (r // args[SM.mask_rep]) % args[SM.mask_rows]
+            read_row(mem, args[SM.mask] - base + mrow * args[SM.ldm], n, DT_FP16, mk)
+            for j in range(n):
+                x[j] = x[j] + mk[j]
         mx = x[0]
-        for j in range(1, n):
+        for j in range(1, v):
             if x[j] > mx:
                 mx = x[j]
-        for j in range(n):  # independent per element: vectorizes
+        for j in range(v):  # independent per element: vectorizes
             x[j] = np.float32(exp_nonpos(np.float64(x[j] - mx)))
-        s = np.float32(_sum64(x, n))
-        for j in range(n):
+        s = np.float32(_sum64(x, v))
+        for j in range(v):
             x[j] = x[j] / s
+        for j in range(v, n):
+            x[j] = np.float32(0.0)
         write_row(mem, args[SM.y] - base + i * args[SM.ldy], n, args[SM.dtype_y], x)
     return OK
+
+
+@kjit_inline
+def _panels(v, n, masked, keys):  # type: ignore[no-untyped-def]
+    """Panel work of one row in quarter panels (SOFTMAX_PASSES per panel):
+    its valid keys' panels (a fifth pass with a mask) plus one pass per
+    skipped panel (the zeros)."""
+    full = ceil_div(v, keys) * (SOFTMAX_PASSES + (1 if masked else 0))
+    return full + (ceil_div(n, keys) - ceil_div(v, keys))
 
 
 @kjit_inline
@@ -117,13 +165,31 @@ def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
     """(call, work) cycles of a SOFTMAX vertex: the cheaper path (module docstring)."""
     m, n, w = max(args[SM.M], 1), max(args[SM.N], 1), desc[D_WORKERS]
     keys = desc[D_SOFTMAX_PANEL_KEYS]
-    whole = ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL] * ceil_div(n, keys),
-                                   desc)
+    masked, causal, row0 = args[SM.mask] != 0, args[SM.causal], args[SM.row0]
     sr = min(desc[D_SOFTMAX_SPLIT_ROWS], w)
     per_row_workers = max(w // sr, 1)
-    split = (ceil_div(m, sr) * slots(desc[D_SOFTMAX_SPLIT_PANEL]
-                                     * ceil_div(n, keys * per_row_workers)
-                                     + desc[D_SOFTMAX_SPLIT_ROW], desc)
+    if causal <= 0 and not masked:
+        whole = ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL]
+                                       * ceil_div(n, keys), desc)
+        split_panels = ceil_div(m, sr) * desc[D_SOFTMAX_SPLIT_PANEL] * ceil_div(
+            n, keys * per_row_workers)
+    else:  # rounds wait for their longest row; quarter panels per pass
+        whole = 0
+        for r0 in range(0, m, w):
+            worst = 0
+            for i in range(r0, min(m, r0 + w)):
+                worst = max(worst, _panels(valid_keys(row0 + i, n, causal), n, masked, keys))
+            whole += slots(desc[D_SOFTMAX_ROW] + ceil_div(desc[D_SOFTMAX_PANEL] * worst,
+                                                          SOFTMAX_PASSES), desc)
+        split_panels = 0
+        for r0 in range(0, m, sr):
+            worst = 0
+            for i in range(r0, min(m, r0 + sr)):
+                v = valid_keys(row0 + i, n, causal)
+                worst = max(worst, _panels(ceil_div(v, per_row_workers),
+                                           ceil_div(n, per_row_workers), masked, keys))
+            split_panels += ceil_div(desc[D_SOFTMAX_SPLIT_PANEL] * worst, SOFTMAX_PASSES)
+    split = (slots(split_panels + ceil_div(m, sr) * desc[D_SOFTMAX_SPLIT_ROW], desc)
              + ceil_div(m, w) * desc[D_SOFTMAX_SPLIT_ROUND])
     path = args[SM.path]
     if path == PATH_SPLIT or (path != PATH_WHOLE
@@ -135,8 +201,11 @@ def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
 
 @kjit_inline
 def softmax_regions(args, out):  # type: ignore[no-untyped-def]
-    """SOFTMAX regions: x read; y written."""
+    """SOFTMAX regions: x (and the whole mask) read; y written."""
     m, n = args[SM.M], args[SM.N]
     bx, by = dtype_bytes(args[SM.dtype_x]), dtype_bytes(args[SM.dtype_y])
     i = put_region(out, 0, args[SM.x], 1, 0, m, args[SM.ldx], n * bx, 0)
+    if args[SM.mask] != 0:
+        i = put_region(out, i, args[SM.mask], 1, 0, max(args[SM.mask_rows], 1), args[SM.ldm],
+                       n * 2, 0)
     return put_region(out, i, args[SM.y], 1, 0, m, args[SM.ldy], n * by, 1)

@@ -152,13 +152,43 @@ def random_vertex(kid: int, rng: np.random.Generator, img: TileImage, max_dim: i
         y, ldy = out(m, n, DT_FP16)
         return spec.make_args(x=x, ldx=ldx, gamma=gamma, beta=beta, y=y, ldy=ldy, M=m, N=n,
                               eps=1e-6)
+    if kid == abi.RMSNORM:
+        x, ldx = block(m, n, DT_FP16, std=3.0)
+        gamma = img.put(random_codes(rng, (n,), DT_FP16))
+        y, ldy = out(m, n, DT_FP16)
+        return spec.make_args(x=x, ldx=ldx, gamma=gamma, y=y, ldy=ldy, M=m, N=n, eps=1e-6)
+    if kid == abi.ROPE:
+        hd = 2 * int(rng.integers(1, 5))
+        width = hd * int(rng.integers(1, 4))
+        dt_t = DT_FP16 if rng.random() < 0.5 else DT_FP32
+        x, ldx = block(m, width, DT_FP16, std=2.0)
+        ldt = _pad(rng, hd // 2 * DTYPE_BYTES[dt_t])
+        cos = img.put(random_codes(rng, (m, hd // 2), dt_t), ld=ldt)
+        sin = img.put(random_codes(rng, (m, hd // 2), dt_t), ld=ldt)
+        y, ldy = out(m, width, DT_FP16)
+        return spec.make_args(x=x, ldx=ldx, cos=cos, sin=sin, ldt=ldt, y=y, ldy=ldy, M=m,
+                              N=width, head_dim=hd, dtype_t=dt_t)
     if kid in (abi.GELU, abi.SOFTMAX):
         x, ldx = block(m, n, DT_FP16, std=2.0)
         y, ldy = out(m, n, DT_FP16)
         if kid == abi.GELU:
-            return spec.make_args(x=x, ldx=ldx, y=y, ldy=ldy, M=m, N=n)
+            form = int(rng.integers(0, 5))
+            gate = {}
+            if rng.random() < 0.3:
+                b, ldb = block(m, n, DT_FP16)
+                gate = {"b": b, "ldb": ldb}
+            return spec.make_args(x=x, ldx=ldx, y=y, ldy=ldy, M=m, N=n, form=form, **gate)
+        masks: dict[str, int] = {}
+        if rng.random() < 0.3:
+            rows = int(rng.integers(1, 4))
+            ldm = _pad(rng, n * 2)
+            mask = img.put(random_codes(rng, (rows, n), DT_FP16, std=4.0), ld=ldm)
+            masks.update(mask=mask, ldm=ldm, mask_rep=int(rng.integers(1, 4)), mask_rows=rows,
+                         row0=int(rng.integers(0, 20)))
+        if rng.random() < 0.3:
+            masks.update(causal=int(rng.integers(1, n + 1)), row0=int(rng.integers(0, 20)))
         return spec.make_args(x=x, ldx=ldx, y=y, ldy=ldy, M=m, N=n, scale=0.35,
-                              dtype_x=DT_FP16, dtype_y=DT_FP16)
+                              dtype_x=DT_FP16, dtype_y=DT_FP16, **masks)
     if kid == abi.CAST:
         dx, dy = (int(d) for d in rng.permutation(3)[:2])
         x, ldx = block(m, n, dx, std=4.0)

@@ -13,7 +13,8 @@ them (MATMUL fp8 -> fp16, vector kernels fp16, CAST fp16 -> fp8), row strides
 dense, and every operand its own memory elements (no conflict penalty; pass
 addresses to place operands yourself).  Pseudo-arguments: `bias=1` gives a
 MATMUL / REDUCE a bias operand, `broadcast=1` makes ADD's b one row read by
-every row, `transpose_b=1` / `accumulate=1` set the MATMUL flags.  An unknown
+every row, `transpose_b=1` / `accumulate=1` set the MATMUL flags, `gate=1`
+gives GELU its gate operand b (the gated MLP).  An unknown
 kernel or argument raises ValueError naming the choices.
 """
 
@@ -29,7 +30,7 @@ from simulator.device import Device
 
 DTYPE_CODES = {name: code for code, name in enumerate(abi.DTYPE_NAMES)}
 DTYPE_BYTES = dict(enumerate(abi.DTYPE_BYTES))
-PSEUDO = ("bias", "broadcast", "transpose_b", "accumulate")
+PSEUDO = ("bias", "broadcast", "transpose_b", "accumulate", "gate")
 _DEFAULT_DTYPES = {
     "MATMUL": {"in_dtype": 0, "out_dtype": 1},
     "BATCH_MATMUL": {"in_dtype": 0, "out_dtype": 1},
@@ -38,9 +39,11 @@ _DEFAULT_DTYPES = {
     "BIAS_ADD": {"dtype_x": 1, "dtype_y": 1},
     "SOFTMAX": {"dtype_x": 1, "dtype_y": 1},
     "CAST": {"dtype_x": 1, "dtype_y": 0},
+    "ROPE": {"dtype_t": 1},
     "TRANSPOSE": {"elem_bytes": 2},
 }
 _FLOAT_DEFAULTS: dict[str, dict[str, float]] = {"LAYERNORM": {"eps": 1e-6},
+                                                "RMSNORM": {"eps": 1e-6},
                                                 "SOFTMAX": {"scale": 1.0}}
 
 
@@ -102,7 +105,22 @@ def _operands(kernel: str, v: dict[str, int], pseudo: dict[str, int]) -> list[tu
     if kernel == "GELU":
         v.setdefault("ldx", n * 2)
         v.setdefault("ldy", n * 2)
-        return [("x", m * n * 2), ("y", m * n * 2)]
+        ops = [("x", m * n * 2), ("y", m * n * 2)]
+        if pseudo.get("gate"):
+            v.setdefault("ldb", n * 2)
+            ops.append(("b", m * n * 2))
+        return ops
+    if kernel == "RMSNORM":
+        v.setdefault("ldx", n * 2)
+        v.setdefault("ldy", n * 2)
+        return [("x", m * n * 2), ("gamma", n * 2), ("y", m * n * 2)]
+    if kernel == "ROPE":
+        hd = max(v.setdefault("head_dim", n), 2)
+        tb = hd // 2 * eb("dtype_t")
+        v.setdefault("ldx", n * 2)
+        v.setdefault("ldy", n * 2)
+        v.setdefault("ldt", tb)
+        return [("x", m * n * 2), ("cos", m * tb), ("sin", m * tb), ("y", m * n * 2)]
     if kernel in ("SOFTMAX", "CAST"):
         v.setdefault("ldx", n * eb("dtype_x"))
         v.setdefault("ldy", n * eb("dtype_y"))

@@ -160,7 +160,8 @@ MONOTONE_FIELDS = {
     "MATMUL": ("M", "K", "N"), "BATCH_MATMUL": ("M", "K", "N", "batch"),
     "REDUCE": ("M", "N", "k"), "ADD": ("M", "N"), "BIAS_ADD": ("M", "N"),
     "LAYERNORM": ("M", "N"), "GELU": ("M", "N"), "SOFTMAX": ("M", "N"), "CAST": ("M", "N"),
-    "COPY": ("rows", "row_bytes"), "TRANSPOSE": ("M", "N"),
+    "COPY": ("rows", "row_bytes"), "TRANSPOSE": ("M", "N"), "RMSNORM": ("M", "N"),
+    "ROPE": ("M", "N"),
 }
 # GELU's row width is monotone in whole blocks (a tail costs more than the next
 # whole block: measured on the hardware), so its N steps by the block
@@ -174,13 +175,16 @@ def test_monotone_in_every_size_argument(name: str, device: object) -> None:
     spec = by_name(name)
     # operands far apart: no conflicts, so only the size changes; strided rows
     addr = {f: BASE + i * 4 * ELEM for i, f in enumerate(
-        ("a", "b", "c", "x", "y", "parts", "out", "src", "dst", "bias", "gamma", "beta"))}
+        ("a", "b", "c", "x", "y", "parts", "out", "src", "dst", "bias", "gamma", "beta", "cos",
+         "sin"))}
     named: dict[str, int] = {f: v for f, v in addr.items() if f in spec.arg_names}
     dtypes = {"in_dtype": DT_FP8, "out_dtype": DT_FP32, "dtype_a": DT_FP16, "dtype_b": DT_FP16,
               "dtype_c": DT_FP16, "dtype_x": DT_FP16, "dtype_y": DT_FP8, "elem_bytes": 2}
     named.update({f: v for f, v in dtypes.items() if f in spec.arg_names})
     named.update({f: 1 << 14 for f in ("lda", "ldb", "ldc", "ldx", "ldy", "lds", "ldd",
-                                       "ld_parts", "ldo") if f in spec.arg_names})
+                                       "ld_parts", "ldo", "ldt") if f in spec.arg_names})
+    if name == "ROPE":
+        named["head_dim"] = 2
     base_args = spec.make_args(**named)
     rng = np.random.default_rng(SEED)
     for field in MONOTONE_FIELDS[name]:

@@ -253,3 +253,113 @@ def test_simulated_vector_chain_equals_reference(device: str, m: int, n: int) ->
     for name in OUTPUTS:
         assert np.count_nonzero(want[name]) > want[name].size // 2
         _assert_bits(sim.outputs[name], want[name])
+
+
+# ------------------------------------------------ the activations, RMSNorm, RoPE, masks
+
+NEW_SHAPES = [(1, 1), (3, 17), (5, 257), (2, 1152), (3, 4304)]
+
+
+def _new_cases() -> list[tuple[tuple[int, int], str]]:
+    return [(shape, kind) for shape in NEW_SHAPES for kind in KINDS]
+
+
+@pytest.mark.parametrize(("shape", "kind"), _new_cases())
+def test_activation_forms_and_gate_match_reference(shape: tuple[int, int], kind: str) -> None:
+    """Every GELU-kernel form (tanh/erf/quick GELU, SiLU, tanh) and the gated
+    product (SwiGLU) equal their op kinds' formulas bit for bit."""
+    from planner.ir.ops.silu import Silu, Tanh
+    from planner.ir.ops.swiglu import SwiGLU
+
+    m, n = shape
+    rng = np.random.default_rng([SEED + 5, m, n, KINDS.index(kind)])
+    x = _fp16_data(rng, shape, kind)
+    up = _fp16_data(rng, shape, "normal")
+    refs = {0: Gelu("g", "x", "y", "tanh"), 1: Gelu("g", "x", "y", "erf"),
+            2: Gelu("g", "x", "y", "quick"), 3: Silu("s", "x", "y"), 4: Tanh("t", "x", "y")}
+    v = _Vertex(16 * m * n + 96 * m)
+    xa, ldx = v.block(x, DT_FP16)
+    ua, ldu = v.block(up, DT_FP16)
+    for form, op in refs.items():
+        y, ldy = v.out(m, n, DT_FP16)
+        v.run("GELU", x=xa, ldx=ldx, y=y, ldy=ldy, M=m, N=n, form=form)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = _quantize(op.compute(None, {"x": x}), DT_FP16)
+        _assert_bits(v.values(y, m, n, ldy, DT_FP16), want)
+    y, ldy = v.out(m, n, DT_FP16)
+    v.run("GELU", x=xa, ldx=ldx, y=y, ldy=ldy, M=m, N=n, form=3, b=ua, ldb=ldu)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _quantize(SwiGLU("sw", "x", "u", "y").compute(None, {"x": x, "u": up}),
+                         DT_FP16)
+    _assert_bits(v.values(y, m, n, ldy, DT_FP16), want)
+
+
+@pytest.mark.parametrize(("shape", "kind"), _new_cases())
+def test_rmsnorm_matches_reference(shape: tuple[int, int], kind: str) -> None:
+    from planner.ir.ops.rmsnorm import RMSNorm
+
+    m, n = shape
+    rng = np.random.default_rng([SEED + 6, m, n, KINDS.index(kind)])
+    x = _fp16_data(rng, shape, kind)
+    gamma = fp16_decode(fp16_encode(
+        _fp16_data(rng, (1, n), "normal")[0] * np.float32(0.5) + np.float32(1.0)))
+    v = _Vertex(8 * m * n + 8 * n + 64 * m)
+    xa, ldx = v.block(x, DT_FP16)
+    y, ldy = v.out(m, n, DT_FP16)
+    v.run("RMSNORM", x=xa, ldx=ldx, gamma=v.block(gamma, DT_FP16)[0], y=y, ldy=ldy, M=m, N=n,
+          eps=1e-6)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _quantize(RMSNorm("r", "x", "g", "y", 1e-6).compute(None, {"x": x, "g": gamma}),
+                         DT_FP16)
+    _assert_bits(v.values(y, m, n, ldy, DT_FP16), want)
+
+
+@pytest.mark.parametrize("table_dt", [DT_FP16, DT_FP32])
+@pytest.mark.parametrize(("rows", "heads", "head_dim"), [(1, 1, 2), (7, 3, 8), (33, 14, 64)])
+def test_rope_matches_reference(rows: int, heads: int, head_dim: int, table_dt: int) -> None:
+    from planner.ir.ops.rope import Rope, rope_tables
+
+    rng = np.random.default_rng([SEED + 7, rows, heads, head_dim])
+    x = _fp16_data(rng, (rows, heads * head_dim), "normal")
+    cos, sin = rope_tables(rows, head_dim, 10000.0)
+    if table_dt == DT_FP16:
+        cos, sin = fp16_decode(fp16_encode(cos)), fp16_decode(fp16_encode(sin))
+    v = _Vertex(16 * rows * heads * head_dim + 64 * rows)
+    xa, ldx = v.block(x, DT_FP16)
+    ca, ldt = v.block(cos, table_dt)
+    sa, _ = v.block(sin, table_dt)
+    y, ldy = v.out(rows, heads * head_dim, DT_FP16)
+    v.run("ROPE", x=xa, ldx=ldx, cos=ca, sin=sa, ldt=ldt, y=y, ldy=ldy, M=rows,
+          N=heads * head_dim, head_dim=head_dim, dtype_t=table_dt)
+    op = Rope("rope", "x", "c", "s", "y", head_dim)
+    want = _quantize(op.compute(None, {"x": x, "c": cos, "s": sin}), DT_FP16)
+    _assert_bits(v.values(y, rows, heads * head_dim, ldy, DT_FP16), want)
+
+
+@pytest.mark.parametrize(("batch", "heads", "tq", "tk"), [(1, 1, 5, 5), (2, 3, 7, 7),
+                                                         (2, 2, 4, 9)])
+def test_masked_and_causal_softmax_match_reference(batch: int, heads: int, tq: int,
+                                                   tk: int) -> None:
+    """Blocks of rows of a masked (key padding) and causal softmax, each
+    block at its own row0, equal the op's formula over the whole scores."""
+    rng = np.random.default_rng([SEED + 8, batch, heads, tq, tk])
+    scores = _fp16_data(rng, (batch * heads, tq, tk), "offset")
+    mask = np.zeros((batch, tk), dtype=np.float32)
+    mask[0, tk - max(1, tk // 3):] = -30000.0
+    rows = batch * heads * tq
+    for causal, masked in ((tq, False), (0, True), (tq, True)):
+        op = Softmax("sm", "x", "y", 0.25, "m" if masked else None, heads * tq, causal)
+        want = _quantize(op.compute(None, {"x": scores, "m": mask}).reshape(rows, tk), DT_FP16)
+        flat = scores.reshape(rows, tk)
+        v = _Vertex(16 * rows * tk + 64 * rows)
+        ma, ldm = v.block(mask, DT_FP16)
+        cuts = [0, rows // 3, rows // 3 + 1, rows]
+        for r0, r1 in zip(cuts, cuts[1:], strict=False):
+            if r1 <= r0:
+                continue
+            xa, ldx = v.block(flat[r0:r1], DT_FP16)
+            y, ldy = v.out(r1 - r0, tk, DT_FP16)
+            extra = dict(mask=ma, ldm=ldm, mask_rep=heads * tq, mask_rows=batch) if masked else {}
+            v.run("SOFTMAX", x=xa, ldx=ldx, y=y, ldy=ldy, M=r1 - r0, N=tk, scale=0.25,
+                  dtype_x=DT_FP16, dtype_y=DT_FP16, row0=r0, causal=causal, **extra)
+            _assert_bits(v.values(y, r1 - r0, tk, ldy, DT_FP16), want[r0:r1])
