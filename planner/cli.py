@@ -251,7 +251,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
          arg("path", nargs="?", help="a model TOML file (or zoo name) to show"), *MODEL_ARGS,
          JSON_ARG)
 def cmd_models(args: argparse.Namespace) -> int:
-    from planner.ir.graph import graph_flops, parameter_count
+    from planner.ir.graph import graph_flops, model_parameter_count
     from planner.ir.models import load_model, zoo_names
 
     names = zoo_names() if args.path is None else [args.path]
@@ -260,16 +260,19 @@ def cmd_models(args: argparse.Namespace) -> int:
         g = load_model(name, layers=args.layers, batch=args.batch)
         a = dict(g.attrs)
         batch = g.attr_int("batch")
-        rows.append([g.name, a["hidden"], a["heads"], a["mlp"], a["patch"], a["tokens"],
-                     a["layers"], batch, f"{parameter_count(g):,}",
+        kind = ("vit" if "patch" in a else "decoder" if a.get("attention") == "causal"
+                else "encoder")
+        rows.append([g.name, kind, a["hidden"], a["heads"], a["mlp"], a.get("patch", "-"),
+                     a["tokens"], a["layers"], batch, f"{model_parameter_count(g):,}",
                      f"{graph_flops(g) / batch / 1e9:.2f}"])
-    header = ["model", "hidden", "heads", "mlp", "patch", "tokens", "layers", "batch",
-              "parameters", "GFLOP/image"]
+    header = ["model", "kind", "hidden", "heads", "mlp", "patch", "tokens", "layers", "batch",
+              "parameters", "GFLOP/sample"]
     if args.json:
         keys = [h.lower().replace("/", "_per_") for h in header]
         _print_json([{**dict(zip(keys, r, strict=True)),
-                      "parameters": int(str(r[8]).replace(",", "")),
-                      "gflop_per_image": float(str(r[9]))} for r in rows])
+                      "patch": r[5] if r[5] != "-" else None,
+                      "parameters": int(str(r[9]).replace(",", "")),
+                      "gflop_per_sample": float(str(r[10]))} for r in rows])
         return 0
     print(_table(header, rows))
     return 0

@@ -50,14 +50,16 @@ def test_models_lists_zoo(capsys: pytest.CaptureFixture[str], micro_toml: Path) 
     code, out, _ = _run(capsys, "models")
     assert code == 0
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
-    assert sorted(rows) == ["pe-core-l14", "siglip-so400m", "siglip-so400m-map", "vit-micro",
-                            "vit-tiny"]
-    assert rows["siglip-so400m"][8] == "412,987,248"
-    assert rows["siglip-so400m-map"][8] == "428,225,600"  # the whole tower with the MAP head
-    assert rows["siglip-so400m"][9] == "666.45"  # GFLOP per image, 27 layers
+    assert sorted(rows) == ["bert-base", "minilm-l6", "pe-core-l14", "qwen2.5-0.5b",
+                            "siglip-so400m", "siglip-so400m-map", "vit-micro", "vit-tiny"]
+    assert rows["siglip-so400m"][9] == "412,987,248"
+    assert rows["siglip-so400m-map"][9] == "428,225,600"  # the whole tower with the MAP head
+    assert rows["siglip-so400m"][10] == "666.45"  # GFLOP per image, 27 layers
+    assert rows["bert-base"][1:2] + rows["bert-base"][5:6] == ["encoder", "-"]
+    assert rows["qwen2.5-0.5b"][1] == "decoder" and rows["qwen2.5-0.5b"][9] == "494,032,768"
     code, out, _ = _run(capsys, "models", str(micro_toml), "--layers", "1")
-    assert code == 0 and out.splitlines()[1].split()[:8] == [
-        "vit-micro", "32", "2", "64", "4", "10", "1", "2"]
+    assert code == 0 and out.splitlines()[1].split()[:9] == [
+        "vit-micro", "vit", "32", "2", "64", "4", "10", "1", "2"]
 
 
 def test_reference_prints_stats(capsys: pytest.CaptureFixture[str], micro_toml: Path) -> None:

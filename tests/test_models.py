@@ -31,7 +31,6 @@ def test_siglip_so400m_has_exactly_412987248_parameters() -> None:
     [
         ("vit-tiny", (192, 768, 16, 3, 197, 2)),
         ("siglip-so400m", (1152, 4304, 14, 3, 729, 27)),
-        ("pe-core-l14", (1024, 4096, 14, 3, 577, 24)),
     ],
 )
 def test_zoo_counts_match_formula(name: str, dims: tuple[int, ...]) -> None:
@@ -42,9 +41,26 @@ def test_zoo_counts_match_formula(name: str, dims: tuple[int, ...]) -> None:
     assert (a["hidden"], a["mlp"], a["patch"], a["channels"], a["tokens"], a["layers"]) == dims
 
 
+# published parameter counts: bert-base-uncased and all-MiniLM-L6-v2 (their
+# model cards' safetensors: 109,482,240 and 22,713,216 elements, pooler
+# included), Qwen2.5-0.5B (494,032,768, embeddings tied), the PE-Core-L14
+# probe (317,150,208: attention-pooling head and output projection) and the
+# SigLIP so400m tower with its MAP head (428,225,600)
+PUBLISHED = {"bert-base": 109_482_240, "minilm-l6": 22_713_216, "qwen2.5-0.5b": 494_032_768,
+             "pe-core-l14": 317_150_208, "siglip-so400m-map": 428_225_600}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_zoo_parameter_counts_are_the_published_ones(name: str) -> None:
+    from planner.ir.graph import model_parameter_count
+
+    assert model_parameter_count(planner.load_model(name)) == PUBLISHED[name]
+
+
 def test_zoo_names_and_attrs() -> None:
-    assert planner.zoo_names() == ["pe-core-l14", "siglip-so400m", "siglip-so400m-map",
-                                   "vit-micro", "vit-tiny"]
+    assert planner.zoo_names() == ["bert-base", "minilm-l6", "pe-core-l14", "qwen2.5-0.5b",
+                                   "siglip-so400m", "siglip-so400m-map", "vit-micro",
+                                   "vit-tiny"]
     g = planner.load_model("siglip-so400m")
     assert dict(g.attrs)["eps"] == 1e-6 and g.attr_int("heads") == 16
     assert dict(planner.load_model("pe-core-l14").attrs)["eps"] == 1e-5

@@ -20,7 +20,9 @@ fields; a transform returns a new `Graph` made with `make_graph`, which runs
   (kind "input") and `outputs` the yields (kind "output"); argument k, yield k,
   init k and final k have equal shape, dtype and scale_exp; an iterated
   parameter's outer tensor has shape `(trips, *body_shape)`, invariant ones the
-  body shape; every body parameter is bound exactly once.
+  body shape (an invariant binding may bind a graph input, such as an
+  attention mask every layer reads); every body parameter is bound exactly
+  once.
 
 The reference-only precision variant (`load_model(..., precision="fp32")`) has
 fp32 MatMul operands; the verifier accepts that, the planner need not.
@@ -115,9 +117,16 @@ class OpBase:
         return 0
 
     def param_roles(self) -> dict[str, str]:
-        """Init role (weight, bias, gamma, beta, ...) of the parameters it
-        reads, by tensor name; a parameter no op names is "other"."""
+        """Init role (weight, bias, gamma, beta, mask, ...) of the tensors it
+        reads, by tensor name; a parameter no op names is "other", an input
+        "input" (planner.ir.reference.init_params / init_inputs)."""
         return {}
+
+    def init_values(self, g: Graph, name: str) -> Any:
+        """Values the parameter `name` it reads must hold, when they are
+        determined (RoPE's tables: a numpy array of its shape), else None
+        (drawn by role)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -338,8 +347,10 @@ def _check_repeat(g: Graph, op: Repeat) -> None:
             if not body.has(body_name):
                 raise GraphError(op.name, f"binds unknown body tensor {body_name!r}")
             inner = body.tensor(body_name)
-            if outer.kind != "parameter" or inner.kind != "parameter":
-                raise GraphError(op.name, f"binding {outer_name}->{body_name}: not parameters")
+            outer_kinds = ("parameter",) if iterated else ("parameter", "input")
+            if outer.kind not in outer_kinds or inner.kind != "parameter":
+                raise GraphError(op.name, f"binding {outer_name}->{body_name}: not a parameter "
+                                          f"(an invariant one may bind a graph input)")
             want = (op.trips, *inner.shape) if iterated else inner.shape
             if outer.shape != want:
                 what = "iterated" if iterated else "invariant"
@@ -404,6 +415,16 @@ def graph_macs(g: Graph) -> int:
 
 def graph_flops(g: Graph) -> int:
     return 2 * graph_macs(g)
+
+
+def model_parameter_count(g: Graph) -> int:
+    """The model's parameters as published: the graph's (`parameter_count`)
+    plus those its front end leaves on the host (attr `host_parameters`: an
+    untied word-embedding table) minus the device tensors that are computed
+    rather than learned (attr `derived_parameters`: RoPE tables)."""
+    host, derived = g.attr("host_parameters", 0), g.attr("derived_parameters", 0)
+    assert isinstance(host, int) and isinstance(derived, int)
+    return parameter_count(g) + host - derived
 
 
 def parameter_count(g: Graph) -> int:

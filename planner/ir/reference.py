@@ -86,27 +86,75 @@ def _rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
 
 
+def _roles(g: Graph) -> dict[str, str]:
+    """Roles the ops of `g` give the tensors they read (a Repeat's outer
+    tensors take their body tensor's)."""
+    roles: dict[str, str] = {}
+    for op in g.ops:
+        if isinstance(op, Repeat):
+            inner = _roles(op.body)
+            for outer, body_name in op.iterated + op.invariant:
+                if body_name in inner:
+                    roles[outer] = inner[body_name]
+        else:
+            roles.update(op.param_roles())
+    return roles
+
+
 def parameter_roles(g: Graph) -> dict[str, str]:
     """Role of each parameter by use (`op.param_roles()`: weight, bias,
     gamma, beta, ...; "other" when no op names one; outer parameters of a
     Repeat take their body parameter's role)."""
-    roles: dict[str, str] = {}
+    roles = _roles(g)
+    return {p: roles.get(p, "other") for p in g.parameters}
+
+
+def _fixed_values(g: Graph) -> dict[str, np.ndarray]:
+    """Parameters whose values an op determines (`op.init_values`: RoPE's
+    tables), by name; an iterated outer parameter repeats them per trip."""
+    out: dict[str, np.ndarray] = {}
     for op in g.ops:
         if isinstance(op, Repeat):
-            inner = parameter_roles(op.body)
-            for outer, body_name in op.iterated + op.invariant:
-                roles[outer] = inner.get(body_name, "other")
-        else:
-            roles.update(op.param_roles())
-    return {p: roles.get(p, "other") for p in g.parameters}
+            inner = _fixed_values(op.body)
+            for outer, body_name in op.invariant:
+                if body_name in inner:
+                    out[outer] = inner[body_name]
+            for outer, body_name in op.iterated:
+                if body_name in inner:
+                    out[outer] = np.broadcast_to(inner[body_name],
+                                                 (op.trips, *inner[body_name].shape)).copy()
+            continue
+        for name in op.inputs:
+            if g.tensor(name).kind == "parameter" and name not in out:
+                v = op.init_values(g, name)
+                if v is not None:
+                    out[name] = np.asarray(v, dtype=F32)
+    return out
+
+
+# an additive attention mask: masked keys get this (fp16-exact; exp underflows to 0)
+MASK_VALUE = -30000.0
+
+
+def mask_values(shape: tuple[int, ...]) -> np.ndarray:
+    """A key-padding mask [rows, keys]: 0 where a key is seen; even rows mask
+    their last keys // 8 keys (at least one) with MASK_VALUE, odd rows none."""
+    m = np.zeros(shape, dtype=F32)
+    pad = max(1, shape[-1] // 8)
+    m[0::2, shape[-1] - pad:] = F32(MASK_VALUE)
+    return m
 
 
 def init_params(g: Graph, seed: int) -> dict[str, np.ndarray]:
     """Deterministic parameters: name -> float32 array of logical values,
     exactly representable in the tensor's dtype and scale (module docstring)."""
     out: dict[str, np.ndarray] = {}
+    fixed = _fixed_values(g)
     for name, role in parameter_roles(g).items():
         t = g.tensor(name)
+        if name in fixed:
+            out[name] = quantize(fixed[name], t)
+            continue
         # float32 draws: a 27-layer model's 413M parameters fit in 1.7 GB
         z = _rng(seed, name).standard_normal(t.shape, dtype=F32)
         if role == "gamma":
@@ -118,12 +166,17 @@ def init_params(g: Graph, seed: int) -> dict[str, np.ndarray]:
 
 
 def init_inputs(g: Graph, seed: int) -> dict[str, np.ndarray]:
-    """Deterministic inputs: name -> float32 U(-1, 1), rounded to the dtype."""
-    return {
-        name: quantize(_rng(seed, name).uniform(-1.0, 1.0, g.tensor(name).shape).astype(F32),
-                       g.tensor(name))
-        for name in g.inputs
-    }
+    """Deterministic inputs: name -> float32 U(-1, 1), rounded to the dtype;
+    an attention mask (role "mask") `mask_values`."""
+    roles = _roles(g)
+    out = {}
+    for name in g.inputs:
+        t = g.tensor(name)
+        if roles.get(name) == "mask":
+            out[name] = quantize(mask_values(t.shape), t)
+        else:
+            out[name] = quantize(_rng(seed, name).uniform(-1.0, 1.0, t.shape).astype(F32), t)
+    return out
 
 
 def _checked(g: Graph, values: Mapping[str, np.ndarray], names: tuple[str, ...],

@@ -389,6 +389,8 @@ class _Lowerer:
         consumer)."""
         outer, trips = self.params[tensor]
         t = self.tensors[tensor]
+        if outer in self.out.inputs:  # a graph input bound into a Repeat body (a mask)
+            return self.convert(outer, layout, operand_segments(g, op, name))
         if outer in self.out.homes:  # a later consumer converts from the first one's home
             hv = self.out.homes[outer]
             home = self.out.values[hv].layout

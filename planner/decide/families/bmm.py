@@ -3,7 +3,9 @@
 `bmm:<bg>x<gr>`: a tile holds bg batches (gr = 1) or a 1/gr row block of one
 batch, and the other operand's whole head(s); `bmm:1x<gr>x<gc>`: a row block
 × one of gc output column blocks per tile, with 1/gc of the other operand.
-An fp8 `a` arrives wide (cast on the tile) unless `narrow`.
+An fp8 `a` arrives wide (cast on the tile) unless `narrow`.  With grouped-
+query attention (kv_group g) a tile's bg batches need the kv heads of their
+groups, at most ceil((bg - 1) / g) + 1 of them (one vertex each).
 """
 
 from __future__ import annotations
@@ -58,11 +60,14 @@ def bmm_recipes(g: Graph, op: Any, device: Device, packing: str,
                for gc in (2, 4, 8) if gc <= n
                for gr in sorted({min(m, tiles // (bt * gc)), min(m, tiles // (bt * gc)) // 2})
                if gr >= 1]
+    grp = op.kv_group
     for bg, gr in sorted(grids):
         mb = math.ceil(m / gr)
-        a_bytes, b_bytes, o_bytes = bg * mb * k * e_a, bg * k * n * e, bg * mb * n * e_out
-        compute = call_cycles("BATCH_MATMUL", device, memo, M=mb, K=k, N=n, in_dtype=a.dtype,
-                              out_dtype=out.dtype, transpose_b=int(op.transpose_b), batch=bg)
+        kvs = bg if grp == 1 else min(bg, (bg + grp - 2) // grp + 1)  # kv heads per tile
+        a_bytes, b_bytes, o_bytes = bg * mb * k * e_a, kvs * k * n * e, bg * mb * n * e_out
+        compute = kvs * call_cycles("BATCH_MATMUL", device, memo, M=mb, K=k, N=n,
+                                    in_dtype=a.dtype, out_dtype=out.dtype,
+                                    transpose_b=int(op.transpose_b), batch=-(-bg // kvs))
         if e_a != e:
             compute += call_cycles("CAST", device, memo, M=bg * mb, N=k, dtype_x="fp16",
                                    dtype_y=a.dtype)

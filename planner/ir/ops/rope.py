@@ -84,6 +84,12 @@ class Rope(RowOp):
     def param_roles(self) -> dict[str, str]:
         return {self.cos: "rope_cos", self.sin: "rope_sin"}
 
+    def init_values(self, g: Graph, name: str) -> Any:
+        if name not in (self.cos, self.sin):
+            return None
+        cos, sin = rope_tables(g.tensor(self.cos).shape[0], self.head_dim, self.theta)
+        return cos if name == self.cos else sin
+
     def row_call(self, c: RowCell) -> KernelCall:
         return call("ROPE", {"x": "x", "cos": "cos", "sin": "sin", "y": "out"},
                     ldx=c["x"].ld, ldt=c["cos"].ld, ldy=c["out"].ld, M=c.rows, N=c.cols,

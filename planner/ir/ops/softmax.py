@@ -98,6 +98,9 @@ class Softmax(RowOp):
         y = formulas.softmax(x.reshape(rows, keys), float(np.float32(self.scale)), add, valid)
         return y.reshape(x.shape)
 
+    def param_roles(self) -> dict[str, str]:
+        return {self.mask: "mask"} if self.mask is not None else {}
+
     def positional(self) -> bool:
         return self.causal > 0 or self.mask is not None
 
