@@ -1,11 +1,17 @@
-"""Fuzzing the whole path: random small ViT configs on random devices.
+"""Fuzzing the whole path: random small models of every family on random devices.
 
     python -m experiments.fuzz --cases 10000 --seed 1 --workers 2
     python -m experiments.fuzz --seed 1 --case 417      # one case, with its TOMLs
 
 Case i of seed S draws from `numpy.random.default_rng([S, i])`, so any case
 can be re-run alone.  A case is a model table (hidden = heads x head_dim up to
-64, MLP, patch, channels, tokens up to 17, 1-3 layers, batch 1-3, eps) and a
+64, MLP, tokens up to 17, 1-3 layers, batch 1-3, eps) of one of the families
+of planner.ir.models — half ViTs (patch and channels drawn; a tanh, erf or
+quick GELU; a MAP head in one of five), a quarter BERT-style encoders
+(post-LN, positions from a longer table, token types, the key-padding mask
+in most, the pooler in half), a quarter Llama-style decoders (RMSNorm,
+SwiGLU, RoPE, causal attention with a drawn number of kv heads, the LM head
+over the last positions, tied or not) — and a
 device table on a shipped preset (tiles 4-256, memory 32-624 KiB, alignment
 1-64, workers 1-8, and a few cost constants drawn within their ranges; one
 case in twenty carries a deliberately invalid field), planned from the
@@ -19,7 +25,7 @@ optimizer steps.  Every case must end as one of
 
 Anything else — another exception, a fault, outputs outside tolerance — is a
 bug: the run prints the case (seed, index, both TOMLs) and exits 1.
-tests/test_fuzz.py runs 200 cases of seed 0 under `make test`; `make fuzz`
+tests/test_fuzz.py runs 200 cases of seed 1 under `make test`; `make fuzz`
 runs 2,000; README quotes a 10,000-case run.
 """
 
@@ -72,13 +78,15 @@ def draw(seed: int, index: int) -> Case:
         return values[int(rng.integers(len(values)))]
 
     heads = int(rng.integers(1, 5))
+    family = pick("vit", "vit", "bert", "llama")
     model: dict[str, Any] = {
-        "name": f"fuzz{index}", "hidden": heads * pick(1, 2, 4, 8, 16), "heads": heads,
+        "name": f"fuzz{index}", "hidden": heads * pick(2, 4, 8, 16), "heads": heads,
         "mlp": int(rng.integers(1, 129)), "patch": int(rng.integers(1, 5)),
         "channels": int(rng.integers(1, 4)), "tokens": int(rng.integers(1, 18)),
         "layers": int(rng.integers(1, 4)), "batch": int(rng.integers(1, 4)),
         "eps": float(pick(1e-6, 1e-5, 1e-3)),
     }
+    model.update(_family(family, model, rng, pick))
     alignment = pick(1, 2, 4, 8, 16, 32, 64)
     memory = int(rng.integers(32, 625)) * 1024 // alignment * alignment
     base = "c600" if memory >= 256 * 1024 and rng.random() < 0.5 else "tiny"
@@ -105,17 +113,42 @@ def draw(seed: int, index: int) -> Case:
                                                         "capacity"))
 
 
+def _family(family: str, model: dict[str, Any], rng: np.random.Generator,
+            pick: Any) -> dict[str, Any]:
+    """The fields that make `model` a ViT (any MLP activation, sometimes a
+    MAP head), a BERT-style encoder or a Llama-style decoder
+    (planner.ir.models)."""
+    if family == "vit":
+        extra: dict[str, Any] = {"activation": pick("gelu_tanh", "gelu_erf", "quick_gelu")}
+        if rng.random() < 0.2:
+            extra["pool"] = "map"
+        return extra
+    del model["patch"], model["channels"]
+    if family == "bert":
+        return {"input": "embeddings", "block": "post_ln", "activation": "gelu_erf",
+                "max_positions": model["tokens"] + int(rng.integers(0, 8)),
+                "type_vocab": int(rng.integers(1, 3)), "embed_norm": True,
+                "final_norm": False, "attention_mask": bool(rng.random() < 0.7),
+                "pool": pick("none", "pooler"), "vocab": int(rng.integers(8, 64))}
+    heads = model["heads"]
+    return {"input": "embeddings", "norm": "rmsnorm", "activation": "swiglu",
+            "attention": "causal", "rope_theta": float(pick(100.0, 10000.0)),
+            "kv_heads": pick(*[k for k in range(1, heads + 1) if heads % k == 0]),
+            "bias": pick("qkv", "none", "all"), "pool": "last",
+            "vocab": int(rng.integers(8, 64)), "tied_embeddings": bool(rng.random() < 0.5)}
+
+
 def run_case(case: Case) -> tuple[str, str]:
     """(outcome, detail): an OUTCOMES entry, or "bug" with what went wrong."""
     from planner import PipelineConfig
-    from planner.ir.models import build_vit, parse_config
+    from planner.ir.models import build_model, parse_config
     from planner.pipeline import run_model
     from simulator.device import Device
 
     try:
         cfg = parse_config(dict(case.model), f"fuzz model {case.index}")
         dev = Device.from_dict(dict(case.device), f"fuzz device {case.index}")
-        out = run_model(build_vit(cfg), dev, PipelineConfig(
+        out = run_model(build_model(cfg), dev, PipelineConfig(
             optimization_steps=case.optimization_steps, baseline=case.baseline),
             numerics=True, seed=case.index)
     except BuildFailure as e:
