@@ -11,7 +11,10 @@ blocks: rows_per_owner = max(1, target // row_bytes) with target = one 16 KiB
 SRAM element (scaled by the plan's packing), raised to ceil(R / tiles) when
 there would be more owners than tiles.  Owner o of n sits on logical tile
 o·tiles // n (spread over the device, never piled on tiles 0..n-1) and on the
-physical tile the plan's tile mapping gives.  An op's own row blocks may be
+physical tile the plan's tile mapping gives.  A row wider than
+WIDE_ROW_ELEMENTS SRAM elements (an LLM's logits: one row of 151,936 fp16)
+is also cut into column blocks of one element each, spread the same way, so
+no single owner holds it whole.  An op's own row blocks may be
 shifted (`Plan.tile_shift`): owner o then sits on logical tile
 (o·tiles // n + shift) mod tiles; canonical layouts are never shifted.
 """
@@ -178,12 +181,31 @@ def row_layout(rows: int, cols: int, rows_per_owner: int, tiles: int, plan: Plan
     return Layout(rows, cols, cuts, (0, cols), tuple((t,) for t in owners))
 
 
+# canonical rows wider than this many SRAM elements are cut into column blocks
+WIDE_ROW_ELEMENTS = 4
+
+
+def canonical_col_cuts(cols: int, elem_bytes: int, element_bytes: int) -> tuple[int, ...]:
+    """Column cuts of the canonical layout: one block, or blocks of one SRAM
+    element for a row wider than WIDE_ROW_ELEMENTS elements."""
+    if cols * elem_bytes <= WIDE_ROW_ELEMENTS * element_bytes:
+        return (0, cols)
+    return step_cuts(cols, max(1, element_bytes // elem_bytes))
+
+
 def canonical_layout(shape: tuple[int, ...], elem_bytes: int, element_bytes: int, tiles: int,
                      plan: Plan) -> Layout:
     """The canonical boundary layout of a tensor of `shape` (module docstring)."""
     rows, cols = view2d(shape)
     rpo = canonical_rows_per_owner(rows, cols, elem_bytes, element_bytes, tiles, plan.packing)
-    return row_layout(rows, cols, rpo, tiles, plan)
+    col_cuts = canonical_col_cuts(cols, elem_bytes, element_bytes)
+    if len(col_cuts) == 2:
+        return row_layout(rows, cols, rpo, tiles, plan)
+    row_cuts = step_cuts(rows, rpo)
+    cells = (len(row_cuts) - 1) * (len(col_cuts) - 1)
+    owners = spread_tiles(min(cells, tiles), tiles, plan)
+    return Layout(rows, cols, row_cuts, col_cuts,
+                  tuple((owners[c % len(owners)],) for c in range(cells)))
 
 
 def grid_tiles(base: int, count: int, tiles: int, plan: Plan) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from planner.decide.layout import canonical_rows_per_owner, view2d
+from planner.decide.layout import canonical_col_cuts, canonical_rows_per_owner, view2d
 from planner.ir.graph import DTYPE_BYTES, Graph, Op
 from simulator.cost import kernel_cycles
 from simulator.device import Device
@@ -131,4 +131,5 @@ def canonical_bytes(rows: int, cols: int, elem: int, device: Device,
     `elem`-byte elements under `packing`."""
     rpo = canonical_rows_per_owner(rows, cols, elem, device.element_bytes, device.tiles,
                                    packing)
-    return rpo * cols * elem
+    cuts = canonical_col_cuts(cols, elem, device.element_bytes)
+    return rpo * max(b - a for a, b in zip(cuts, cuts[1:], strict=False)) * elem
