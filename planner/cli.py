@@ -150,7 +150,8 @@ def exit_status(error: TileplanError) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tileplan",
-        description="Plan, build and simulate ViT models on IPU-class many-tile accelerators.",
+        description="Plan, build and simulate transformer models (ViT towers, BERT encoders, "
+                    "decoder-only LLMs) on IPU-class many-tile accelerators.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                 parser_class=_Parser)
