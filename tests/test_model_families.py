@@ -232,3 +232,28 @@ def test_micro_families_plan_optimize_and_simulate(table: dict) -> None:
     for k, w in want.items():
         rel = np.linalg.norm(got[k] - w) / max(np.linalg.norm(w), 1e-30)
         assert rel < 2e-2, (k, rel)  # K-split sums in another order: fp8 re-roundings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "layers"), [("bert-base", 2), ("minilm-l6", None),
+                                               ("qwen2.5-0.5b", 2)])
+def test_zoo_families_run_with_numerics(model: str, layers: int | None,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`tileplan run` of the zoo's BERTs and decoder (8 proposals, c600):
+    numerics within tolerance and a cosine to fp32 of at least 0.99."""
+    import json
+
+    from planner.cli import main
+
+    argv = ["run", model, "--json", "--quiet"] + (["--layers", str(layers)] if layers else [])
+    assert main(argv) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["numerics_ok"] and s["faults"] == 0 and s["cosine_fp32_min"] >= 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["bert-base", "minilm-l6", "qwen2.5-0.5b", "pe-core-l14"])
+def test_zoo_families_fit_at_full_depth(model: str) -> None:
+    res = planner.plan(planner.load_model(model), simulator.load_device("c600"),
+                       planner.PipelineConfig(optimization_steps=0))
+    assert res.cycles > 0 and res.stats["peak_tile_bytes"] <= 638_976

@@ -156,3 +156,35 @@ def test_bad_names_and_overrides(micro_toml: Path, tmp_path: Path) -> None:
 def test_batch_defaults_to_one(tmp_path: Path, micro_toml: Path) -> None:
     g = planner.load_model(_write(tmp_path, micro_toml.read_text().replace("batch = 2\n", "")))
     assert g.attr_int("batch") == 1 and g.tensor("patches").shape == (10, 48)
+
+
+_LLM = {"name": "t", "input": "embeddings", "hidden": 32, "heads": 4, "mlp": 48, "tokens": 8,
+        "layers": 1, "eps": 1e-6, "norm": "rmsnorm", "activation": "swiglu",
+        "attention": "causal", "rope_theta": 100.0, "pool": "last", "vocab": 20}
+
+
+@pytest.mark.parametrize(("change", "field", "message"), [
+    ({"activation": "relu"}, "activation", "must be one of"),
+    ({"block": "sandwich"}, "block", "must be one of"),
+    ({"norm": "batchnorm"}, "norm", "must be one of"),
+    ({"attention": "sliding"}, "attention", "must be one of"),
+    ({"kv_heads": 3}, "kv_heads", "must divide heads"),
+    ({"kv_heads": 0}, "kv_heads", "out of range"),
+    ({"rope_theta": "big"}, "rope_theta", "must be float"),
+    ({"hidden": 36, "heads": 4, "mlp": 48}, "rope_theta", "even head size"),
+    ({"vocab": None}, "vocab", "LM head"),
+    ({"tied_embeddings": "yes"}, "tied_embeddings", "true or false"),
+    ({"input": "patches"}, "patch", "missing"),
+    ({"max_positions": 4, "rope_theta": None}, "max_positions", "at least tokens"),
+    ({"bias": "some"}, "bias", "must be one of"),
+    ({"pool": "map"}, "pool", "bidirectional"),
+    ({"seq": 8}, "seq", "unknown field"),
+])
+def test_bad_family_fields(change: dict, field: str, message: str) -> None:
+    from planner.ir.models import parse_config
+
+    table = {**_LLM, **change}
+    table = {k: v for k, v in table.items() if v is not None}
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_config(table, "my.toml")
+    assert info.value.field == field and info.value.source == "my.toml"
