@@ -1,5 +1,5 @@
 """`python -m planner` = the `tileplan` command."""
 
-from planner.cli import main
+from planner.cli import console
 
-raise SystemExit(main())
+console()

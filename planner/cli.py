@@ -117,17 +117,17 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(self.prog, "arguments", message)
 
 
-def writable_file(path: str, flag: str) -> None:
-    """ConfigError unless `path` can be written: its directory exists and it
-    is not a directory itself (checked before any work)."""
-    p = os.path.abspath(path)
-    if os.path.isdir(p):
-        raise ConfigError(path, flag, "is a directory")
-    parent = os.path.dirname(p)
-    if not os.path.isdir(parent):
-        raise ConfigError(path, flag, "directory does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(path, flag, "directory is not writable")
+def writable_file(path: str, flag: str, protect: Sequence[Path] = ()) -> None:
+    """ConfigError unless `path` can be written as a file (tilecommon.files.
+    check_output_file: checked before any work), and is none of, nor inside
+    any directory of, `protect` (the run a report reads)."""
+    from tilecommon.files import check_output_file
+
+    target = check_output_file(path, flag)
+    for p in protect:
+        p = Path(os.path.abspath(p))
+        if target == p or p in target.parents:
+            raise ConfigError(path, flag, f"would overwrite the run's own {p.name}")
 
 
 # argument groups shared by several subcommands
@@ -163,13 +163,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so that every atomic
+    write and every worker pool cleans up on the way out."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it).
     Configures the numeric runtime (tilecommon.runtime) before any jitted module
-    is imported."""
+    is imported.  SIGTERM unwinds like Ctrl-C (exit 143 instead of 130); once
+    the command has finished, both are ignored, so a signal as the process
+    ends cannot turn a finished run into a traceback."""
+    import signal
+    import threading
+
     from tilecommon.runtime import configure
 
     configure()
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
         return int(args.handler(args))
@@ -177,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(e).split())  # one line, whatever the message holds
         print(f"tileplan: error: {message}", file=sys.stderr)
         return exit_status(e)
+    except Terminated:
+        print("tileplan: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("tileplan: interrupted", file=sys.stderr)
         return 130
@@ -186,6 +206,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def console() -> None:
+    """The `tileplan` console script: main, then exit without letting a late
+    Ctrl-C or SIGTERM interrupt the interpreter's shutdown."""
+    import signal
+
+    status = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.exit(status)
 
 
 JSON_ARG = arg("--json", action="store_true", help="print the result as one JSON object")
@@ -398,13 +433,17 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
     except BuildFailure as e:
         if args.report:  # the report of the failing stage, then the usual one line
             from planner.html_report import render_failure
-            from tilecommon.files import write_text_atomic
+            from tilecommon.files import write_text_atomic, writing
 
-            write_text_atomic(args.report, render_failure(
-                e, f"tileplan: {graph.name} on {device.name}", device.memory_size))
+            with writing(args.report, "--report"):
+                write_text_atomic(args.report, render_failure(
+                    e, f"tileplan: {graph.name} on {device.name}", device.memory_size))
         raise
     if args.out:
-        save_run(args.out, outcome.result.package, outcome.summary)
+        from tilecommon.files import writing
+
+        with writing(args.out, "--out"):
+            save_run(args.out, outcome.result.package, outcome.summary)
     if args.report:
         _write_html(args.report, outcome.result.package, outcome.summary, None)
     if args.json:
@@ -463,7 +502,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = args.out or os.path.join("artifacts", "sweeps", sweep.name)
     _note_cold_cache()
     res = run_sweep(sweep, out, executor=args.executor, workers=args.workers,
-                    scheduler=args.scheduler, resume=args.resume, progress=not args.json)
+                    scheduler=args.scheduler, resume=args.resume, progress=not args.json,
+                    make_parents=args.out is None)
     if args.json:
         print(json.dumps({"sweep": sweep.name, "out": out, "rows": res.rows}, sort_keys=True))
         return 1 if res.failures else 0
@@ -493,14 +533,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from planner.report import PACKAGE_DIR, format_summary, load_summary
 
-    if args.html:
-        writable_file(args.html, "--html")
+    root = Path(args.run)
+    root = root.parent if root.is_file() else root
+    if args.html:  # never over the run it reads
+        writable_file(args.html, "--html", protect=(root,))
     summary = load_summary(args.run)
     if args.html:
         from simulator import load_package
 
-        root = Path(args.run)
-        root = root.parent if root.is_file() else root
         pkg = load_package(root / PACKAGE_DIR)
         _write_html(args.html, pkg, summary, args.tile)
         if not args.json:
@@ -511,9 +551,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _write_html(path: str, pkg: Any, summary: Any, tile: int | None) -> None:
     from planner.html_report import write_report
+    from tilecommon.files import writing
 
     try:
-        write_report(path, pkg, summary, tile)
+        with writing(path, "--html"):
+            write_report(path, pkg, summary, tile)
     except ValueError as e:  # a tile outside the device
         raise ConfigError(path, "--tile", str(e)) from None
 
@@ -564,7 +606,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
             except ValueError as e:  # too many/unknown tiles, a program too long to trace
                 raise ConfigError(args.package, "trace", str(e)) from None
-            saved = save_trace(trace, args.trace)
+            from tilecommon.files import writing
+
+            with writing(args.trace, "--trace"):
+                saved = save_trace(trace, args.trace)
     if args.trace and not args.json:
         print(f"trace {saved}: {len(trace['traceEvents'])} events")
     dev = pkg.device
@@ -681,11 +726,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from simulator.calibrate import calibrate, device_toml, format_report, plot, report_json
     from simulator.device import load_device
     from simulator.measurements import read_file
-    from tilecommon.files import write_text_atomic
+    from tilecommon.files import write_text_atomic, writing
 
     for flag, value in (("--out", args.out), ("--plot", args.plot)):
-        if value is not None and not Path(value).parent.is_dir():
-            raise ConfigError(value, flag, "directory does not exist")
+        if value is not None:
+            writable_file(value, flag)
     start = load_device(args.device)
     entries = read_file(args.measurements)
     cal = calibrate(entries, start, window_days=args.window_days)
@@ -707,9 +752,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                               if c.name in KEPT_SOURCES else "")
                  for c in cal.changes}
         notes.update({k: v for k, v in cal.facts.items() if k == "kernel_image_bytes"})
-        write_text_atomic(Path(args.out), device_toml(cal.device, header, notes))
+        with writing(args.out, "--out"):
+            write_text_atomic(Path(args.out), device_toml(cal.device, header, notes))
     if args.plot:
-        plot(cal, args.plot)
+        with writing(args.plot, "--plot"):
+            plot(cal, args.plot)
     if args.json:
         print(json.dumps(report_json(cal), sort_keys=True))
         return 0
@@ -780,4 +827,4 @@ def _arg_value(key: str, text: str) -> object:
 
 
 if __name__ == "__main__":  # python -m planner.cli: the same as the tileplan script
-    sys.exit(main())
+    console()

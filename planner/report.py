@@ -32,8 +32,9 @@ from planner.ir.graph import Graph, graph_flops
 from planner.lowering.stages import STAGES
 from simulator.device import Device
 from simulator.package import Package, save_package
+from tilecommon.config import check_regular_file
 from tilecommon.errors import ConfigError
-from tilecommon.files import atomic_dir, write_file_atomic
+from tilecommon.files import atomic_dir, check_output_dir, write_file_atomic
 
 SUMMARY_KEYS = (
     "model", "device", "layers", "batch", "cycles", "time_ms", "roofline_fraction",
@@ -66,6 +67,7 @@ SUMMARY_DEFAULTS: dict[str, Any] = {
 }
 REL_FRO_TOLERANCE = 1e-2
 SUMMARY_FILE = "summary.json"
+MAX_SUMMARY_BYTES = 1 << 30
 PACKAGE_DIR = "package"
 
 
@@ -281,19 +283,7 @@ def check_run_dir(out: str | os.PathLike[str]) -> Path:
     """ConfigError unless `out` can become a run directory: absent (its
     parent an existing writable directory), an empty directory, or a run
     directory already (which a new run replaces whole)."""
-    root = Path(out)
-    if root.exists():
-        if not root.is_dir():
-            raise ConfigError(str(root), "--out", "exists and is not a directory")
-        if not (root / SUMMARY_FILE).is_file() and any(root.iterdir()):
-            raise ConfigError(str(root), "--out", "exists and is not a run directory "
-                              f"(no {SUMMARY_FILE}); refusing to replace it")
-    parent = root.resolve().parent
-    if not parent.is_dir():
-        raise ConfigError(str(root), "--out", "parent directory does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(str(root), "--out", "parent directory is not writable")
-    return root
+    return check_output_dir(out, "--out", SUMMARY_FILE, "run")
 
 
 def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any]) -> Path:
@@ -315,6 +305,9 @@ def load_summary(run: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run)
     if path.is_dir():
         path = path / SUMMARY_FILE
+    if not path.exists():
+        raise ConfigError(str(path), "run", "no such run summary")
+    check_regular_file(path, "run", MAX_SUMMARY_BYTES)  # a FIFO would block the read
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

@@ -20,9 +20,18 @@ underscores, each a list — and optionally explicit cases:
 
 Axes: model, device, layers, batch, optimization_steps, baseline, optimizer,
 seed, numerics; an axis not given takes `tileplan run`'s default (layers and
-batch: the model's own).  Cases are the cross product of the axes, then the
-`[[case]]` list (its missing axes from the first value of each axis).  Paths
-are relative to the sweep file.
+batch: the model's own).  Any device field is an axis too, named
+`device.<field>` (`device.tiles`, `device.memory_size`, a cost constant such
+as `device.sync_cycles`): the case's device is its `device` with those fields
+changed, so a sweep can explore a chip that does not exist.  Cases are the
+cross product of the axes, then the `[[case]]` list (its missing axes from
+the first value of each axis).  Paths are relative to the sweep file.
+
+Everything is checked before anything runs or is written (`check_sweep`):
+every model and device loads, every baseline and optimizer is registered,
+every metric is a key of the run summary, the plot's metric is a number and
+its axis an axis; a bad value ends the sweep with a ConfigError naming the
+file and the field, and no output directory.
 
 `run_sweep` hands the picklable `run_case` to a `concurrent.futures.Executor`:
 a `ProcessPoolExecutor` (executor "local") or a `dask.distributed` client's
@@ -31,18 +40,27 @@ executor ("dask": a `LocalCluster` started in the process, or the cluster at
 whole and atomically: the case's axis values, `key` (a hash of them),
 `status` = ok / build-failure / error, and the keys of `tileplan run --json`
 (package_hash, cycles, ...), or stage, tile, need and have, or the error.
-`resume` skips cases whose key already has an ok or build-failure row.  At
-the end DIR/results.csv holds the table and the plot is drawn.
+`resume` skips cases whose key already has an ok or build-failure row; the
+rows already there are checked line by line (a row edited by hand into
+another shape is refused with its line number), and rows of cases this sweep
+does not have (another sweep's) are refused rather than dropped.  A sweep
+holds DIR/.lock while it runs (a second sweep into the same DIR is refused),
+stops its workers on Ctrl-C or SIGTERM, and creates DIR only once its
+executor is up.  At the end DIR/results.csv holds the table and the plot is
+drawn.  A build-failure row carries `hint`, what to try.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import itertools
 import json
 import os
+import shutil
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,7 +71,7 @@ from typing import Any
 
 from tilecommon.config import check_regular_file, is_path
 from tilecommon.errors import BuildFailure, ConfigError, TileplanError
-from tilecommon.files import write_text_atomic
+from tilecommon.files import check_output_dir, write_text_atomic
 
 # axis -> (type, default); None = the model's own (layers, batch)
 AXES: dict[str, tuple[type, Any]] = {
@@ -61,10 +79,20 @@ AXES: dict[str, tuple[type, Any]] = {
     "batch": (int, None), "optimization_steps": (int, 8), "baseline": (str, "default"),
     "optimizer": (str, "local"), "seed": (int, 0), "numerics": (bool, True),
 }
+# the smallest value of each integer axis
+AXIS_MIN = {"layers": 1, "batch": 1, "optimization_steps": 0, "seed": 0}
+DEVICE_AXIS = "device."  # prefix of the device-field axes
 DEFAULT_METRICS = ("cycles", "baseline_cycles", "plan_seconds")
+# what a row adds to the run summary's keys (planner.report.SUMMARY_TYPES)
+ROW_METRICS = ("improvement", "speculative_builds", "speculative_discarded", "case_seconds")
 RESULTS_FILE = "results.jsonl"
 TABLE_FILE = "results.csv"
 FINISHED = ("ok", "build-failure")
+STATUSES = (*FINISHED, "error")
+FIT_HINT = ("does not fit: try baseline = \"capacity\", fewer layers or a smaller batch, or "
+            "a device with more memory (device.memory_size) or tiles (device.tiles)")
+LOCK_FILE = ".lock"
+IDENTITY_FILE = "sweep.json"
 EXECUTORS = ("local", "dask")
 
 
@@ -76,26 +104,55 @@ class Sweep:
     metrics: tuple[str, ...]
     plot: tuple[str, str] | None  # (metric, axis)
 
+    def axes(self) -> list[str]:
+        """Every axis of its cases: AXES, then the device-field axes."""
+        extra = sorted({a for c in self.cases for a in c if a not in AXES})
+        return [*AXES, *extra]
+
     def varying(self) -> list[str]:
         """The axes whose value differs between cases."""
-        return [a for a in AXES if len({json.dumps(c[a]) for c in self.cases}) > 1]
+        return [a for a in self.axes() if len({json.dumps(c.get(a)) for c in self.cases}) > 1]
 
 
 def case_key(case: Mapping[str, Any]) -> str:
     """A hash of a case's axis values (what --resume matches)."""
-    text = json.dumps({a: case[a] for a in AXES}, sort_keys=True)
+    text = json.dumps({a: case[a] for a in sorted(case) if a in AXES
+                       or a.startswith(DEVICE_AXIS)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def device_fields() -> tuple[str, ...]:
+    """The device fields a `device.<field>` axis may name."""
+    from simulator.device import _LIMITS, COST_FIELDS
+
+    return tuple(sorted(_LIMITS)) + COST_FIELDS
 
 
 # ---- the sweep file -------------------------------------------------------------------------
 
 
-def _axis_value(source: str, field: str, value: Any) -> Any:
-    """`value` checked against the type of its axis (`field` ends in the axis name)."""
-    typ = AXES[field.rsplit(".", 1)[-1]][0]
+def _axis_name(source: str, field: str, axis: str) -> str:
+    """`axis` if it is one (an AXES name or `device.<field>`), else ConfigError."""
+    if axis in AXES or (axis.startswith(DEVICE_AXIS)
+                        and axis[len(DEVICE_AXIS):] in device_fields()):
+        return axis
+    raise ConfigError(source, field, f"unknown axis (axes: {', '.join(AXES)}, or "
+                      f"device.<field> for a device field: {', '.join(device_fields()[:6])}, "
+                      f"...)")
+
+
+def _axis_value(source: str, field: str, axis: str, value: Any) -> Any:
+    """`value` checked against the type of `axis`."""
+    if axis.startswith(DEVICE_AXIS):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(source, field, "must be a number", value)
+        return value
+    typ = AXES[axis][0]
+    low = AXIS_MIN.get(axis, 0)
     ok = isinstance(value, typ) and (typ is bool or not isinstance(value, bool))
-    if not ok or (typ is int and value < 0) or (typ is str and not value):
-        what = {str: "a non-empty string", int: "an integer >= 0", bool: "true or false"}[typ]
+    if not ok or (typ is int and value < low) or (typ is str and not value):
+        what = {str: "a non-empty string", int: f"an integer >= {low}",
+                bool: "true or false"}[typ]
         raise ConfigError(source, field, f"must be {what}", value)
     return value
 
@@ -126,45 +183,119 @@ def parse_sweep(data: Any, source: str, here: Path) -> Sweep:
             isinstance(m, str) and m for m in metrics):
         raise ConfigError(source, "sweep.metrics", "must be a non-empty list of names", metrics)
     axes: dict[str, list[Any]] = {}
-    for field, values in table.items():
-        if field not in AXES:
-            raise ConfigError(source, f"sweep.{field}",
-                              f"unknown axis (axes: {', '.join(AXES)})")
+    device_tables = table.pop("device", None) if isinstance(table.get("device"), dict) else None
+    flat = dict(table)
+    if device_tables is not None:  # [sweep.device] tiles = [...]: device.tiles
+        flat.update({f"{DEVICE_AXIS}{k}": v for k, v in device_tables.items()})
+    for field, values in flat.items():
+        axis = _axis_name(source, f"sweep.{field}", field)
         if not isinstance(values, list) or not values:
             raise ConfigError(source, f"sweep.{field}", "must be a non-empty list", values)
-        axes[field] = [_resolve(_axis_value(source, f"sweep.{field}", v), field, here)
-                       for v in values]
-    first = {a: axes[a][0] if a in axes else AXES[a][1] for a in AXES}
-    cases: list[dict[str, Any]] = []
+        axes[axis] = [_resolve(_axis_value(source, f"sweep.{field}", axis, v), axis, here)
+                      for v in values]
     explicit = data.get("case", [])
     if not isinstance(explicit, list):
         raise ConfigError(source, "case", "must be an array of tables ([[case]])", explicit)
-    if axes or not explicit:
+    first = {a: axes[a][0] if a in axes else AXES[a][1] for a in AXES}
+    first.update({a: v[0] for a, v in axes.items() if a.startswith(DEVICE_AXIS)})
+    cases: list[dict[str, Any]] = []
+    if axes:
         names = list(axes)
         for combo in itertools.product(*(axes[a] for a in names)):
             cases.append({**first, **dict(zip(names, combo, strict=True))})
     for i, c in enumerate(explicit):
         if not isinstance(c, dict):
             raise ConfigError(source, f"case[{i}]", "must be a table", c)
-        for field in c:
-            if field not in AXES:
-                raise ConfigError(source, f"case[{i}].{field}",
-                                  f"unknown axis (axes: {', '.join(AXES)})")
-        cases.append({**first, **{f: _resolve(_axis_value(source, f"case[{i}].{f}", v), f, here)
-                                  for f, v in c.items()}})
+        values = {}
+        for field, v in c.items():
+            axis = _axis_name(source, f"case[{i}].{field}", field)
+            values[axis] = _resolve(_axis_value(source, f"case[{i}].{field}", axis, v), axis,
+                                    here)
+        cases.append({**first, **values})
     unique = list({case_key(c): c for c in cases}.values())  # a case listed twice runs once
     plot = data.get("plot")
     plot_pair: tuple[str, str] | None = None
     if plot is not None:
         if not isinstance(plot, dict) or set(plot) != {"metric", "axis"}:
             raise ConfigError(source, "plot", "must be a table of metric and axis", plot)
-        if plot["axis"] not in AXES:
-            raise ConfigError(source, "plot.axis", f"unknown axis (axes: {', '.join(AXES)})",
-                              plot["axis"])
+        if not isinstance(plot["axis"], str):
+            raise ConfigError(source, "plot.axis", "must be an axis name", plot["axis"])
+        _axis_name(source, "plot.axis", plot["axis"])
         if not isinstance(plot["metric"], str):
             raise ConfigError(source, "plot.metric", "must be a name", plot["metric"])
         plot_pair = (plot["metric"], plot["axis"])
+    if not axes and not explicit:
+        raise ConfigError(source, "sweep", "an empty grid: no axis and no [[case]] (give at "
+                          "least `model = [...]`)")
     return Sweep(name, source, tuple(unique), tuple(metrics), plot_pair)
+
+
+def case_device(case: Mapping[str, Any]) -> Any:
+    """The Device of a case: its `device` with its `device.<field>` values."""
+    from simulator.device import COST_FIELDS, Device, load_device
+
+    dev = load_device(case["device"])
+    changed = {a[len(DEVICE_AXIS):]: v for a, v in sorted(case.items())
+               if a.startswith(DEVICE_AXIS)}
+    if not changed:
+        return dev
+    table: dict[str, Any] = {k: v for k, v in changed.items() if k not in COST_FIELDS}
+    costs = {k: v for k, v in changed.items() if k in COST_FIELDS}
+    if costs:
+        table["costs"] = costs
+    name = dev.name + "".join(f"+{k}={v}" for k, v in changed.items())
+    here = Path(case["device"]).resolve() if is_path(case["device"]) else None
+    return Device.from_dict({"base": str(here) if here else case["device"], "name": name,
+                             **table}, f"device {name}")
+
+
+def metric_names() -> tuple[str, ...]:
+    """Every metric a row can hold: the run summary's keys and ROW_METRICS."""
+    from planner.report import SUMMARY_TYPES
+
+    return (*SUMMARY_TYPES, *ROW_METRICS)
+
+
+def check_sweep(sweep: Sweep) -> None:
+    """Everything a sweep needs, before any case runs (module docstring):
+    ConfigError naming the sweep file and the field otherwise."""
+    from planner.ir.models import load_model
+    from planner.pipeline import check_names
+    from planner.search.incumbent import PipelineConfig
+
+    known = metric_names()
+    for m in sweep.metrics:
+        if m not in known:
+            raise ConfigError(sweep.source, "sweep.metrics", f"unknown metric; known: "
+                              f"{', '.join(known)}", m)
+    if sweep.plot is not None:
+        from planner.report import SUMMARY_TYPES
+
+        metric, axis = sweep.plot
+        if metric not in known or (metric in SUMMARY_TYPES and not set(
+                SUMMARY_TYPES[metric]) & {int, float}):
+            raise ConfigError(sweep.source, "plot.metric", "must be a numeric metric", metric)
+        if axis not in sweep.axes():
+            raise ConfigError(sweep.source, "plot.axis", "is not an axis of this sweep", axis)
+    seen: set[str] = set()
+    for c in sweep.cases:
+        for what, key, check in (
+                ("model", json.dumps([c["model"], c["layers"], c["batch"]]),
+                 lambda c=c: load_model(c["model"], layers=c["layers"], batch=c["batch"])),
+                ("device", json.dumps(
+                    {a: v for a, v in c.items() if a == "device" or a.startswith(DEVICE_AXIS)},
+                    sort_keys=True), lambda c=c: case_device(c)),
+                ("baseline", json.dumps([c["baseline"], c["optimizer"]]),
+                 lambda c=c: check_names(PipelineConfig(baseline=c["baseline"],
+                                                        optimizer=c["optimizer"])))):
+            if what + key in seen:
+                continue
+            seen.add(what + key)
+            try:
+                check()
+            except ConfigError as e:
+                raise ConfigError(sweep.source, f"sweep.{e.field}", f"case {case_key(c)}: "
+                                  f"{e.source}: {e.message}", e.value) from None
 
 
 def load_sweep(path: str | os.PathLike[str]) -> Sweep:
@@ -188,11 +319,10 @@ def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
     from planner.ir.models import load_model
     from planner.pipeline import check_names, run_model
     from planner.search.incumbent import PipelineConfig
-    from simulator.device import load_device
     from tilecommon.runtime import configure
 
     configure()
-    row: dict[str, Any] = {a: case[a] for a in AXES}
+    row: dict[str, Any] = {a: case[a] for a in case}
     row["key"] = case_key(case)
     t0 = time.perf_counter()
     try:
@@ -200,19 +330,19 @@ def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
                              baseline=case["baseline"], optimizer=case["optimizer"])
         check_names(cfg)
         graph = load_model(case["model"], layers=case["layers"], batch=case["batch"])
-        out = run_model(graph, load_device(case["device"]), cfg, numerics=case["numerics"],
+        out = run_model(graph, case_device(case), cfg, numerics=case["numerics"],
                         seed=case["seed"])
         row.update(out.summary)
         # the case's own axis values win over the summary's (a device path stays the
         # path; layers and batch left to the model show the model's values)
-        row.update({a: case[a] for a in AXES if case[a] is not None})
+        row.update({a: v for a, v in case.items() if v is not None})
         row["status"] = "ok" if out.status == 0 else "error"
         if out.status:
             row["error"] = f"faults {out.summary.get('faults')}, numerics_ok " \
                            f"{out.summary.get('numerics_ok')}"
     except BuildFailure as e:
         row.update(status="build-failure", stage=e.stage, tile=e.tile, need=e.need,
-                   have=e.have, error=str(e))
+                   have=e.have, error=str(e), hint=FIT_HINT)
     except TileplanError as e:
         row.update(status="error", error=f"{type(e).__name__}: {e}")
     except Exception as e:  # noqa: BLE001 - a row, never a crashed sweep
@@ -225,19 +355,56 @@ def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
 # ---- results --------------------------------------------------------------------------------
 
 
+# row keys whose values must be non-negative integers when present
+_COUNTS = ("cycles", "baseline_cycles", "faults", "peak_tile_bytes", "steps", "vertices",
+           "transfers", "need", "have", "layers", "batch", "optimization_steps", "seed")
+
+
+def _check_row(row: Any, where: str) -> dict[str, Any]:
+    """A results row as written by this module, or ConfigError naming `where`."""
+    if not isinstance(row, dict):
+        raise ConfigError(where, "row", "must be a JSON object", type(row).__name__)
+    key = row.get("key")
+    if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef"
+                                                        for c in key):
+        raise ConfigError(where, "key", "must be a case key (16 hex digits)", key)
+    if row.get("status") not in STATUSES:
+        raise ConfigError(where, "status", f"must be one of {list(STATUSES)}",
+                          row.get("status"))
+    for f in _COUNTS:
+        v = row.get(f)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            if not (f == "tile" or (f in ("layers", "batch") and v is None)):
+                raise ConfigError(where, f, "must be an integer >= 0", v)
+    if row["status"] == "ok" and not isinstance(row.get("cycles"), int):
+        raise ConfigError(where, "cycles", "an ok row needs its cycles", row.get("cycles"))
+    for a in AXES:
+        if a in row and row[a] is not None:
+            _axis_value(where, a, a, row[a])
+    return row
+
+
 def read_rows(out: Path) -> list[dict[str, Any]]:
-    """The rows of DIR/results.jsonl (a torn last line, if any, is dropped)."""
+    """The rows of DIR/results.jsonl, each checked (`_check_row`): a file
+    edited by hand into another shape is refused with its line number."""
     path = out / RESULTS_FILE
-    if not path.is_file():
+    if not path.exists():
         return []
+    check_regular_file(path, "results", 1 << 30)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{at}", "row", "not UTF-8 text") from None
     rows = []
-    for line in path.read_text().splitlines():
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "key" in row:
-            rows.append(row)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{i}", "row", f"not JSON: {e.msg}") from None
+        rows.append(_check_row(row, f"{path}:{i}"))
     return rows
 
 
@@ -274,7 +441,8 @@ def _cell(value: Any) -> Any:
 
 
 def write_csv(out: Path, sweep: Sweep, rows: Sequence[Mapping[str, Any]]) -> Path:
-    cols = [*AXES, "key", "status", *sweep.metrics, "stage", "tile", "need", "have", "error"]
+    cols = [*sweep.axes(), "key", "status", *sweep.metrics, "stage", "tile", "need", "have",
+            "error", "hint"]
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(cols)
@@ -307,6 +475,10 @@ def plot_metric(out: Path, sweep: Sweep, rows: Sequence[Mapping[str, Any]]) -> P
         pts.sort(key=lambda p: (str(type(p[0])), p[0]))
         ax.plot([str(p[0]) if isinstance(p[0], str) else p[0] for p in pts],
                 [p[1] for p in pts], marker="o", label=label)
+    if all(isinstance(p[0], int) for pts in series.values() for p in pts):
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers 1, 2, 3: no 1.5
     ax.set_xlabel(axis)
     ax.set_ylabel(metric)
     ax.set_title(f"sweep {sweep.name}")
@@ -337,7 +509,15 @@ def make_executor(kind: str, workers: int, scheduler: str | None
         if scheduler:
             raise ConfigError(scheduler, "--scheduler", "only with --executor dask")
         pool = ProcessPoolExecutor(workers, initializer=_init_worker)
-        return pool, lambda: pool.shutdown(cancel_futures=True)
+
+        def close() -> None:
+            # stop the workers too (a running case would outlive Ctrl-C or SIGTERM)
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                if proc.is_alive():
+                    proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+        return pool, close
     if kind != "dask":
         raise ConfigError(kind, "--executor", f"must be one of {', '.join(EXECUTORS)}")
     try:
@@ -349,16 +529,18 @@ def make_executor(kind: str, workers: int, scheduler: str | None
             client = Client(scheduler, timeout="10s")
         except OSError as e:
             raise ConfigError(scheduler, "--scheduler", f"cannot connect: {e}") from None
+        print(f"sweep: dask dashboard {client.dashboard_link}", file=sys.stderr)
         return client.get_executor(), client.close
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+                           dashboard_address=":0")
     client = Client(cluster)
+    print(f"sweep: dask dashboard {client.dashboard_link}", file=sys.stderr)
 
-    def close() -> None:
+    def close_cluster() -> None:
         client.close()
         cluster.close()
 
-    return client.get_executor(), close
+    return client.get_executor(), close_cluster
 
 
 @dataclass
@@ -372,37 +554,77 @@ class SweepResult:
         return sum(r["status"] == "error" for r in self.rows)
 
 
+@contextlib.contextmanager
+def _locked(root: Path) -> Any:
+    """Hold DIR/.lock (fcntl.flock, released with the process): a second
+    sweep into the same DIR is refused, not interleaved."""
+    import fcntl
+
+    with open(root / LOCK_FILE, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ConfigError(str(root), "--out", "is in use by another sweep") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+
+
+def _identity(sweep: Sweep) -> dict[str, Any]:
+    return {"name": sweep.name, "source": sweep.source,
+            "cases": sorted(case_key(c) for c in sweep.cases)}
+
+
 def run_sweep(sweep: Sweep, out: str | os.PathLike[str], executor: str = "local",
               workers: int = 2, scheduler: str | None = None, resume: bool = False,
-              progress: bool = True) -> SweepResult:
-    """Run every case not yet finished in `out` (module docstring)."""
-    root = Path(out)
-    if root.exists() and not root.is_dir():
-        raise ConfigError(str(root), "--out", "exists and is not a directory")
-    old = read_rows(root)
-    if old and not resume:
+              progress: bool = True, make_parents: bool = True) -> SweepResult:
+    """Run every case not yet finished in `out` (module docstring); the
+    parent directories of `out` are made when `make_parents` (the CLI's
+    default --out), else they must exist."""
+    check_sweep(sweep)
+    if make_parents:
+        Path(out).resolve().parent.mkdir(parents=True, exist_ok=True)
+    root = check_output_dir(out, "--out", RESULTS_FILE, "sweep")
+    if root.exists() and not resume and (root / RESULTS_FILE).exists():
         raise ConfigError(str(root), "--out", f"holds the results of a sweep ({RESULTS_FILE}); "
                           "pass --resume to finish it, or another --out")
-    root.mkdir(parents=True, exist_ok=True)
+    old = read_rows(root)
     keys = {case_key(c) for c in sweep.cases}
-    done = {r["key"]: r for r in old if r["status"] in FINISHED and r["key"] in keys}
+    foreign = sorted({r["key"] for r in old} - keys)
+    if foreign:
+        raise ConfigError(str(root), "--out", f"holds {len(foreign)} result(s) of cases this "
+                          f"sweep does not have (another sweep's, e.g. case {foreign[0]}); "
+                          f"use another --out")
+    done = {r["key"]: r for r in old if r["status"] in FINISHED}
     todo = [c for c in sweep.cases if case_key(c) not in done]
     rows = list(done.values())
     t0 = time.perf_counter()
-    if todo:
-        pool, close = make_executor(executor, workers, scheduler)
-        try:
-            futures: Iterable[Future[dict[str, Any]]] = [pool.submit(run_case, c)
-                                                        for c in todo]
-            from tqdm import tqdm
+    pool, close = make_executor(executor, workers, scheduler) if todo else (None, lambda: None)
+    created = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with _locked(root):
+            write_text_atomic(root / IDENTITY_FILE,
+                              json.dumps(_identity(sweep), indent=1, sort_keys=True) + "\n")
+            if pool is not None:
+                futures: Iterable[Future[dict[str, Any]]] = [pool.submit(run_case, c)
+                                                            for c in todo]
+                from tqdm import tqdm
 
-            for fut in tqdm(as_completed(list(futures)), total=len(todo), disable=not progress,
-                            desc=f"sweep {sweep.name}", unit="case"):
-                rows.append(fut.result())
-                _write_rows(root, rows)
-        finally:
-            close()
-    _write_rows(root, rows)
-    write_csv(root, sweep, rows)
-    plot_metric(root, sweep, rows)
+                show = progress and sys.stderr.isatty()  # no bars in logs
+                for fut in tqdm(as_completed(list(futures)), total=len(todo),
+                                disable=not show, desc=f"sweep {sweep.name}", unit="case"):
+                    rows.append(fut.result())
+                    _write_rows(root, rows)
+            _write_rows(root, rows)
+            write_csv(root, sweep, rows)
+            plot_metric(root, sweep, rows)
+    except BaseException:
+        if created and not (root / RESULTS_FILE).exists():
+            shutil.rmtree(root, ignore_errors=True)  # nothing of this sweep to keep
+        raise
+    finally:
+        close()
     return SweepResult(rows, len(todo), time.perf_counter() - t0)

@@ -184,3 +184,86 @@ def test_closed_pipe_and_ctrl_c_end_quietly(tmp_path: Path) -> None:
     assert slow.returncode == 130 and lines[-1] == "tileplan: interrupted", lines
     assert "Traceback" not in err_b.decode()
     assert np.all([not p.name.startswith(".") for p in tmp_path.iterdir()])
+
+
+@pytest.mark.parametrize("delay", [0.6, 1.2, 2.0, 3.0])
+def test_sigterm_at_any_moment_leaves_no_half_written_run(micro_toml: Path, tmp_path: Path,
+                                                          delay: float) -> None:
+    """SIGTERM while a run plans, simulates or saves over an existing run
+    directory: exit 143 (or 0 when it had finished), and the directory holds
+    the old run or the new one, whole, with no temporary files beside it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "run"
+    args = [*TILEPLAN, "run", str(micro_toml), "--device", "tiny", "--quiet", "--out", str(out)]
+    assert subprocess.run(args + ["--optimization-steps", "0"], env=env, cwd=tmp_path,
+                          capture_output=True).returncode == 0
+    first = json.loads((out / "summary.json").read_text())
+    proc = subprocess.Popen(args + ["--optimization-steps", "2"], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert code in (0, 143) and "Traceback" not in err and "Exception ignored" not in err, err
+    now = json.loads((out / "summary.json").read_text())
+    assert now == first or code == 0
+    assert simulator.load_package(out / "package").content_hash() == now["package_hash"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no .tmp, no .old
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, micro_toml: Path) -> Path:
+    out = tmp_path_factory.mktemp("run") / "run"
+    assert main(["run", str(micro_toml), "--device", "tiny", "--optimization-steps", "0",
+                 "--no-numerics", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+UNWRITABLE = Path("/sys/tileplan-test-output")  # sysfs refuses new files, even to root
+
+
+def _bad_paths(tmp: Path) -> list[tuple[str, str]]:
+    afile = tmp / "afile"
+    afile.write_text("x")
+    (tmp / "adir").mkdir(exist_ok=True)
+    cases = [(str(tmp / "no" / "such" / "x.out"), "does not exist"),
+             (str(afile / "x.out"), "not a directory"),
+             (str(tmp / "adir"), "directory")]
+    if Path("/sys").is_dir():
+        cases.append((str(UNWRITABLE), "cannot be written"))
+    return cases
+
+
+@pytest.mark.parametrize("command", ["run --report", "run --out", "simulate --trace",
+                                     "report --html", "calibrate --out", "calibrate --plot",
+                                     "sweep --out"])
+def test_every_output_path_is_checked_before_work(command: str, tmp_path: Path,
+                                                  micro_toml: Path, run_dir: Path,
+                                                  package_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    name, flag = command.split()
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'[sweep]\nmodel = ["{micro_toml}"]\ndevice = ["tiny"]\n')
+    base = {"run": ["run", str(micro_toml), "--device", "tiny", "--optimization-steps", "0",
+                    "--no-numerics", "--quiet"],
+            "simulate": ["simulate", str(package_dir), "--quiet"],
+            "report": ["report", str(run_dir)],
+            "calibrate": ["calibrate", str(ROOT / "simulator" / "calibration" / "ipu21.toml")],
+            "sweep": ["sweep", str(sweep)]}[name]
+    for path, words in _bad_paths(tmp_path):
+        if flag == "--out" and name in ("run", "sweep") and words == "directory":
+            continue  # an empty directory is a fine output directory
+        before = sorted(p.name for p in tmp_path.iterdir())
+        assert main([*base, flag, path]) == 2, (command, path)
+        _one_line_error(capsys, flag)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_report_never_writes_over_its_own_run(run_dir: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    summary = (run_dir / "summary.json").read_text()
+    for target in (run_dir / "summary.json", run_dir / "package" / "x.html"):
+        assert main(["report", str(run_dir), "--html", str(target)]) == 2
+        _one_line_error(capsys, "--html", "the run's own")
+    assert (run_dir / "summary.json").read_text() == summary

@@ -12,6 +12,7 @@ import pytest
 
 from planner.cli import main
 from planner.sweep import RESULTS_FILE, case_key, load_sweep, read_rows, run_sweep
+from tilecommon.errors import ConfigError
 
 SWEEP = """
 [sweep]
@@ -83,9 +84,13 @@ def test_resume_finishes_without_rerunning_or_duplicating(tmp_path: Path) -> Non
     sweep = load_sweep(_write(tmp_path, SWEEP))
     out = tmp_path / "out"
     first = run_sweep(sweep, out, workers=2, progress=False)
-    # an interrupted sweep: two rows written, the third torn mid-line
+    # a results file torn mid-line is refused with the line, not trusted
     lines = (out / RESULTS_FILE).read_text().splitlines()
     (out / RESULTS_FILE).write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    with pytest.raises(ConfigError, match=r"results.jsonl:3.*not JSON"):
+        read_rows(out)
+    # an interrupted sweep: two rows written
+    (out / RESULTS_FILE).write_text("\n".join(lines[:2]) + "\n")
     kept = {r["key"]: r for r in read_rows(out)}
     assert len(kept) == 2
     with pytest.raises(Exception, match="--resume"):
@@ -109,12 +114,91 @@ def test_resume_finishes_without_rerunning_or_duplicating(tmp_path: Path) -> Non
     ('[[case]]\nmodel = "vit-tiny"\nbatchsize = 2\n', "case[0].batchsize"),
     ('[plot]\nmetric = "cycles"\naxis = "tiles"\n', "plot.axis"),
     ('[sweep\n', "toml"),
+    ('', "sweep"),  # an empty grid
+    ('[sweep]\nlayers = [0]\n', "sweep.layers"),
+    ('[sweep]\nbatch = [0]\n', "sweep.batch"),
+    ('[sweep]\nmodel = ["no-such-model"]\n', "sweep.model"),
+    ('[sweep]\nmodel = ["vit-micro"]\nbaseline = ["greedy"]\n', "sweep.baseline policy"),
+    ('[sweep]\nmodel = ["vit-micro"]\noptimizer = ["annealing"]\n', "sweep.optimizer"),
+    ('[sweep]\nmodel = ["vit-micro"]\nmetrics = ["speed"]\n', "sweep.metrics"),
+    ('[sweep]\nmodel = ["vit-micro"]\n[plot]\nmetric = "model"\naxis = "layers"\n',
+     "plot.metric"),
+    ('[sweep]\nmodel = ["vit-micro"]\n[plot]\nmetric = "cycles"\naxis = "device.tiles"\n',
+     "plot.axis"),
+    ('[sweep]\nmodel = ["vit-micro"]\n"device.stripes" = [2]\n', "sweep.device.stripes"),
+    ('[sweep]\nmodel = ["vit-micro"]\n"device.tiles" = [0]\n', "sweep.tiles"),
+    ('[sweep]\nmodel = ["vit-micro"]\n"device.memory_size" = ["big"]\n',
+     "sweep.device.memory_size"),
 ])
 def test_malformed_sweep_exits_2_naming_the_field(text: str, field: str, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sweep", str(_write(tmp_path, text))]) == 2
+    out = tmp_path / "out"
+    assert main(["sweep", str(_write(tmp_path, text)), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and field in err
+    assert err.count("\n") == 1 and field in err, err
+    assert not out.exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda r: {k: v for k, v in r.items() if k != "status"}, "status"),
+    (lambda r: {**r, "cycles": -5}, "cycles"),
+    (lambda r: {**r, "cycles": "many"}, "cycles"),
+    (lambda r: {**r, "layers": "two"}, "layers"),
+    (lambda r: {**r, "key": "not-a-key"}, "key"),
+    (lambda r: [r], "row"),
+])
+def test_resume_refuses_rows_edited_by_hand(local_rows: tuple[Path, list[dict]], tmp_path: Path,
+                                            edit, field: str,  # noqa: ANN001
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    tmp, rows = local_rows
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = [json.dumps(r, sort_keys=True) for r in rows]
+    lines[1] = json.dumps(edit(rows[1]))
+    (out / RESULTS_FILE).write_text("\n".join(lines) + "\n")
+    assert main(["sweep", str(tmp / "s.toml"), "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "results.jsonl:2" in err and f"'{field}'" in err, err
+    (out / RESULTS_FILE).write_bytes(b"\n".join(x.encode() for x in lines[:1]) + b"\n\xff\xfe\n")
+    assert main(["sweep", str(tmp / "s.toml"), "--out", str(out), "--resume"]) == 2
+    assert "results.jsonl:2" in capsys.readouterr().err
+
+
+def test_resume_keeps_another_sweeps_rows_and_one_dir_one_sweep(
+        local_rows: tuple[Path, list[dict]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+
+    tmp, rows = local_rows
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RESULTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    other = _write(tmp, SWEEP.replace("layers = [1, 2]", "layers = [3]"), "other.toml")
+    assert main(["sweep", str(other), "--out", str(out), "--resume"]) == 2
+    assert "another sweep" in capsys.readouterr().err
+    assert len(read_rows(out)) == len(rows)  # nothing dropped
+    with open(out / ".lock", "a+") as f:  # a sweep running into the same --out
+        fcntl.flock(f, fcntl.LOCK_EX)
+        assert main(["sweep", str(tmp / "s.toml"), "--out", str(out), "--resume"]) == 2
+        assert "in use by another sweep" in capsys.readouterr().err
+
+
+def test_a_sweep_over_device_fields_runs_and_plots(tmp_path: Path) -> None:
+    """device.memory_size and device.tiles as axes: chips that do not exist."""
+    text = (SWEEP.replace('layers = [1, 2]', 'layers = [1]')
+            .replace('optimization_steps = [0, 1]', 'optimization_steps = [0]')
+            .replace('axis = "layers"', 'axis = "device.tiles"')
+            + '')
+    text = text.replace('[plot]', '"device.memory_size" = [98304, 196608]\n'
+                                  '"device.tiles" = [8, 16]\n\n[plot]')
+    sweep = load_sweep(_write(tmp_path, text))
+    res = run_sweep(sweep, tmp_path / "out", workers=2, progress=False)
+    assert len(res.rows) == 4 and all(r["status"] == "ok" for r in res.rows)
+    by = {(r["device.memory_size"], r["device.tiles"]): r for r in res.rows}
+    assert by[(98304, 8)]["device"] == "tiny"
+    assert by[(98304, 8)]["cycles"] != by[(98304, 16)]["cycles"]  # the chip changed
+    assert (tmp_path / "out" / "cycles-vs-device.tiles.png").stat().st_size > 1000
+    assert "device.tiles" in (tmp_path / "out" / "results.csv").read_text().splitlines()[0]
 
 
 def test_cli_json_and_table(local_rows: tuple[Path, list[dict]], tmp_path: Path,
@@ -160,3 +244,46 @@ def test_ctrl_c_then_resume(tmp_path: Path) -> None:
     for r in rows:
         if r["key"] in before:
             assert r == before[r["key"]]
+
+
+def test_sigterm_stops_the_workers_too(tmp_path: Path) -> None:
+    """SIGTERM to `tileplan sweep` (the main process only, as a scheduler
+    would send it): exit 143, its worker processes gone, the rows written so
+    far whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    text = SWEEP.replace("layers = [1, 2]", "layers = [1, 2, 3]")
+    path = _write(tmp_path, text)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "sweep", str(path), "--out",
+                             str(out), "--workers", "2"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    children: set[int] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        if kids.exists():
+            children |= {int(p) for p in kids.read_text().split()}
+        if len(children) >= 2 and read_rows(out):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and children, "the sweep finished before the signal"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert proc.stderr is not None and "terminated" in proc.stderr.read().decode()
+    time.sleep(0.5)
+    alive = []
+    for pid in children:
+        try:
+            os.kill(pid, 0)
+            stat = Path(f"/proc/{pid}/stat").read_text().split()
+            if stat[2] != "Z":
+                alive.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    assert alive == []
+    assert read_rows(out)  # the finished rows are kept
