@@ -216,9 +216,16 @@ def console() -> None:
     Ctrl-C or SIGTERM interrupt the interpreter's shutdown."""
     import signal
 
-    status = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _terminate)  # main keeps it; a signal after main returns
+    try:                                       # lands here, not in the default action
+        status = main()
+    except Terminated:
+        status = 143
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.stdout.flush()
     sys.exit(status)
 
@@ -769,54 +776,58 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 @command("cost", "modelled cycles of one kernel call (arguments by name)",
-         arg("kernel", help="kernel name (MATMUL, REDUCE, GELU, ...)"),
+         arg("kernel", help="kernel name, any case (MATMUL, reduce, GELU, ...)"),
          arg("args", nargs="*", metavar="NAME=VALUE",
              help="kernel arguments by name (contracts §2), e.g. M=184 K=288 N=48 "
-                  "in_dtype=fp16; dtypes by name"),
+                  "in_dtype=fp16 (R and C, as in measurement files, are M and N); dtypes "
+                  "by name; what is not given gets the planner's default, printed"),
          *DEVICE_ARGS,
          arg("--json", action="store_true", help="print the result as one JSON object"))
 def cmd_cost(args: argparse.Namespace) -> int:
     import json
 
-    from kernels.registry import KERNELS
-    from simulator.cost import call_parts, kernel_cycles
+    from simulator.cost import call_parts, checked_call, kernel_cycles
     from simulator.device import load_device
 
-    names = sorted(s.name for s in KERNELS.values())
-    if args.kernel not in names:
-        raise ConfigError("tileplan cost", "kernel", f"unknown kernel; known: {names}",
-                          args.kernel)
     named: dict[str, object] = {}
     for text in args.args:
         key, eq, value = text.partition("=")
         if not eq or not key:
             raise ConfigError("tileplan cost", text, "arguments are NAME=VALUE")
+        if key in named:
+            raise ConfigError("tileplan cost", key, "given twice")
         named[key] = _arg_value(key, value)
     device = load_device(args.device)
     try:
-        call, work, conflict = call_parts(device, args.kernel, **named)
+        kernel, given, defaults = checked_call(device, args.kernel, **named)
+        call, work, conflict = call_parts(device, kernel, **given)
+        cycles = kernel_cycles(device, kernel, **given)
     except ValueError as e:
         raise ConfigError("tileplan cost", "args", str(e)) from None
-    cycles = kernel_cycles(device, args.kernel, **named)
     if args.json:
-        print(json.dumps({"kernel": args.kernel, "device": device.name, "cycles": cycles,
+        print(json.dumps({"kernel": kernel, "device": device.name, "cycles": cycles,
                           "call": call, "work": work, "conflict": conflict,
-                          "args": {k: v for k, v in named.items()}}, sort_keys=True))
+                          "args": dict(named), "defaults": defaults}, sort_keys=True))
         return 0
     shown = " ".join(f"{k}={v}" for k, v in named.items()) or "(defaults)"
-    print(f"{args.kernel} {shown} on {device.name}: {cycles:,} cycles "
+    filled = (" [defaults: " + " ".join(f"{k}={v}" for k, v in defaults.items()) + "]"
+              if defaults else "")
+    print(f"{kernel} {shown}{filled} on {device.name}: {cycles:,} cycles "
           f"(call {call:,} + work {work:,}{', operands conflict' if conflict else ''})")
     return 0
 
 
 def _arg_value(key: str, text: str) -> object:
-    """A NAME=VALUE value: an int (decimal or 0x), a float for eps/scale, or a
-    dtype name."""
+    """A NAME=VALUE value: an int (decimal or 0x), a finite float for
+    eps/scale, or a dtype name."""
     if key in ("eps", "scale"):
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
             raise ConfigError("tileplan cost", key, "must be a number", text) from None
+        if not math.isfinite(value):
+            raise ConfigError("tileplan cost", key, "must be finite", text)
+        return value
     if text in ("fp8", "fp16", "fp32"):
         return text
     try:

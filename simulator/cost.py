@@ -145,7 +145,7 @@ def call_args(device: Device, kernel: str, **named: Any) -> np.ndarray:
     for key in sorted(named):
         if key not in known:
             raise ValueError(f"kernel {kernel}: unknown argument {key!r}; expected one of "
-                             f"{list(spec.arg_names) + list(PSEUDO)}")
+                             f"{list(dict.fromkeys([*spec.arg_names, *PSEUDO]))}")
     # bias=0/1 says whether there is one; a larger value is its address
     pseudo = {k: _code(kernel, k, named.pop(k)) for k in PSEUDO
               if k in named and not (k == "bias" and named[k] not in (0, 1, True, False))}
@@ -155,6 +155,9 @@ def call_args(device: Device, kernel: str, **named: Any) -> np.ndarray:
     v = {k: _code(kernel, k, val) for k, val in named.items()}
     for k, val in _DEFAULT_DTYPES.get(kernel, {}).items():
         v.setdefault(k, val)
+    for k in SIZE_ARGS:  # an extent not given is 1
+        if k in spec.arg_names:
+            v.setdefault(k, 1)
     if kernel == "MATMUL":
         flags = v.get("flags", 0)
         if pseudo.get("transpose_b"):
@@ -173,6 +176,66 @@ def call_args(device: Device, kernel: str, **named: Any) -> np.ndarray:
     for k, fv in _FLOAT_DEFAULTS.get(kernel, {}).items():
         floats.setdefault(k, fv)
     return spec.make_args(**v, **{k: float(x) for k, x in floats.items()})
+
+
+# extents a call may leave out (1 each)
+SIZE_ARGS = ("M", "K", "N", "k", "batch", "rows", "row_bytes")
+# what a user may call the extents of a call (measurement files say R, K, C)
+ALIASES = {"R": "M", "C": "N"}
+# no argument of a call that fits a tile exceeds this (extents, strides, addresses)
+MAX_ARG = 1 << 40
+
+
+def checked_call(device: Device, kernel: str, **named: Any
+                 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(kernel name, arguments by name as the kernel spells them, defaults
+    filled in) of one call, validated as the
+    simulator validates a vertex: the kernel name case-insensitively,
+    R/C as M/N, every number finite and within MAX_ARG, the kernel's own
+    argument check (kernels.dispatch.vertex_check) and every operand region
+    inside the tile's memory.  ValueError names what is wrong."""
+    from kernels import status
+    from kernels.registry import KERNELS
+
+    names = {s.name.lower(): s.name for s in KERNELS.values()}
+    if kernel.lower() not in names:
+        raise ValueError(f"unknown kernel {kernel!r}; known: {sorted(names.values())}")
+    kernel = names[kernel.lower()]
+    spec = by_name(kernel)
+    given: dict[str, Any] = {}
+    for key, value in named.items():
+        key = ALIASES.get(key, key) if ALIASES.get(key) in spec.arg_names else key
+        if key in given:
+            raise ValueError(f"kernel {kernel}: {key} given twice")
+        if isinstance(value, float) and not np.isfinite(value):
+            raise ValueError(f"kernel {kernel}: {key}={value} is not finite")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_ARG:
+            raise ValueError(f"kernel {kernel}: {key}={value} is beyond any tile "
+                             f"(|value| <= {MAX_ARG})")
+        given[key] = value
+    args = call_args(device, kernel, **given)
+    defaults = {k: int(args[i]) for i, k in enumerate(spec.arg_names)
+                if k not in given and (k in _DEFAULT_DTYPES.get(kernel, {}) or k in SIZE_ARGS
+                                       or k in _FLOAT_DEFAULTS.get(kernel, {}))}
+    defaults = {k: (abi.DTYPE_NAMES[v] if k.startswith(("dtype", "in_dtype", "out_dtype"))
+                    and 0 <= v < len(abi.DTYPE_NAMES) else
+                    _FLOAT_DEFAULTS.get(kernel, {}).get(k, v)) for k, v in defaults.items()}
+    st = int(dispatch.vertex_check(spec.id, args))
+    if st != status.OK:
+        raise ValueError(f"kernel {kernel}: the kernel's argument check fails: "
+                         f"{status.describe(st)}")
+    regions = np.zeros((abi.MAX_REGIONS, abi.REGION_COLS), dtype=np.int64)
+    n = int(dispatch.vertex_regions(spec.id, args, regions))
+    lo, hi = device.memory_base, device.memory_end
+    for addr, outer, ostride, rows, ld, row_bytes, _ in regions[:n].tolist():
+        start = addr
+        end = addr + (outer - 1) * ostride + (rows - 1) * ld + row_bytes
+        if start < lo or end > hi:
+            arg = next((k for k in spec.arg_names if args[spec.arg_names.index(k)] == addr),
+                       "an operand")
+            raise ValueError(f"kernel {kernel}: operand {arg} spans [{start:#x}, {end:#x}), "
+                             f"outside the tile's memory [{lo:#x}, {hi:#x})")
+    return kernel, given, defaults
 
 
 def kernel_cycles(device: Device, kernel: str, **named: Any) -> int:

@@ -174,10 +174,12 @@ def test_closed_pipe_and_ctrl_c_end_quietly(tmp_path: Path) -> None:
     err = p.stderr.read().decode()
     p.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err
-    slow = subprocess.Popen([*TILEPLAN, "plan", "siglip-so400m", "--layers", "1"],
+    # long enough (27 layers, 8 proposals: tens of seconds) to be interrupted for sure
+    slow = subprocess.Popen([*TILEPLAN, "plan", "siglip-so400m-map"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             cwd=tmp_path)
     time.sleep(4)
+    assert slow.poll() is None, "the plan ended before it could be interrupted"
     slow.send_signal(signal.SIGINT)
     out, err_b = slow.communicate(timeout=120)
     lines = err_b.decode().strip().splitlines()

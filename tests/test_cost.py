@@ -55,6 +55,17 @@ def test_one_vertex_package_runs_in_the_modelled_cycles(kernel: str, named: dict
     assert run(pkg, numerics=False).cycles == kernel_cycles(dev, kernel, **named)
 
 
+def test_cli_cost_speaks_the_measurements_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """R/K/C as in measurement files, any case, and the defaults it filled in."""
+    assert main(["cost", "matmul", "R=184", "K=288", "C=48", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["kernel"] == "MATMUL" and got["defaults"] == {"in_dtype": "fp8",
+                                                             "out_dtype": "fp16"}
+    assert got["cycles"] == kernel_cycles(C600, "MATMUL", M=184, K=288, N=48)
+    assert main(["cost", "Gelu", "R=2", "C=96"]) == 0
+    assert "GELU R=2 C=96" in capsys.readouterr().out
+
+
 def test_cli_cost_prints_and_agrees(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["cost", "MATMUL", "M=184", "K=288", "N=48", "in_dtype=fp16", "out_dtype=fp16"]
     assert main(argv) == 0
@@ -76,6 +87,18 @@ def test_cli_cost_prints_and_agrees(capsys: pytest.CaptureFixture[str]) -> None:
     (["cost", "MATMUL", "M"], "NAME=VALUE"),
     (["cost", "MATMUL", "M=big"], "integer or a dtype"),
     (["cost", "MATMUL", "in_dtype=fp4"], "integer or a dtype"),
+    (["cost", "MATMUL", "M=0", "K=2", "N=2"], "shape argument < 1"),
+    (["cost", "MATMUL", "M=-3", "K=2", "N=2"], "shape argument < 1"),
+    (["cost", "MATMUL", "M=99999999999999999999", "K=2", "N=2"], "beyond any tile"),
+    (["cost", "MATMUL", "M=4", "K=8", "N=8", "in_dtype=7"], "unsupported dtype"),
+    (["cost", "SOFTMAX", "M=4", "N=8", "scale=nan"], "finite"),
+    (["cost", "LAYERNORM", "M=4", "N=8", "eps=inf"], "finite"),
+    (["cost", "MATMUL", "M=4", "K=8", "N=8", "flags=64"], "bad flags"),
+    (["cost", "MATMUL", "M=4", "K=8", "N=8", "lda=2"], "row stride"),
+    (["cost", "MATMUL", "M=4", "K=8", "N=8", "a=16"], "outside the tile's memory"),
+    (["cost", "MATMUL", "M=100000", "K=4000", "N=8"], "outside the tile's memory"),
+    (["cost", "MATMUL", "M=4", "M=5"], "given twice"),
+    (["cost", "MATMUL", "R=4", "M=5"], "given twice"),
 ])
 def test_cli_cost_bad_input_exits_2(argv: list[str], needle: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
