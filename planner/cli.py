@@ -732,7 +732,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     from simulator.calibrate import calibrate, device_toml, format_report, plot, report_json
     from simulator.device import load_device
-    from simulator.measurements import read_file
+    from simulator.measurements import read_file, source_statement
     from tilecommon.files import write_text_atomic, writing
 
     for flag, value in (("--out", args.out), ("--plot", args.plot)):
@@ -751,7 +751,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                   "(simulator/calibrate.py).  Each constant says what it is and where its "
                   "value came from:", "fitted to n measurements, a fact read from a dataset "
                   "entry, or kept from the starting device.",
-                  "The measurements file's header names their public source.", ""]
+                  *source_statement(args.measurements), ""]
         from simulator.calibrate import KEPT_SOURCES
 
         notes = {c.name: c.how if c.how != "kept" else

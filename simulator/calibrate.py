@@ -139,6 +139,10 @@ class Calibration:
     skipped: list[Skipped]
     changes: list[Change]
     facts: dict[str, str] = field(default_factory=dict)  # constant -> entry ids
+    # family -> (measurements fitted, constants free): fewer points than constants
+    # leave the constants unidentified (the fit moves them only as far as the
+    # points ask; the rest of their values is the start device's)
+    unidentified: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def family_errors(self, role: str = "fit") -> dict[str, tuple[int, float, float]]:
         """family -> (count, median |error|, max |error|) of the rows in `role`."""
@@ -418,6 +422,7 @@ def calibrate(entries: list[Entry], device: Device, window_days: int = 3) -> Cal
     fitted: dict[str, int] = {}
     counts: dict[str, int] = {}
     roles: dict[str, str] = {}
+    unidentified: dict[str, tuple[int, int]] = {}
     for fam in sorted({m.family for m in ms}):
         fam_ms = [m for m in ms if m.family == fam]
         held = _holdout(fam_ms)
@@ -438,6 +443,9 @@ def calibrate(entries: list[Entry], device: Device, window_days: int = 3) -> Cal
                 f"or a case the model does not cover")))
             theta = _fit_family(fam, fit_ms, base, start)
         fitted.update(theta)
+        free = [f for f in FREE.get(fam, ()) if f in start]
+        if len(fit_ms) < len(free):
+            unidentified[fam] = (len(fit_ms), len(free))
         for m in fam_ms:
             if m in fit_ms:
                 roles[m.id] = "fit"
@@ -458,8 +466,12 @@ def calibrate(entries: list[Entry], device: Device, window_days: int = 3) -> Cal
                 rows.append(Row(m, roles[m.id], int(b[i]), int(a[i])))
     changes = []
     new = dict(zip(COST_FIELDS, after.costs.values, strict=True))
+    fam_of = {f: fam for fam, fs in FREE.items() for f in fs}
     for f in COST_FIELDS:
-        if f in fitted:
+        if f in fitted and fam_of.get(f) in unidentified:
+            n, k = unidentified[fam_of[f]]
+            how = f"fitted ({counts[f]} measurements for {k} constants: unidentified)"
+        elif f in fitted:
             how = f"fitted ({counts[f]} measurements)"
         elif f in facts:
             how = f"fact: {fact_src[f]}"
@@ -468,7 +480,8 @@ def calibrate(entries: list[Entry], device: Device, window_days: int = 3) -> Cal
         changes.append(Change(f, start[f], new[f], how))
     if images != device.costs.images:
         fact_src.setdefault("kernel_image_bytes", "scaled")
-    return Calibration(after, rows, sorted(skipped, key=lambda s: s.id), changes, fact_src)
+    return Calibration(after, rows, sorted(skipped, key=lambda s: s.id), changes, fact_src,
+                       unidentified)
 
 
 def _with_costs(device: Device, values: dict[str, int], images: tuple[int, ...]) -> Device:
@@ -568,6 +581,10 @@ def format_report(cal: Calibration, source: str) -> str:
     lines.append(f"checked families ({', '.join(CHECKED)}): fitted {n}, median |error| "
                  f"{100 * med:.2f}%, max {100 * mx:.2f}%; held out {hn}, median "
                  f"{100 * hmed:.2f}%, max {100 * hmx:.2f}%")
+    for fam, (pts, k) in sorted(cal.unidentified.items()):
+        lines.append(f"{fam}: {pts} measurement(s) for {k} constants "
+                     f"({', '.join(FREE[fam])}): unidentified — the fit moves them only as "
+                     f"far as these points ask, the rest is the start device's")
     lines.append("")
     const = [[c.name, c.before, c.after, c.how] for c in cal.changes
              if c.before != c.after or c.how != "kept"]

@@ -214,12 +214,13 @@ def checked_call(device: Device, kernel: str, **named: Any
                              f"(|value| <= {MAX_ARG})")
         given[key] = value
     args = call_args(device, kernel, **given)
-    defaults = {k: int(args[i]) for i, k in enumerate(spec.arg_names)
-                if k not in given and (k in _DEFAULT_DTYPES.get(kernel, {}) or k in SIZE_ARGS
-                                       or k in _FLOAT_DEFAULTS.get(kernel, {}))}
-    defaults = {k: (abi.DTYPE_NAMES[v] if k.startswith(("dtype", "in_dtype", "out_dtype"))
-                    and 0 <= v < len(abi.DTYPE_NAMES) else
-                    _FLOAT_DEFAULTS.get(kernel, {}).get(k, v)) for k, v in defaults.items()}
+    raw = {k: int(args[i]) for i, k in enumerate(spec.arg_names)
+           if k not in given and (k in _DEFAULT_DTYPES.get(kernel, {}) or k in SIZE_ARGS
+                                  or k in _FLOAT_DEFAULTS.get(kernel, {}))}
+    dtype_arg = ("dtype", "in_dtype", "out_dtype")
+    defaults: dict[str, Any] = {
+        k: (abi.DTYPE_NAMES[v] if k.startswith(dtype_arg) and 0 <= v < len(abi.DTYPE_NAMES)
+            else _FLOAT_DEFAULTS.get(kernel, {}).get(k, v)) for k, v in raw.items()}
     st = int(dispatch.vertex_check(spec.id, args))
     if st != status.OK:
         raise ValueError(f"kernel {kernel}: the kernel's argument check fails: "

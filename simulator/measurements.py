@@ -34,6 +34,7 @@ its named arguments, the cycles) and lists every other kernel entry as
 from __future__ import annotations
 
 import datetime
+import math
 import re
 import tomllib
 from collections.abc import Iterable
@@ -52,6 +53,8 @@ OP_KERNELS: dict[str, str] = {
 # kernel -> the cost family its constants belong to (MATMUL and BATCH_MATMUL share the AMP)
 DTYPES = ("fp8", "fp16", "fp32")
 INT_FIELDS = ("R", "K", "C", "tiles", "batch", "layers")
+MAX_EXTENT = 1 << 24  # per-tile extents of one call (a tile holds at most a few MiB)
+MAX_CYCLES = 1 << 48
 NUM_FIELDS = ("cycles", "value")
 STR_FIELDS = ("id", "kind", "op", "what", "source", "date", "note", "unit", "dtype_in",
               "dtype_out")
@@ -147,14 +150,22 @@ def _entry(item: Any, where: str, src: str, seen: set[str]) -> Entry:
         raise ConfigError(here, "kind", "missing")
     for key in INT_FIELDS:
         v = item.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ConfigError(here, key, "must be a positive integer", v)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                              or not 1 <= v <= MAX_EXTENT):
+            raise ConfigError(here, key, f"must be an integer in [1, {MAX_EXTENT}] (per tile)",
+                              v)
     v = item.get("cycles")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-        raise ConfigError(here, "cycles", "must be a positive integer", v)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                          or not 0 < v <= MAX_CYCLES):
+        raise ConfigError(here, "cycles", f"must be an integer in [1, {MAX_CYCLES}]", v)
     v = item.get("value")
     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, str))):
         raise ConfigError(here, "value", "must be a number or a string", v)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ConfigError(here, "value", "must be finite", v)
+    if item.get("unit") == "percent_useful_efficiency" and isinstance(v, (int, float)) \
+            and not 0 < v <= 100:
+        raise ConfigError(here, "value", "an efficiency must be in (0, 100] percent", v)
     if "date" in item:
         try:
             datetime.date.fromisoformat(item["date"])
@@ -348,3 +359,19 @@ def _current(cands: list[Measurement], window_days: int) -> tuple[list[Measureme
         else:
             kept.append(m)
     return kept, skipped
+
+
+def source_statement(path: str | Path) -> list[str]:
+    """What a device fitted to the measurements at `path` may say of their
+    origin: the `# Source:` paragraph of the file's leading comment when it
+    has one, else that they are the user's own (nothing is claimed)."""
+    lines: list[str] = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    text = " ".join(lines)
+    found = re.search(r"source:\s*(.+?)(?:\.\s|$)", text, flags=re.I)
+    if found:
+        return [f"The measurements' own header names their source: {found.group(1).strip()}."]
+    return [f"The measurements are {Path(path).name}'s own; it names no public source."]
