@@ -406,7 +406,7 @@ def _note_cold_cache() -> None:
         RUNTIME.cold = False  # compiled by the time this process asks again
 
 
-def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
+def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "") -> int:
     import json
 
     from planner.ir.models import load_model
@@ -437,6 +437,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
               proposal_progress(args, cfg.optimization_steps) as on_record):
             outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record,
                                 on_stage=on_stage, params=raw)
+        if not numerics:
+            outcome.summary["numerics_note"] = f"not computed ({no_numerics_why})"
     except BuildFailure as e:
         if args.report:  # the report of the failing stage, then the usual one line
             from planner.html_report import render_failure
@@ -465,12 +467,13 @@ def _plan_run(args: argparse.Namespace, numerics: bool) -> int:
          *PLAN_ARGS, arg("--no-numerics", action="store_true",
                          help="simulate timing only (no values, no reference comparison)"))
 def cmd_run(args: argparse.Namespace) -> int:
-    return _plan_run(args, numerics=not args.no_numerics)
+    return _plan_run(args, numerics=not args.no_numerics, no_numerics_why="--no-numerics")
 
 
 @command("plan", "plan, build and verify a model (timing simulation only)", *PLAN_ARGS)
 def cmd_plan(args: argparse.Namespace) -> int:
-    return _plan_run(args, numerics=False)
+    return _plan_run(args, numerics=False,
+                     no_numerics_why="plan simulates timing; tileplan run checks values")
 
 
 @command("extensions", "list the baseline policies, optimizers and proposal kinds by name",
@@ -540,6 +543,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from planner.report import PACKAGE_DIR, format_summary, load_summary
 
+    if args.tile is not None and not args.html:
+        raise ConfigError("--tile", "--tile", "chooses the memory map's tile of --html; "
+                          "give --html OUT.html too")
     root = Path(args.run)
     root = root.parent if root.is_file() else root
     if args.html:  # never over the run it reads

@@ -115,13 +115,14 @@ def check_names(cfg: PipelineConfig) -> None:
 
 
 def extension_rows() -> list[list[str]]:
-    """(kind, name, defining module, first docstring line) of every
+    """(kind, name, defining module, first docstring paragraph) of every
     registered extension, built-ins first."""
     rows = []
     for reg in (BASELINES, OPTIMIZERS, PROPOSALS):
         for name in reg.names():
             obj: Any = reg.get(name)
-            doc = (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
+            para = (getattr(obj, "__doc__", None) or "").strip().split("\n\n")[0]
+            doc = " ".join(para.split())
             rows.append([reg.what, name, getattr(obj, "__module__", "?"), doc])
     return rows
 

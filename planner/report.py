@@ -1,7 +1,9 @@
 """Run summaries: what `tileplan run` / `tileplan plan` print and save.
 
 A summary is one flat JSON-able dict with at least the keys listed below
-(`SUMMARY_KEYS`).  Units: cycles; `time_ms` at the device clock;
+(`SUMMARY_KEYS`; every field, its type and range in
+planner/schemas/summary.schema.json, `SUMMARY_SCHEMA`).  Units: cycles;
+`time_ms` at the device clock;
 `roofline_fraction` = graph FLOPs / (tiles × 2 × fp8 MACs/cycle × cycles);
 errors against `planner.reference` over all outputs together: relative
 Frobenius ‖sim − ref‖ / ‖ref‖ and max |sim − ref| (None without numerics);
@@ -36,28 +38,25 @@ from tilecommon.config import check_regular_file
 from tilecommon.errors import ConfigError
 from tilecommon.files import atomic_dir, check_output_dir, write_file_atomic
 
-SUMMARY_KEYS = (
-    "model", "device", "layers", "batch", "cycles", "time_ms", "roofline_fraction",
-    "max_abs_error", "rel_fro_error", "peak_tile_bytes", "plan_seconds", "simulate_seconds",
-    "package_hash", "proposals_evaluated", "proposals_accepted",
-)
-_NUM = (int, float)
-_OPT_NUM = (int, float, type(None))
-# the type of every key a summary may hold (SUMMARY_KEYS are required, the rest
-# optional with the default `format_summary` shows); bools are not numbers here
-SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
-    "model": (str,), "device": (str,), "layers": (int,), "batch": (int,), "cycles": (int,),
-    "time_ms": _NUM, "roofline_fraction": _NUM, "max_abs_error": _OPT_NUM,
-    "rel_fro_error": _OPT_NUM, "peak_tile_bytes": (int,), "plan_seconds": _NUM,
-    "simulate_seconds": _NUM, "package_hash": (str,), "proposals_evaluated": (int,),
-    "proposals_accepted": (int,), "baseline_cycles": (int,), "numerics_ok": (bool, type(None)),
-    "faults": (int,), "peak_tile": (dict,), "steps": (int,), "vertices": (int,),
-    "transfers": (int,), "arithmetic_patches": (int,), "table_patches": (int,),
-    "optimizer": (str,), "baseline_policy": (str,), "stage_seconds": (dict,),
-    "nonfinite": (str, type(None)), "casts": (dict,), "ops": (list,), "cycle_totals": (dict,),
-    "tile_busy": (dict,), "cosine_fp32_min": _OPT_NUM, "cosine_fp32_mean": _OPT_NUM,
-    "fp8_noise": _OPT_NUM,
-}
+# the one definition of a summary's fields, their types and ranges (JSON Schema,
+# shipped with the package so other tools can validate a summary.json too)
+SUMMARY_SCHEMA: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "schemas" / "summary.schema.json").read_text())
+SUMMARY_KEYS: tuple[str, ...] = tuple(SUMMARY_SCHEMA["required"])
+
+
+def _is_numeric(prop: Mapping[str, Any]) -> bool:
+    ref = prop.get("$ref", "")
+    if ref:
+        prop = SUMMARY_SCHEMA["$defs"][ref.rsplit("/", 1)[1]]
+    kinds = prop.get("type", ())
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    return bool({"integer", "number"} & set(kinds))
+
+
+# keys whose values are numbers (sweeps plot and tabulate these)
+NUMERIC_SUMMARY_KEYS: tuple[str, ...] = tuple(
+    k for k, p in SUMMARY_SCHEMA["properties"].items() if _is_numeric(p))
 SUMMARY_DEFAULTS: dict[str, Any] = {
     "baseline_cycles": None, "numerics_ok": None, "faults": 0, "peak_tile": {}, "steps": "?",
     "vertices": "?", "transfers": "?", "arithmetic_patches": "?", "table_patches": "?",
@@ -218,8 +217,10 @@ def _breakdown_lines(s: Mapping[str, Any]) -> list[str]:
     lines = []
     tot, total = dict(s.get("cycle_totals") or {}), max(int(s["cycles"]), 1)
     if tot:
+        order = ("compute", "exchange", "sync", "loop")  # saved summaries sort their keys
+        kinds = sorted(tot, key=lambda k: (order.index(k) if k in order else len(order), k))
         lines.append("cycles by kind   " + ", ".join(
-            f"{k} {100 * int(v) / total:.1f}%" for k, v in tot.items()))
+            f"{k} {100 * int(tot[k]) / total:.1f}%" for k in kinds))
     ops = list(s.get("ops") or [])
     if ops:
         top = ", ".join(f"{o['op']} {100 * o['cycles'] / total:.1f}%" for o in ops[:4])
@@ -237,7 +238,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     missing show their SUMMARY_DEFAULTS)."""
     s = {**SUMMARY_DEFAULTS, **summary}
     base = s["baseline_cycles"]
-    errs = "not computed (--no-numerics)"
+    errs = s.get("numerics_note") or "not computed"
     if s.get("rel_fro_error") is not None:
         tol = tolerance(s.get("fp8_noise"))
         verdict = "ok" if s["numerics_ok"] else f"OUTSIDE tolerance {tol:.3g}"
@@ -260,7 +261,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     names = sorted(secs, key=lambda k: (STAGES.index(k) if k in STAGES else 99, k))
     stages = ", ".join(f"{k} {secs[k]:.2f}" for k in names)
     lines = [
-        f"model {s['model']} ({s['layers']} layers, batch {s['batch']}) on {s['device']}",
+        f"model {s['model']} ({s['layers']} layer{'s' if s['layers'] != 1 else ''}, batch "
+        f"{s['batch']}) on {s['device']}",
         f"cycles           {s['cycles']:,} ({s['time_ms']:.4f} ms); baseline "
         + (f"{base:,}" if isinstance(base, int) else "?"),
         f"fp8 roofline     {100 * s['roofline_fraction']:.2f}%",
@@ -316,18 +318,21 @@ def load_summary(run: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(str(path), "run", f"not a JSON summary: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "run", "not a JSON object", type(data).__name__)
+    check_summary(data, str(path))
+    return data
+
+
+def check_summary(data: Mapping[str, Any], source: str) -> None:
+    """ConfigError naming `source` and the first field (dotted path) where
+    `data` does not match SUMMARY_SCHEMA."""
+    import jsonschema
+
     missing = [k for k in SUMMARY_KEYS if k not in data]
     if missing:
-        raise ConfigError(str(path), missing[0], "missing from the run summary")
-    for key, types in SUMMARY_TYPES.items():
-        if key in data and (not isinstance(data[key], types)
-                            or (isinstance(data[key], bool) and bool not in types)):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise ConfigError(str(path), key, f"must be {names}", data[key])
-    for key in ("stage_seconds", "peak_tile"):
-        bad = [k for k, v in data.get(key, {}).items()
-               if isinstance(v, bool) or not isinstance(v, (int, float))]
-        if bad:
-            raise ConfigError(str(path), f"{key}.{bad[0]}", "must be a number",
-                              data[key][bad[0]])
-    return data
+        raise ConfigError(source, missing[0], "missing from the run summary")
+    validator = jsonschema.Draft202012Validator(SUMMARY_SCHEMA)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(data)))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "summary"
+        raise ConfigError(source, where, error.message.replace(repr(error.instance), "value")
+                          if len(repr(error.instance)) > 60 else error.message)

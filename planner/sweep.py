@@ -83,7 +83,7 @@ AXES: dict[str, tuple[type, Any]] = {
 AXIS_MIN = {"layers": 1, "batch": 1, "optimization_steps": 0, "seed": 0}
 DEVICE_AXIS = "device."  # prefix of the device-field axes
 DEFAULT_METRICS = ("cycles", "baseline_cycles", "plan_seconds")
-# what a row adds to the run summary's keys (planner.report.SUMMARY_TYPES)
+# what a row adds to the run summary's keys (planner.report.SUMMARY_SCHEMA)
 ROW_METRICS = ("improvement", "speculative_builds", "speculative_discarded", "case_seconds")
 RESULTS_FILE = "results.jsonl"
 TABLE_FILE = "results.csv"
@@ -251,9 +251,9 @@ def case_device(case: Mapping[str, Any]) -> Any:
 
 def metric_names() -> tuple[str, ...]:
     """Every metric a row can hold: the run summary's keys and ROW_METRICS."""
-    from planner.report import SUMMARY_TYPES
+    from planner.report import SUMMARY_SCHEMA
 
-    return (*SUMMARY_TYPES, *ROW_METRICS)
+    return (*SUMMARY_SCHEMA["properties"], *ROW_METRICS)
 
 
 def check_sweep(sweep: Sweep) -> None:
@@ -269,11 +269,10 @@ def check_sweep(sweep: Sweep) -> None:
             raise ConfigError(sweep.source, "sweep.metrics", f"unknown metric; known: "
                               f"{', '.join(known)}", m)
     if sweep.plot is not None:
-        from planner.report import SUMMARY_TYPES
+        from planner.report import NUMERIC_SUMMARY_KEYS
 
         metric, axis = sweep.plot
-        if metric not in known or (metric in SUMMARY_TYPES and not set(
-                SUMMARY_TYPES[metric]) & {int, float}):
+        if metric not in (*NUMERIC_SUMMARY_KEYS, *ROW_METRICS):
             raise ConfigError(sweep.source, "plot.metric", "must be a numeric metric", metric)
         if axis not in sweep.axes():
             raise ConfigError(sweep.source, "plot.axis", "is not an axis of this sweep", axis)

@@ -70,6 +70,7 @@ VERSION = 1
 RESULT_FILE = "hwresult.json"
 ARRAYS_FILE = "arrays.npz"
 MEMORY = "<hardware result>"  # source name of a result not read from a file
+MAX_CYCLES = (1 << 63) - 1
 _FIELDS = ("version", "package_hash", "device", "total_cycles", "value_seed", "outputs",
            "has_step_cycles", "has_tile_cycles", "meta")
 
@@ -122,8 +123,9 @@ def _check_fields(r: HardwareResult, src: str) -> None:
                                     r.package_hash)
     if not isinstance(r.device, str) or not r.device:
         raise HardwareResultInvalid(src, "device", "must be a non-empty string", r.device)
-    if not _is_int(r.total_cycles) or r.total_cycles < 0:
-        raise HardwareResultInvalid(src, "total_cycles", "must be an int >= 0", r.total_cycles)
+    if not _is_int(r.total_cycles) or not 0 <= r.total_cycles <= MAX_CYCLES:
+        raise HardwareResultInvalid(src, "total_cycles", f"must be an int in [0, {MAX_CYCLES}] "
+                                    "(int64 cycles)", r.total_cycles)
     if r.value_seed is not None and (not _is_int(r.value_seed) or r.value_seed < 0):
         raise HardwareResultInvalid(src, "value_seed", "must be an int >= 0 or null",
                                     r.value_seed)
@@ -386,8 +388,10 @@ class CrosscheckReport:
                    rel_fro_tolerance: float | None = None,
                    max_abs_tolerance: float | None = None) -> list[str]:
         """One message per broken tolerance: |ratio - 1| > cycle_tolerance,
-        an output's rel_fro or max_abs above its tolerance (or not finite)."""
-        bad = []
+        an output's rel_fro or max_abs above its tolerance (or not finite);
+        non-finite output values are a mismatch under any tolerance."""
+        bad = [f"output {o.name}: {o.nonfinite} non-finite value(s)" for o in self.outputs
+               if o.nonfinite]
         if cycle_tolerance is not None and abs(self.cycle_ratio - 1.0) > cycle_tolerance:
             bad.append(f"cycle ratio {self.cycle_ratio:.4f} outside 1 ± {cycle_tolerance:g}")
         for o in self.outputs:
@@ -440,10 +444,11 @@ def compare_output(name: str, sim: np.ndarray, hw: np.ndarray) -> OutputRow:
     """max |hw - sim|, ‖hw - sim‖/‖sim‖ and non-finite count of one output."""
     s, h = sim.astype(np.float64), hw.astype(np.float64)
     bad = int((~np.isfinite(s) | ~np.isfinite(h)).sum())
-    d = h - s
-    den = float(np.sqrt(np.sum(s * s)))
-    num = float(np.sqrt(np.sum(d * d)))
-    max_abs = float(np.max(np.abs(d))) if d.size else 0.0
+    with np.errstate(all="ignore"):  # inf - inf is reported as a count, not a warning
+        d = h - s
+        den = float(np.sqrt(np.sum(s * s)))
+        num = float(np.sqrt(np.sum(d * d)))
+        max_abs = float(np.max(np.abs(d))) if d.size else 0.0
     return OutputRow(name, max_abs, num / den if den > 0 else num, bad)
 
 

@@ -117,16 +117,27 @@ def test_report_of_minimal_and_mistyped_summaries(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     minimal = {k: 0 for k in report_mod.SUMMARY_KEYS}
     minimal.update(model="m", device="d", package_hash="h" * 64, max_abs_error=None,
-                   rel_fro_error=None)
+                   rel_fro_error=None, layers=1, batch=1)
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(minimal))
     assert main(["report", str(path)]) == 0
-    assert "model m (0 layers, batch 0) on d" in capsys.readouterr().out
-    for key, bad in (("cycles", "many"), ("faults", "none"), ("numerics_ok", 3),
-                     ("stage_seconds", {"expand": "slow"})):
+    out = capsys.readouterr().out
+    assert "model m (1 layer, batch 1) on d" in out and "numerics         not computed" in out
+    for key, bad, field in (
+            ("cycles", "many", "cycles"), ("cycles", True, "cycles"), ("cycles", -3, "cycles"),
+            ("faults", "none", "faults"), ("numerics_ok", 3, "numerics_ok"),
+            ("layers", 0, "layers"), ("model", ["m"], "model"),
+            ("stage_seconds", {"expand": "slow"}, "stage_seconds.expand"),
+            ("peak_tile", {"tile": "zero"}, "peak_tile.tile"),
+            ("ops", [{"op": "a", "family": "f", "cycles": -1}], "ops.0.cycles"),
+            ("ops", [{"op": "a", "cycles": 1}], "ops.0"),
+            ("ops", {"op": "a"}, "ops"),
+            ("casts", {"t": {"saturated": 2}}, "casts.t.saturated"),
+            ("cycle_totals", {"compute": 1.5}, "cycle_totals.compute"),
+            ("tile_busy", {"max": "x"}, "tile_busy.max")):
         path.write_text(json.dumps({**minimal, key: bad}))
-        assert main(["report", str(path)]) == 2
-        _one_line_error(capsys, str(path), key)
+        assert main(["report", str(path)]) == 2, (key, bad)
+        _one_line_error(capsys, str(path), field)
 
 
 def test_bad_model_and_device_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -226,3 +226,34 @@ def test_crosscheck_rows_name_the_graph_ops() -> None:
         assert {op for op, _, _ in served} <= ops | {"(control)"}, r.ops
         assert r.ops.startswith(f"{served[0][0]} {served[0][2]}")
         assert f"{r.ops}: {r.label}" in rep.text()
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nonfinite_hardware_outputs_are_a_mismatch(ksplit: tuple[Package, dict, dict],
+                                                   tmp_path: Path, value: float,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A NaN or Inf in what the hardware wrote fails the check under any (or no)
+    tolerance, without numpy warnings on the way."""
+    pkg = ksplit[0]
+    pdir = save_package(pkg, tmp_path / "pkg")
+    params, inputs = seeded_values(pkg, 5)
+    r = synthetic_result(pkg, params, inputs, seed=5)
+    r.outputs["out"][0, 0] = np.float32(value)
+    hdir = save_hardware_result(r, tmp_path / "hw")
+    assert main(["crosscheck", str(pdir), str(hdir)]) == 1
+    captured = capsys.readouterr()
+    assert "outside tolerance: output out: 1 non-finite value(s)" in captured.out
+    assert "RuntimeWarning" not in captured.err
+
+
+@pytest.mark.parametrize("cycles", [2 ** 63, 2 ** 70, -1])
+def test_cycles_beyond_int64_are_refused(ksplit: tuple[Package, dict, dict], tmp_path: Path,
+                                         cycles: int,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    pkg, params, inputs = ksplit
+    pdir = save_package(pkg, tmp_path / "pkg")
+    hdir = save_hardware_result(synthetic_result(pkg, params, inputs), tmp_path / "hw")
+    _corrupt(hdir, total_cycles=cycles)
+    assert main(["crosscheck", str(pdir), str(hdir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field 'total_cycles'" in err[0]
