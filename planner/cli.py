@@ -292,11 +292,29 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 @command("models", "list the model zoo, or show one model TOML",
          arg("path", nargs="?", help="a model TOML file (or zoo name) to show"), *MODEL_ARGS,
+         arg("--parameters", action="store_true",
+             help="list the model's parameters (the names and shapes a --weights file in our "
+                  "naming holds)"),
          JSON_ARG)
 def cmd_models(args: argparse.Namespace) -> int:
     from planner.ir.graph import graph_flops, model_parameter_count
     from planner.ir.models import load_model, zoo_names
 
+    if args.parameters:
+        if args.path is None:
+            raise ConfigError("--parameters", "--parameters", "lists one model's parameters: "
+                              "give its name or TOML")
+        g = load_model(args.path, layers=args.layers, batch=args.batch)
+        prows = [[p, "x".join(str(d) for d in g.tensor(p).shape), g.tensor(p).dtype,
+                  f"{int(np.prod(g.tensor(p).shape)):,}"] for p in sorted(g.parameters)]
+        if args.json:
+            _print_json([{"name": r[0], "shape": list(g.tensor(r[0]).shape), "dtype": r[2]}
+                         for r in prows])
+            return 0
+        print(_table(["parameter", "shape", "dtype", "values"], prows, left=(0, 1, 2)))
+        print(f"{len(prows)} parameters of {g.name} ({g.attr_int('layers')} layer(s); "
+              "per-layer ones are layers.<name>, stacked [L, ...])")
+        return 0
     names = zoo_names() if args.path is None else [args.path]
     rows = []
     for name in names:

@@ -65,6 +65,7 @@ SUMMARY_DEFAULTS: dict[str, Any] = {
     "cosine_fp32_mean": None, "fp8_noise": None,
 }
 REL_FRO_TOLERANCE = 1e-2
+NOISE_SPREAD = 2 ** 0.5  # two forwards with independent errors of size n are √2·n apart
 SUMMARY_FILE = "summary.json"
 MAX_SUMMARY_BYTES = 1 << 30
 PACKAGE_DIR = "package"
@@ -144,17 +145,20 @@ def numerics_ok(rel: float | None, max_abs: float | None, nonfinite: str | None,
 
 def tolerance(noise: float | None) -> float:
     """The relative Frobenius error a simulation may have against the fp8
-    reference: REL_FRO_TOLERANCE, or the fp8 reference's own distance from the
-    fp32 forward (`noise`) when that is larger.  Two fp8 forwards whose fp32
-    sums differ only in order (BLAS vs split-K partials) round a few values
-    to neighbouring fp16 / fp8 codes, and downstream fp8 casts spread those
-    flips; the spread is bounded by the quantisation noise itself (an fp8
-    forward is no closer to another than to exact arithmetic), so a
-    simulation within it agrees as well as fp8 arithmetic allows.  A wrong
-    kernel, layout or scale gives errors of order 1, far outside either."""
+    reference: REL_FRO_TOLERANCE, or √2 × the fp8 reference's own distance
+    from the fp32 forward (`noise`) when that is larger.  Two fp8 forwards
+    whose fp32 sums differ only in order (BLAS vs split-K partials) round a
+    few values to neighbouring fp16 / fp8 codes, and downstream fp8 casts
+    spread those flips until the two carry rounding errors of the same size,
+    no longer the same errors: two forwards each `noise` from exact
+    arithmetic, with independent errors, are √2 × `noise` apart.  (Deep
+    towers get there: siglip-so400m-map at 2 layers is 4.6e-2 from its fp8
+    reference with noise 4.4e-2, cosine to fp32 0.9989.)  A simulation within
+    it agrees as well as fp8 arithmetic allows; a wrong kernel, layout or
+    scale gives errors of order 1, far outside either."""
     if noise is None or not np.isfinite(noise):
         return REL_FRO_TOLERANCE
-    return max(REL_FRO_TOLERANCE, float(noise))
+    return max(REL_FRO_TOLERANCE, NOISE_SPREAD * float(noise))
 
 
 def summarize(graph: Graph, device: Device, package: Package, cycles: int,
@@ -168,6 +172,7 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
     rel, worst = errors if errors is not None else (None, None)
     cmin, cmean = cosine if cosine is not None else (None, None)
     checked = errors is not None or nonfinite is not None
+    saturated = any(v.get("saturated", 0) > 0 for v in (casts or {}).values())
     return {
         "model": graph.name,
         "device": device.name,
@@ -179,7 +184,10 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "roofline_fraction": roofline_fraction(graph, device, cycles),
         "max_abs_error": worst,
         "rel_fro_error": rel,
-        "numerics_ok": numerics_ok(rel, worst, nonfinite, noise) if checked else None,
+        # a saturating fp8 tensor fails the run even when its clipped values
+        # still agree with the reference (docs/weights.md)
+        "numerics_ok": (numerics_ok(rel, worst, nonfinite, noise) and not saturated)
+        if checked else None,
         "fp8_noise": noise,
         "nonfinite": nonfinite,
         "cosine_fp32_min": cmin,
@@ -241,7 +249,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     errs = s.get("numerics_note") or "not computed"
     if s.get("rel_fro_error") is not None:
         tol = tolerance(s.get("fp8_noise"))
-        verdict = "ok" if s["numerics_ok"] else f"OUTSIDE tolerance {tol:.3g}"
+        within = s["rel_fro_error"] <= tol
+        verdict = ("ok" if s["numerics_ok"] else f"OUTSIDE tolerance {tol:.3g}" if not within
+                   else "FAILED: fp8 saturation")
         if s.get("fp8_noise") is not None:
             verdict += f"; fp8 reference vs fp32 {s['fp8_noise']:.3e}"
         errs = (f"rel. Frobenius {s['rel_fro_error']:.3e}, max abs {s['max_abs_error']:.4g} "

@@ -146,3 +146,85 @@ def test_data_scales_follow_the_data(model: Path) -> None:
     assert body.tensor("w_q").scale_exp == w.scale_exp
     assert body.tensor("v_heads").scale_exp == body.tensor("v_fp8").scale_exp
     assert scaled.tensor("head_v_heads").scale_exp == scaled.tensor("head_v_fp8").scale_exp
+
+
+def _spelled_twice(g: planner.Graph, kind: str) -> tuple[dict[str, np.ndarray], str, str]:
+    if kind == "hf-zero-padded":
+        arrays = to_scheme(g, _raw(g, 3), "hf")
+        name = "vision_model.encoder.layers.1.self_attn.k_proj.weight"
+        twin = name.replace("layers.1.", "layers.01.")
+        arrays[twin] = arrays[name].copy()
+        return arrays, name, twin
+    arrays = to_scheme(g, _raw(g, 3), "big_vision")
+    name = "params/img/Transformer/encoderblock/MlpBlock_0/Dense_0/kernel"
+    twin = name.replace("encoderblock/", "encoderblock_0/")
+    arrays[twin] = arrays[name][0].copy()
+    return arrays, name, twin
+
+
+@pytest.mark.parametrize("kind", ["hf-zero-padded", "bv-scanned-and-per-block"])
+def test_one_parameter_spelled_twice_names_both(model: Path, tmp_path: Path, kind: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    g = planner.load_model(model)
+    arrays, name, twin = _spelled_twice(g, kind)
+    path = tmp_path / "twice.npz"
+    save_weights(path, arrays)
+    assert main(["run", str(model), "--device", "tiny", "--weights", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and name in err[0] and twin in err[0] and "again" in err[0]
+
+
+def test_float64_beyond_float32_is_named(model: Path, tmp_path: Path) -> None:
+    g = planner.load_model(model)
+    raw = {k: v.astype(np.float64) for k, v in _raw(g, 3).items()}
+    raw["layers.w_fc2"][1, 3, 4] = 1e39
+    save_weights(tmp_path / "w.npz", raw)
+    with pytest.raises(ConfigError, match="float32's range") as info:
+        load_weights(g, tmp_path / "w.npz")
+    assert info.value.field == "layers.w_fc2"
+
+
+def test_ours_from_a_deeper_file_uses_its_first_layers(model: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    g = planner.load_model(model)  # 2 layers
+    raw = _raw(g, 4)
+    save_weights(tmp_path / "w.safetensors", raw)
+    one = planner.load_model(model, layers=1)
+    got = load_weights(one, tmp_path / "w.safetensors")
+    assert np.array_equal(got["layers.w_q"], raw["layers.w_q"][:1])
+    assert main(["run", str(model), "--layers", "1", "--device", "tiny", "--weights",
+                 str(tmp_path / "w.safetensors"), "--quiet", "--optimization-steps", "0"]) == 0
+    assert "numerics         rel. Frobenius" in capsys.readouterr().out
+    short = {**raw, "layers.w_q": raw["layers.w_q"][:1]}
+    save_weights(tmp_path / "short.npz", short)
+    with pytest.raises(ConfigError, match="or more layers"):
+        load_weights(g, tmp_path / "short.npz")
+
+
+def test_clipped_fp8_weights_fail_the_run(model: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A weight value e4m3fn rounds to 448 (not NaN) at the fixed scale still fails:
+    saturation is a failure whether it clips or overflows (docs/weights.md)."""
+    g = planner.load_model(model)
+    raw = _raw(g, 5)
+    e = g.tensor("w_patch").scale_exp
+    raw["w_patch"][0, 0] = np.float32(455.0 * 2.0 ** e)  # rounds to 448 · 2^e
+    save_weights(tmp_path / "clip.npz", raw)
+    args = ["run", str(model), "--device", "tiny", "--weights", str(tmp_path / "clip.npz"),
+            "--scales", "fixed", "--quiet", "--optimization-steps", "0"]
+    assert main([*args, "--json"]) == 1
+    s = json.loads(capsys.readouterr().out)
+    assert s["casts"]["w_patch"]["saturated"] > 0 and s["nonfinite"] is None
+    assert s["numerics_ok"] is False
+    assert main(args) == 1
+    assert "FAILED: fp8 saturation" in capsys.readouterr().out
+
+
+def test_models_lists_parameter_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "vit-micro", "--parameters", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    g = planner.load_model("vit-micro")
+    assert set(rows) == set(g.parameters)
+    assert rows["layers.w_q"]["shape"] == list(g.tensor("layers.w_q").shape)
+    assert main(["models", "--parameters"]) == 2

@@ -194,13 +194,20 @@ def _expected(rule: Rule, want: tuple[int, ...], g: Graph) -> str:
     return str(want)
 
 
+F32_MAX = float(np.finfo(F32).max)
+
+
 def _checked_array(path: str, name: str, a: np.ndarray) -> np.ndarray:
     if a.dtype.kind != "f":
         raise ConfigError(path, name, "dtype must be a float type", str(a.dtype))
-    a = np.asarray(a, dtype=F32)
     if not np.all(np.isfinite(a)):
         raise ConfigError(path, name, "holds a NaN or infinite value")
-    return a
+    if a.size and a.dtype.itemsize > 4:
+        big = float(np.max(np.abs(a)))
+        if big > F32_MAX:
+            raise ConfigError(path, name, f"holds a value beyond float32's range "
+                                          f"(|x| <= {F32_MAX:.4g})", big)
+    return np.asarray(a, dtype=F32)
 
 
 def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
@@ -217,9 +224,14 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
                 raise ConfigError(src, name, "not a parameter of model "
                                              f"{g.name} (file uses our names)")
             a = _checked_array(src, name, arrays[name])
-            if a.shape != want[name].shape:
-                raise ConfigError(src, name, f"shape must be {want[name].shape}", a.shape)
-            ours[name] = a
+            shape = want[name].shape
+            if name.startswith("layers.") and a.ndim == len(shape) and \
+                    a.shape[1:] == shape[1:] and a.shape[0] > shape[0]:
+                a = a[:shape[0]]  # a deeper file's later layers are not used
+            if a.shape != shape:
+                raise ConfigError(src, name, f"shape must be {shape}" + (
+                    " (or more layers)" if name.startswith("layers.") else ""), a.shape)
+            ours[name] = np.ascontiguousarray(a)
         _missing(src, want, ours, scheme)
         return ours
     layers = {}  # body name -> outer [L, ...] parameter
@@ -229,6 +241,18 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
     trips = g.attr_int("layers")
     out: dict[str, np.ndarray] = {}
     stacks: dict[str, dict[int, np.ndarray]] = {}
+    spelled: dict[tuple[str, int | None], str] = {}  # (target, layer) -> the file's name
+
+    def claim(target: str, slots: range | list[int | None], name: str) -> None:
+        """One file tensor per parameter (and layer): `layers.00` beside
+        `layers.0`, or a scanned stack beside per-block tensors, is ambiguous."""
+        for slot in slots:
+            first = spelled.setdefault((target, slot), name)
+            if first != name:
+                raise ConfigError(src, name, f"gives {target}"
+                                  + ("" if slot is None else f" layer {slot}")
+                                  + f" again, already given by {first!r}")
+
     for name in sorted(arrays):
         hits: list[tuple[Rule, int | None]] = []
         if scheme == "hf" and name.removeprefix("vision_model.") in _HF_FUSED:
@@ -255,6 +279,7 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
                 if any(x is None for x in per):
                     raise ConfigError(src, name, f"shape must be [L, ] + "
                                                  f"{_expected(rule, t.shape[1:], g)}", a.shape)
+                claim(target, range(trips), name)
                 stacks.setdefault(target, {}).update(enumerate(per))  # type: ignore[arg-type]
                 continue
             shape = t.shape[1:] if rule.layered else t.shape
@@ -265,8 +290,10 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             if rule.layered:
                 assert layer is not None
                 if layer < trips:  # later layers of a deeper checkpoint are unused
+                    claim(target, [layer], name)
                     stacks.setdefault(target, {})[layer] = conv
             else:
+                claim(target, [None], name)
                 out[target] = np.ascontiguousarray(conv, dtype=F32)
     for target, per_layer in stacks.items():
         gone = [i for i in range(trips) if i not in per_layer]
