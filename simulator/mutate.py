@@ -314,6 +314,32 @@ def patch_table_entry(pkg: Package) -> Package:
     return _set(pkg, "table_values", last, int(pkg["table_values"][last]) + pkg.device.memory_end)
 
 
+def patch_twice(pkg: Package) -> Package:
+    """A second arithmetic patch on the argument the first one rewrites (half
+    its stride): the engines would apply both."""
+    p = _patch_of(pkg, PATCH_ARITH)
+    arrays = {}
+    for name in ("p_target", "p_index", "p_arg", "p_loop", "p_mode", "p_base", "p_stride",
+                 "p_table_tile", "p_table_addr"):
+        a = pkg[name]
+        arrays[name] = np.insert(a, p + 1, a[p])
+    arrays["p_stride"][p + 1] = int(pkg["p_stride"][p]) // 2
+    arrays["p_table"] = np.insert(pkg["p_table"], p + 1, pkg["p_table"][p + 1])
+    return pkg.with_arrays(**arrays)
+
+
+def output_uncovered(pkg: Package) -> Package:
+    """An output block one row short: elements no block covers."""
+    a = pkg["io_hi"] - pkg["io_lo"]
+    for i in np.flatnonzero(pkg["io_tensor"] == pkg["io_tensor"].max()).tolist():
+        dims = np.flatnonzero(a[i] >= 2)
+        if dims.size:
+            hi = pkg["io_hi"].copy()
+            hi[i, int(dims[0])] -= 1
+            return pkg.with_arrays(io_hi=hi)
+    raise NotApplicable("no output block with an extent of 2 or more")
+
+
 def output_moved(pkg: Package) -> Package:
     """An output block read from the tile's code buffer."""
     if pkg["io_addr"].shape[0] == 0:
@@ -357,7 +383,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("patch-stride", "a Repeat patch stride past the memory end", patch_stride),
     Mutation("patch-table-entry", "a patch table's last entry past the memory end",
              patch_table_entry),
+    Mutation("patch-twice", "two Repeat patches rewrite one vertex argument", patch_twice),
     Mutation("output-moved", "an output block read from the code buffer", output_moved),
+    Mutation("output-uncovered", "an output block one row short (elements no block covers)",
+             output_uncovered),
 )
 
 

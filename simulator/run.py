@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ import numba
 import numpy as np
 
 from kernels import status
-from kernels.abi import IO_DIMS, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
+from kernels.abi import IO_DIMS, PATCH_VERTEX_ARG, STEP_COMPUTE, STEP_KIND_NAMES, TENSOR_KINDS
 from kernels.dtypes import DTYPE_BYTES, dtype_code, fp8_decode, fp8_encode, fp16_decode, fp16_encode
 from simulator import image_pool
 from simulator.access import bits_set
@@ -41,6 +42,7 @@ from simulator.engines.base import (
     F_DST_BUFFER,
     F_NO_BUFFER,
     F_OUTPUT,
+    F_PATCH,
     F_RACE,
     F_SRC_BUFFER,
     FAULT_NAMES,
@@ -49,7 +51,7 @@ from simulator.engines.base import (
 from simulator.engines.base import engine as engine_named
 from simulator.engines.numba_data import PARTS, part_of
 from simulator.package import IoTensor, Package
-from simulator.verify import check_structure
+from simulator.verify import check_structure, patch_collisions
 from tilecommon.errors import PackageInvalid, SimulationFault
 from tilecommon.jit import kjit, kjit_inline, kjit_parallel
 
@@ -138,9 +140,9 @@ def run(
     t_image = time.perf_counter() - t0
     out = execute(pkg, image)
     t0 = time.perf_counter()
-    faults = [describe_fault(pkg, row) for row in out.faults]
+    faults = [*_patch_faults(pkg), *(describe_fault(pkg, row) for row in out.faults)]
     outputs: dict[str, np.ndarray] = {}
-    n_faults = out.n_faults
+    n_faults = out.n_faults + len(faults) - len(out.faults)
     if image is not None:
         for t in pkg.io:
             if t.role == "output":
@@ -245,15 +247,28 @@ def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarr
     faults: list[Fault] = []
     ids = np.flatnonzero(pkg.arrays["io_tensor"] == pkg.io_index(t.name))
     rows, geos, outside = _block_geometry(pkg, image, ids, t)
+    reported = 0  # bytes already in a block's fault
     for i, row, geo, out in zip(ids.tolist(), rows.tolist(), geos, outside.tolist(), strict=True):
         if out:  # outside the image: nothing there was ever written
             nbytes = int(np.prod(pkg.arrays["io_hi"][i] - pkg.arrays["io_lo"][i])) * esize
             faults.append(_output_fault(pkg, t, i, int(pkg.arrays["io_addr"][i]), nbytes))
+            reported += nbytes
             continue
         n_bad, first = _gather(image.mem, image.written, row, geo, raw, ok)
         if n_bad:
             addr = int(first) + int(image.tile_base[int(pkg.arrays["io_tile"][i])])
             faults.append(_output_fault(pkg, t, i, addr, int(n_bad)))
+            reported += int(n_bad)
+    uncovered = int((ok == 0).sum()) - reported
+    if uncovered > 0:  # elements no io block covers: a gap in the output map
+        first = int(np.flatnonzero(ok == 0)[0]) // esize
+        at = ", ".join(str(int(x)) for x in np.unravel_index(first, t.shape))
+        row = np.array([F_OUTPUT, max(pkg.n_steps - 1, 0), -1, 0, -1, 0, -1, uncovered],
+                       dtype=np.int64)
+        f = describe_fault(pkg, row, output=t.name)
+        faults.append(dataclasses.replace(f, message=(
+            f"{f.kind}: output {t.name!r}: {uncovered} byte(s) that no io block covers "
+            f"(first at element [{at}])")))
     vals = _decode(raw, t.dtype)
     if t.scale_exp:
         vals = vals * np.float32(2.0 ** t.scale_exp)
@@ -261,6 +276,28 @@ def read_output(pkg: Package, image: MemoryImage, t: IoTensor) -> tuple[np.ndarr
         missing = (ok.reshape(-1, esize) == 0).any(axis=1)
         vals[missing] = np.nan  # never a stale or zero value for an unwritten element
     return vals.reshape(t.shape), faults
+
+
+def _patch_faults(pkg: Package) -> list[Fault]:
+    """F_PATCH for every patch that rewrites an argument an earlier patch
+    rewrites too (verify rejects such a package; with verification skipped
+    the engines apply both, so the argument's value is not the package's)."""
+    a = pkg.arrays
+    out = []
+    for first, later in patch_collisions(pkg).tolist():
+        tgt, idx, arg = (int(a[k][later]) for k in ("p_target", "p_index", "p_arg"))
+        ptr = a["step_vtx"] if tgt == PATCH_VERTEX_ARG else a["step_xfer"]
+        step = int(np.searchsorted(ptr, idx, side="right")) - 1
+        tile = int(a["v_tile"][idx]) if tgt == PATCH_VERTEX_ARG else int(a["x_src_tile"][idx])
+        what = (f"vertex {idx} arg {arg}" if tgt == PATCH_VERTEX_ARG else
+                f"transfer {idx} {'source' if tgt == 1 else 'destination'} address")
+        row = np.array([F_PATCH, step, tile, 0, int(a["p_loop"][later]), 0, later, first],
+                       dtype=np.int64)
+        f = describe_fault(pkg, row)
+        out.append(dataclasses.replace(f, message=(
+            f"{f.kind} at step {step}, tile {tile}: patches {first} and {later} both rewrite "
+            f"{what}")))
+    return out
 
 
 def _output_fault(pkg: Package, t: IoTensor, i: int, addr: int, nbytes: int) -> Fault:

@@ -263,20 +263,29 @@ def _check_buffers(pkg: Package, first: np.ndarray, last: np.ndarray) -> BufferI
 # ---- 3. patches ----------------------------------------------------------------------
 
 
+def patch_collisions(pkg: Package) -> np.ndarray:
+    """int64 [n, 2]: (first, later) patch pairs that rewrite one argument (the
+    same target, item and arg), in patch order; check_structure bounded all
+    three.  verify rejects them; the simulator faults them (F_PATCH)."""
+    a = pkg.arrays
+    if pkg.n_patches < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    items = max(pkg.n_vertices, pkg.n_transfers, 1)
+    key = (a["p_target"] * items + a["p_index"]) * N_ARGS + a["p_arg"]
+    order = np.argsort(key, kind="stable")
+    same = np.flatnonzero(key[order][1:] == key[order][:-1])
+    pairs = np.stack([order[same], order[same + 1]], axis=1).astype(np.int64)
+    return pairs[np.argsort(pairs[:, 1], kind="stable")]
+
+
 def _check_patches(pkg: Package, bidx: BufferIndex) -> None:
     a = pkg.arrays
     tgt, idx, arg = a["p_target"], a["p_index"], a["p_arg"]
-    if pkg.n_patches:
-        # (target, item, arg) as one int64 in lexicographic order; check_structure
-        # bounded all three
-        items = max(pkg.n_vertices, pkg.n_transfers, 1)
-        key = np.sort((tgt * items + idx) * N_ARGS + arg)
-        dup = np.flatnonzero(key[1:] == key[:-1])
-        if dup.size:
-            k = int(key[dup[0]])
-            t, i = divmod(k // N_ARGS, items)
-            raise PackageInvalid(
-                f"patches: two patches rewrite target {t} item {i} arg {k % N_ARGS}")
+    dup = patch_collisions(pkg)
+    if dup.size:
+        p = int(dup[0, 1])
+        raise PackageInvalid(f"patches: patches {int(dup[0, 0])} and {p} both rewrite target "
+                             f"{int(tgt[p])} item {int(idx[p])} arg {int(arg[p])}")
     idx_v = np.where(tgt == PATCH_VERTEX_ARG, idx, 0)
     idx_x = np.where(tgt == PATCH_VERTEX_ARG, 0, idx)
     unpatched = np.zeros(pkg.n_patches, dtype=np.int64)

@@ -17,6 +17,7 @@ from simulator.engines.base import (
     F_MISALIGNED,
     F_NO_BUFFER,
     F_OUTPUT,
+    F_PATCH,
     F_RACE,
     F_SRC_BUFFER,
 )
@@ -38,6 +39,7 @@ EXPECTED = {
     "transfer-misaligned": F_MISALIGNED, "transfer-into-support": F_DST_BUFFER,
     "transfer-from-code": F_SRC_BUFFER, "transfer-race": F_RACE,
     "patch-stride": F_NO_BUFFER, "patch-table-entry": F_NO_BUFFER, "output-moved": F_OUTPUT,
+    "patch-twice": F_PATCH, "output-uncovered": F_OUTPUT,
 }
 NUMERICS_ONLY = (F_RACE, F_OUTPUT)  # seen only when bytes are tracked
 

@@ -56,6 +56,7 @@ F_ARGS = 9  # the kernel's argument check rejected the vertex (detail = status)
 F_NO_BUFFER = 10  # an operand region is not inside one live tensor buffer (detail = bytes)
 F_SRC_BUFFER = 11  # a transfer source is not inside one live tensor buffer (detail = bytes)
 F_DST_BUFFER = 12  # a transfer destination is not inside one live tensor buffer (detail)
+F_PATCH = 13  # two patches rewrite one argument (item = the later patch, detail = the first)
 FAULT_NAMES = {
     F_RANGE: "out-of-range access",
     F_MISALIGNED: "misaligned access",
@@ -69,6 +70,7 @@ FAULT_NAMES = {
     F_NO_BUFFER: "operand region outside every live tensor buffer",
     F_SRC_BUFFER: "transfer source outside every live tensor buffer",
     F_DST_BUFFER: "transfer destination outside every live tensor buffer",
+    F_PATCH: "two patches rewrite one argument",
 }
 # the faults that skip the vertex or transfer they name (memory safety): the
 # others are reported and the item still runs
