@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
-        return int(args.handler(args))
+        # overflow and invalid values are the commands' to report (non-finite
+        # outputs name their first element, saturation its tensors), not as
+        # numpy warning lines between the results
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return int(args.handler(args))
     except TileplanError as e:
         message = " ".join(str(e).split())  # one line, whatever the message holds
         print(f"tileplan: error: {message}", file=sys.stderr)

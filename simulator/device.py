@@ -265,10 +265,16 @@ def _from_table(data: Any, source: str, here: Path, seen: tuple[str, ...]) -> De
     if values["memory_size"] % align or values["memory_base"] % align:
         raise ConfigError(source, "alignment", "memory_base and memory_size must be multiples",
                           align)
+    if values["element_bytes"] > values["memory_size"]:
+        raise ConfigError(source, "element_bytes", f"must fit in memory_size "
+                          f"({values['memory_size']} bytes)", values["element_bytes"])
     if costs.support_bytes >= values["memory_size"]:
         raise ConfigError(source, "costs.support_bytes", "must leave room in memory_size",
                           costs.support_bytes)
     return Device(costs=costs, **values)
+
+
+MAX_BASE_DEPTH = 32  # `base =` links followed before a chain is refused
 
 
 def _load(ref: str, here: Path, seen: tuple[str, ...], source: str) -> Device:
@@ -278,6 +284,9 @@ def _load(ref: str, here: Path, seen: tuple[str, ...], source: str) -> Device:
     if src in seen:
         raise ConfigError(source, "base", f"devices inherit in a circle: "
                                           f"{' -> '.join(seen + (src,))}", ref)
+    if len(seen) >= MAX_BASE_DEPTH:
+        raise ConfigError(source, "base", f"more than {MAX_BASE_DEPTH} devices inherit one "
+                                          f"from another (from {seen[0]})", ref)
     return _from_table(data, src, Path(src).parent, seen)
 
 

@@ -165,6 +165,33 @@ def test_bad_model_and_device_files(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     _one_line_error(capsys, "vit-tiny")
 
 
+@pytest.mark.parametrize("text, field, words", [
+    ('base = "tiny"\nelement_bytes = 1073741824\n', "element_bytes", "fit in memory_size"),
+    ('base = "tiny"\nalignment = 6\n', "alignment", "power of two"),
+    ('base = "tiny"\nmemory_size = 0\n', "memory_size", ""),
+    ('base = "tiny"\ntiles = 0\n', "tiles", ""),
+    ('base = "tiny"\n[costs]\nmm_call = -1\n', "mm_call", ""),
+    ('base = "self.toml"\n', "base", "circle"),
+])
+def test_bad_device_fields(tmp_path: Path, text: str, field: str, words: str,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    dev = tmp_path / "self.toml"
+    dev.write_text(text)
+    assert main(["devices", str(dev)]) == 2
+    _one_line_error(capsys, str(dev), field, words)
+
+
+def test_a_long_base_chain_is_refused_not_a_recursion_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "d0.toml").write_text('base = "tiny"\n')
+    for i in range(1, 400):
+        (tmp_path / f"d{i}.toml").write_text(f'base = "d{i - 1}.toml"\n')
+    assert main(["devices", str(tmp_path / "d399.toml")]) == 2
+    _one_line_error(capsys, "base", "inherit one from another")
+    assert simulator.load_device(tmp_path / "d20.toml").tiles == \
+        simulator.load_device("tiny").tiles  # a short chain is fine
+
+
 def test_negative_value_seed_in_a_hardware_result(tmp_path: Path) -> None:
     pkg = ksplit_matmul(simulator.load_device("tiny"))[0]
     path = save_hardware_result(HardwareResult(pkg.content_hash(), "tiny", 10), tmp_path / "h")
