@@ -4,8 +4,8 @@ the local optimizer (`planner.search`), and the pipeline, report and CLI.
 
 Public API: the names in `__all__`, imported on first use (PEP 562), so that
 `import planner` loads no jitted module before `tilecommon.runtime.configure`
-has run (the CLI, the tests and the experiments call it first; `configure`
-is re-exported here).
+has run: the first name taken from here runs it (the CLI, the tests and the
+experiments call it themselves first; `configure` is re-exported here).
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    from tilecommon.runtime import configure
+
+    configure(announce=True)  # before the first jitted module is imported
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # next time without __getattr__
     return value

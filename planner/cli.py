@@ -420,13 +420,13 @@ PLAN_ARGS = (
 def _note_cold_cache() -> None:
     """One stderr line when Numba has no cached code for these sources yet
     (`tilecommon.runtime.RUNTIME.cold`): the first plan or simulation then
-    spends about a minute compiling, which would otherwise look like a hang."""
+    spends minutes compiling, which would otherwise look like a hang."""
     from tilecommon.runtime import RUNTIME
 
     if RUNTIME.cold:
-        print("tileplan: first run of this code: Numba compiles the kernel, simulator and "
-              f"planner loops into {RUNTIME.cache_dir} (about a minute on 2 cores; later "
-              "runs load them)", file=sys.stderr)
+        from tilecommon.runtime import COMPILE_NOTE
+
+        print("tileplan: " + COMPILE_NOTE.format(dir=RUNTIME.cache_dir), file=sys.stderr)
         RUNTIME.cold = False  # compiled by the time this process asks again
 
 

@@ -66,3 +66,22 @@ def test_source_digest_covers_every_shared_jit_package(tmp_path: Path) -> None:
     (tmp_path / "simulator" / "engines").mkdir()
     (tmp_path / "simulator" / "engines" / "numba.py").write_text("x = 3\n")
     assert source_digest(tmp_path) not in seen  # subpackages count
+
+
+def test_the_public_api_caches_under_the_user_cache_by_default(tmp_path: Path) -> None:
+    """`import simulator` without NUMBA_CACHE_DIR: the keyed cache under
+    $XDG_CACHE_HOME/tileplan/numba, and one warning that the first run compiles."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    probe = "import simulator, numba; print(numba.config.CACHE_DIR)"
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, check=True)
+    root = tmp_path / "tileplan" / "numba"
+    assert re.fullmatch(re.escape(str(root)) + r"/kernels-[0-9a-f]{16}", run.stdout.strip())
+    assert run.stderr.count("first run of this code") == 1
+    cached = Path(run.stdout.strip())
+    cached.mkdir(parents=True, exist_ok=True)
+    (cached / "x.nbi").write_text("")  # a warm cache: nothing said
+    again = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                           text=True, check=True)
+    assert "first run" not in again.stderr
