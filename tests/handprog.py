@@ -38,7 +38,7 @@ def _args(values: dict[int, int]) -> tuple[int, ...]:
 
 def dict_vertex(tile: int, kid: int, args: dict[int, int], reads: dict[int, Loc],
                 writes: dict[int, Loc], extra: dict[int, int] | None = None) -> Vertex:
-    """The obvious twin of `planner.expand_ops.make_vertex`: scalar `args`,
+    """The obvious twin of `planner.lowering.expand_ops.make_vertex`: scalar `args`,
     address args from `reads`/`writes` locs (arg index → loc, plus `extra`
     byte offsets)."""
     a = [0] * NARGS

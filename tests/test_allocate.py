@@ -1,4 +1,4 @@
-"""planner.allocate: liveness rules, no overlap of live buffers, tensor range, failures."""
+"""planner.lowering.allocate: liveness rules, no overlap of live buffers, tensor range, failures."""
 
 from __future__ import annotations
 

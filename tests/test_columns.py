@@ -1,4 +1,4 @@
-"""planner.columns: per-phase vertex columns, their concatenation, the phase memo."""
+"""planner.lowering.columns: per-phase vertex columns, their concatenation, the phase memo."""
 
 from __future__ import annotations
 

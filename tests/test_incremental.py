@@ -1,4 +1,4 @@
-"""Incremental expansion (planner.expand.PrefixStore): a build that resumes
+"""Incremental expansion (planner.lowering.expand.PrefixStore): a build that resumes
 from a recent expansion's common step prefix gives exactly the package (same
 content hash) of a from-scratch build of the same plan."""
 

@@ -1,4 +1,4 @@
-"""planner.optimize: bounded, strictly-improving local search with in-order
+"""planner.search.optimize: bounded, strictly-improving local search with in-order
 decisions; speculation never changes the result; every kind can win."""
 
 from __future__ import annotations

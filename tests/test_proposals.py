@@ -1,4 +1,4 @@
-"""planner.proposals: ordered, deterministic neighbourhood changes of the incumbent."""
+"""planner.search.proposals: ordered, deterministic neighbourhood changes of the incumbent."""
 
 from __future__ import annotations
 

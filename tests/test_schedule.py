@@ -1,4 +1,4 @@
-"""planner.schedule: phase merging, loop marks, reduction overlap."""
+"""planner.lowering.schedule: phase merging, loop marks, reduction overlap."""
 
 from __future__ import annotations
 

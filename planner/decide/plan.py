@@ -17,7 +17,7 @@ A Plan says *what* to build; lower/expand say *how*.  It holds
   owners, fewer transfers) or "rows" (whole rows over as many owners as the
   device has: the capacity policy's canonical layout).
 - `reduction_overlap`: the scheduler may overlap independent K-split
-  reductions with neighbouring phases (read by planner.schedule).
+  reductions with neighbouring phases (read by planner.lowering.schedule).
 - `tile_offset`/`tile_stride`: logical tile t runs on physical tile
   (offset + t·stride) mod tiles; stride must be coprime with the tile count.
 - `rotation`: pinned logical start tiles of the shared parameter-home

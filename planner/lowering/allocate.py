@@ -7,7 +7,7 @@ Tile layout (absolute addresses, low to high)::
     memory_base | code | exchange tables | support (+ patch tables) | tensor range ... | memory_end
 
 The first three are sized by the linker from counts before allocation
-(`Overheads`, see `planner.link.reserve`); the tensor range is what is left.
+(`Overheads`, see `planner.lowering.link.reserve`); the tensor range is what is left.
 
 Live ranges are inclusive step intervals [first, last] (indices into the
 Schedule):

@@ -1,6 +1,6 @@
 """Lower a Graph under a Plan: apply recipe selections, insert explicit conversions.
 
-The result (`Lowered`, types in planner.lowered) is a flat list of `Step`s
+The result (`Lowered`, types in planner.lowering.lowered) is a flat list of `Step`s
 over `Value`s — a tensor materialised in one layout and dtype — that expand
 turns into per-tile work:
 

@@ -1,8 +1,8 @@
-"""The lowered form of a Graph under a Plan (what `planner.lower` produces and
-`planner.expand` consumes): `Value`s — a tensor in one layout and dtype —
+"""The lowered form of a Graph under a Plan (what `planner.lowering.lower` produces and
+`planner.lowering.expand` consumes): `Value`s — a tensor in one layout and dtype —
 and a flat list of `Step`s over them, with the Repeat's loop-carried values
 (`Carry`) and where parameters, inputs and outputs live.  Plain frozen data;
-the step kinds and their meaning are described in `planner.lower`.
+the step kinds and their meaning are described in `planner.lowering.lower`.
 """
 
 from __future__ import annotations

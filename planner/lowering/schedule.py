@@ -31,7 +31,7 @@ Nothing crosses a loop mark: the body of a Repeat is scheduled on its own.
 Empty phases are dropped (an empty exchange would still pay a sync).
 
 The schedule carries its transfers and vertices as flat columns
-(`planner.columns`): all transfer rows are concatenated once in step order
+(`planner.lowering.columns`): all transfer rows are concatenated once in step order
 (each `Step.transfers` is a view of its rows), and the vertex columns are
 read per compute phase, remembered with the phase's other facts (a build
 state's `PhaseMemo`)
@@ -151,7 +151,7 @@ class _PhaseFacts:
 
 
 # the facts of recent programs' compute phases: the optimizer's trial programs
-# share most phases (planner.columns).  Weight = vertices: ~8 vit-tiny 2-layer
+# share most phases (planner.lowering.columns).  Weight = vertices: ~8 vit-tiny 2-layer
 # programs' worth (~25k vertices each), ~100 MB at most.  Exchange phases are
 # not remembered: their facts cost a mask pass, their rows much memory.
 

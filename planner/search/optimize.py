@@ -4,7 +4,7 @@ builds, strict acceptance, incumbent retention, parallel speculation.
 `LocalOptimizer(executor=None, kinds=None)` is an `Optimizer` for
 `planner.pipeline.plan`.  Called with the baseline `Incumbent` it
 
-1. generates the proposals around the incumbent (`planner.proposals`,
+1. generates the proposals around the incumbent (`planner.search.proposals`,
    ordered by estimated gain, using the incumbent's simulated per-step
    cycles), skipping plans it has already evaluated and changes (same kind
    and description) already rejected around an earlier incumbent — a

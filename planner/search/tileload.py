@@ -1,8 +1,8 @@
 """Modelled per-tile load of the phases of one superstep, from lowered
 layouts, and which of those loads move with one op's placement.
 
-The `tiles` proposal (planner.proposals) asks: two phases merged into one
-step (planner.schedule) that sit on the same tiles pay the sum of their
+The `tiles` proposal (planner.search.kinds.tiles) asks: two phases merged into one
+step (planner.lowering.schedule) that sit on the same tiles pay the sum of their
 loads there — what if one op's placement moved?  This module answers from
 the `Lowered` steps alone (no expansion), with the engine's cost model
 (simulator/engines/numba.py) applied to modelled loads:

@@ -1,7 +1,7 @@
 """The `tiles` proposal kind: shift one op's placement (`Plan.tile_shift`) off the
 tiles of the phases it shares a merged step with. For every measured merged step
 (`Profile.merged`) the phases' per-tile loads are modelled from the lowered
-layouts (planner.tileload); an op owns its compute phases, the destination side
+layouts (planner.search.tileload); an op owns its compute phases, the destination side
 of the moves into it (inputs, parameters, absorbed casts) and the source side of
 the moves out of its result (and, for a matmul, both sides of its parameter
 moves: its homes follow it). Gain = Σ over the merged steps it takes part in of
