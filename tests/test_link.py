@@ -1,4 +1,5 @@
-"""planner.lowering.link: reservations, patches (arithmetic and table), memory map, verify + simulate."""
+"""planner.lowering.link: reservations, patches (arithmetic and table), memory map,
+verify + simulate."""
 
 from __future__ import annotations
 
