@@ -345,6 +345,40 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("candidates", "list the recipes the catalogue offers each op, with estimates",
+         arg("model", help="zoo name or model TOML path"), *DEVICE_ARGS, *MODEL_ARGS,
+         arg("--op", default="*", metavar="GLOB",
+             help="ops (or fused groups) to list, by qualified name or glob; default all"),
+         arg("--baseline", default="default", metavar="NAME",
+             help="the baseline policy whose choices are marked; default default"),
+         arg("--limit", type=count(1), default=8, help="recipes per op; default 8"),
+         JSON_ARG)
+def cmd_candidates(args: argparse.Namespace) -> int:
+    from planner.decide.constraints import candidates
+    from planner.ir.models import load_model
+    from planner.search.context import PlanningContext
+    from planner.search.policies import baseline_plan
+    from simulator.device import load_device
+
+    device = load_device(args.device)
+    graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    ctx = PlanningContext()
+    chosen = baseline_plan(graph, device, args.limit, args.baseline, ctx)
+    rows = candidates(graph, device, chosen, args.op, args.limit, ctx.catalogue)
+    if args.json:
+        _print_json([c.as_dict() for c in rows])
+        return 0
+    print(_table(["op", "kind", "recipe", "estimate", "compute", "exchange", "bytes/tile",
+                  "homes/tile", args.baseline],
+                 [[c.op, c.kind, c.recipe, f"{c.cycles:,}", f"{c.compute_cycles:,}",
+                   f"{c.exchange_cycles:,}", f"{c.mem_bytes:,}", f"{c.home_bytes:,}",
+                   "*" if c.chosen else ""] for c in rows], left=(0, 1, 2)))
+    print(f"{len({c.op for c in rows})} op(s); * = the {args.baseline} baseline's choice "
+          f"(estimates in cycles under its {chosen.packing} packing); pin one with "
+          "[recipes] in a --constraints file (docs/constraints.md)")
+    return 0
+
+
 @command("reference", "run the numpy reference forward of a model and print statistics",
          arg("model", help="zoo name or model TOML path"), *MODEL_ARGS,
          arg("--seed", type=count(0), default=0,
@@ -414,6 +448,11 @@ PLAN_ARGS = (
     arg("--scales", choices=("fixed", "data"), default=None,
         help="fp8 scales: the model's fixed ones, or chosen from the weights and a "
              "calibration forward; default data with --weights, fixed without"),
+    arg("--constraints", default=None, metavar="FILE.toml",
+        help="pin decisions of the plan (recipes, casts, boundaries, fusion, shifts, "
+             "packing; docs/constraints.md); a saved plan (--save-plan) replays whole"),
+    arg("--save-plan", default=None, metavar="FILE.toml",
+        help="write every decision of the final plan in the constraints grammar"),
 )
 
 
@@ -445,6 +484,13 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
         check_run_dir(args.out)  # a bad path fails before the planning, not after
     if args.report:
         writable_file(args.report, "--report")
+    if args.save_plan:
+        writable_file(args.save_plan, "--save-plan")
+    constraints = None
+    if args.constraints:
+        from planner.decide.constraints import load_constraints
+
+        constraints = load_constraints(args.constraints)
     device = load_device(args.device)
     graph = load_model(args.model, layers=args.layers, batch=args.batch)
     graph, raw = model_values(graph, args.weights, args.scales)
@@ -452,7 +498,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,
                          operator_candidate_limit=args.operator_candidate_limit,
                          baseline=args.baseline, optimizer=args.optimizer, proposals=kinds,
-                         jobs=args.jobs)
+                         jobs=args.jobs, constraints=constraints)
     check_names(cfg)  # an unknown name fails before any work
     _note_cold_cache()
     try:
@@ -479,6 +525,17 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
             save_run(args.out, outcome.result.package, outcome.summary)
     if args.report:
         _write_html(args.report, outcome.result.package, outcome.summary, None)
+    if args.save_plan:
+        from planner.decide.constraints import plan_toml
+        from tilecommon.files import write_text_atomic, writing
+
+        with writing(args.save_plan, "--save-plan"):
+            write_text_atomic(args.save_plan, plan_toml(outcome.result.plan, (
+                f"tileplan plan of {graph.name} ({graph.attr_int('layers')} layer(s), batch "
+                f"{graph.attr_int('batch')}) on {device.name}: {outcome.result.cycles:,} "
+                "cycles",
+                f"package {outcome.result.package.content_hash()}",
+                "replay: tileplan run MODEL --constraints THIS.toml --optimization-steps 0")))
     if args.json:
         print(json.dumps(outcome.summary, sort_keys=True))
         return outcome.status

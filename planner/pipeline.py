@@ -35,7 +35,7 @@ from planner.lowering.stages import Built
 from planner.search import optimize as _optimizers  # noqa: F401  (registers "local", "none")
 from planner.search import proposals as _proposals  # noqa: F401  (registers the built-in kinds)
 from planner.search.context import PlanningContext
-from planner.search.incumbent import PipelineConfig, evaluate
+from planner.search.incumbent import PipelineConfig, evaluate, pins_of
 from planner.search.policies import baseline_plan
 from planner.search.registry import BASELINES, OPTIMIZERS, PROPOSALS, Optimizer
 from simulator.device import Device
@@ -79,7 +79,10 @@ def plan(
         optimizer.on_record = on_record
     t0 = time.perf_counter()
     policy = cfg.baseline
+    pins = pins_of(cfg, graph, device, ctx)  # a bad pin fails before any build
     base_plan = baseline_plan(graph, device, cfg.operator_candidate_limit, policy, ctx)
+    if pins is not None:
+        base_plan = pins.apply(base_plan)
     t1 = time.perf_counter()
     base = evaluate(graph, device, base_plan, ctx)
     final, history = base, ()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.decide.catalogue import DEFAULT_LIMIT
+from planner.decide.constraints import Constraints, Pins, resolve
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.lowering.stages import Built, build
@@ -28,7 +29,9 @@ class PipelineConfig:
     "default", "capacity" or a registered one); `optimizer`: the optimizer's
     ("local", "none" or a registered one); `proposals`: the proposal kinds it
     may generate (empty: the built-in kinds); `jobs`: worker processes/threads
-    for speculative builds.
+    for speculative builds; `constraints`: decisions pinned from a file
+    (planner.decide.constraints): the baseline takes them, the optimizer
+    never changes them.
     """
 
     optimization_steps: int = 8
@@ -37,8 +40,13 @@ class PipelineConfig:
     baseline: str = "default"
     optimizer: str = "local"
     proposals: tuple[str, ...] = ()
+    constraints: Constraints | None = None
 
     def __post_init__(self) -> None:
+        if self.constraints is not None and not isinstance(self.constraints, Constraints):
+            raise ConfigError("PipelineConfig", "constraints", "must be Constraints "
+                              "(planner.decide.constraints.load_constraints)",
+                              type(self.constraints).__name__)
         for name in ("optimization_steps", "operator_candidate_limit", "jobs"):
             v = getattr(self, name)
             low = 0 if name == "optimization_steps" else 1
@@ -78,3 +86,13 @@ def evaluate(graph: Graph, device: Device, plan: Plan,
                      sim.cycles_per_step)
 
 
+
+
+def pins_of(cfg: PipelineConfig, graph: Graph, device: Device,
+            state: BuildState | None = None) -> Pins | None:
+    """`cfg.constraints` matched to `graph` (None without constraints);
+    ConfigError naming the file and the pin otherwise."""
+    if cfg.constraints is None:
+        return None
+    return resolve(cfg.constraints, graph, device,
+                   state.catalogue if state is not None else None)

@@ -57,12 +57,13 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import dataclass
 from typing import Any
 
+from planner.decide.constraints import Pins
 from planner.decide.plan import Plan
 from planner.ir.graph import Graph
 from planner.lowering.expand import gc_paused
 from planner.search.around import Proposal, pinned
 from planner.search.context import Counters, PlanningContext
-from planner.search.incumbent import Incumbent, PipelineConfig
+from planner.search.incumbent import Incumbent, PipelineConfig, pins_of
 from planner.search.plandiff import apply_change
 from planner.search.profile import Profile, step_profile
 from planner.search.proposals import proposals
@@ -88,9 +89,12 @@ class Record:
     accepted: bool
     seconds: float
     speculative: bool
+    skipped: bool = False  # changes a pinned decision: not built, not a step
 
     def line(self) -> str:
         """One printable line: kind, description, built or why not, cycles, accepted."""
+        if self.skipped:
+            return f"[{self.kind}] {self.description}: {self.why}; not evaluated"
         if not self.built:
             state = f"not built: {self.why}"
         else:
@@ -173,6 +177,7 @@ class LocalOptimizer:
             "speculative_builds": run_.submitted,
             "speculative_discarded": run_.submitted - run_.consumed,
             "speculative_rebuilt": run_.rebuilt,
+            "proposals_skipped_pinned": run_.skipped,
             "rounds": run_.rounds,
             "cache": counts.as_dict(),
         }
@@ -202,6 +207,7 @@ class _Run:
         self.submitted = 0
         self.consumed = 0
         self.rebuilt = 0
+        self.skipped = 0
         self.rounds = 0
         self.worker_counters = Counters()
         self.futures: dict[Plan, Future[tuple[Trial, Counters | None]]] = {}
@@ -212,6 +218,7 @@ class _Run:
 
     def optimize(self, inc: Incumbent) -> Incumbent:
         prof = profile(inc)
+        pins = pins_of(self.cfg, self.graph, self.device, self.ctx)
         while self.budget > 0:
             self.rounds += 1
             base = pinned(self.graph, self.device, inc.plan, self.ctx)
@@ -219,6 +226,8 @@ class _Run:
                                           self.limit, self.kinds, self.ctx)
                      if p.plan not in self.tried and p.plan != inc.plan
                      and (p.kind, p.description) not in self.rejected]
+            if pins is not None:
+                props = self.unpinned(props, pins)
             window = props[: self.budget]
             if not window:
                 break
@@ -252,6 +261,23 @@ class _Run:
             self.rejected.add((prop.kind, prop.description))
             del trial  # a complete build (~0.4 GB at 27 layers): not alive during the next
         return None
+
+    def unpinned(self, props: list[Proposal], pins: Pins) -> list[Proposal]:
+        """`props` less those that change a pinned decision: each skipped one
+        is said once (its line, through `on_record`) and costs no step."""
+        keep = []
+        for p in props:
+            why = pins.violation(p.plan)
+            if why is None:
+                keep.append(p)
+                continue
+            self.tried.add(p.plan)
+            self.skipped += 1
+            if self.on_record is not None:
+                self.on_record(Record(p.kind, p.description, p.gain, False,
+                                      f"skipped as pinned: {why}", None, False, 0.0, False,
+                                      skipped=True))
+        return keep
 
     def rebuild(self, prop: Proposal, trial: Trial) -> Trial:
         """The complete build of a proposal accepted from another process."""
