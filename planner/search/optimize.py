@@ -263,8 +263,9 @@ class _Run:
         return None
 
     def unpinned(self, props: list[Proposal], pins: Pins) -> list[Proposal]:
-        """`props` less those that change a pinned decision: each skipped one
-        is said once (its line, through `on_record`) and costs no step."""
+        """`props` less those that change a pinned decision: each skipped change
+        is said once in the run (its line, through `on_record`) and costs no
+        step."""
         keep = []
         for p in props:
             why = pins.violation(p.plan)
@@ -272,6 +273,9 @@ class _Run:
                 keep.append(p)
                 continue
             self.tried.add(p.plan)
+            if (p.kind, p.description) in self.rejected:
+                continue  # said around an earlier incumbent already
+            self.rejected.add((p.kind, p.description))
             self.skipped += 1
             if self.on_record is not None:
                 self.on_record(Record(p.kind, p.description, p.gain, False,
