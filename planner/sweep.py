@@ -78,6 +78,7 @@ AXES: dict[str, tuple[type, Any]] = {
     "model": (str, "vit-tiny"), "device": (str, "c600"), "layers": (int, None),
     "batch": (int, None), "optimization_steps": (int, 8), "baseline": (str, "default"),
     "optimizer": (str, "local"), "seed": (int, 0), "numerics": (bool, True),
+    "constraints": (str, None),  # a constraints file (docs/constraints.md); None: no pins
 }
 # the smallest value of each integer axis
 AXIS_MIN = {"layers": 1, "batch": 1, "optimization_steps": 0, "seed": 0}
@@ -116,8 +117,10 @@ class Sweep:
 
 def case_key(case: Mapping[str, Any]) -> str:
     """A hash of a case's axis values (what --resume matches)."""
-    text = json.dumps({a: case[a] for a in sorted(case) if a in AXES
-                       or a.startswith(DEVICE_AXIS)}, sort_keys=True)
+    text = json.dumps({a: case[a] for a in sorted(case) if (a in AXES
+                       or a.startswith(DEVICE_AXIS)) and not (a == "constraints"
+                                                            and case[a] is None)},
+                      sort_keys=True)  # sweeps without pins keep the keys they had
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -159,7 +162,8 @@ def _axis_value(source: str, field: str, axis: str, value: Any) -> Any:
 
 def _resolve(value: Any, field: str, here: Path) -> Any:
     """A model or device path is taken relative to the sweep file."""
-    if field in ("model", "device") and is_path(value) and not Path(value).is_absolute():
+    if field in ("model", "device", "constraints") and is_path(value) and \
+            not Path(value).is_absolute():
         return str((here / value).resolve())
     return value
 
@@ -286,7 +290,9 @@ def check_sweep(sweep: Sweep) -> None:
                     sort_keys=True), lambda c=c: case_device(c)),
                 ("baseline", json.dumps([c["baseline"], c["optimizer"]]),
                  lambda c=c: check_names(PipelineConfig(baseline=c["baseline"],
-                                                        optimizer=c["optimizer"])))):
+                                                        optimizer=c["optimizer"]))),
+                ("constraints", json.dumps([c.get("constraints"), c["model"], c["layers"],
+                                            c["batch"]]), lambda c=c: _check_pins(c))):
             if what + key in seen:
                 continue
             seen.add(what + key)
@@ -295,6 +301,19 @@ def check_sweep(sweep: Sweep) -> None:
             except ConfigError as e:
                 raise ConfigError(sweep.source, f"sweep.{e.field}", f"case {case_key(c)}: "
                                   f"{e.source}: {e.message}", e.value) from None
+
+
+def _check_pins(case: Mapping[str, Any]) -> None:
+    """A case's constraints file read and matched to its model (nothing
+    without one)."""
+    if case.get("constraints") is None:
+        return
+    from planner.decide.constraints import load_constraints, resolve
+    from planner.ir.models import load_model
+
+    c = load_constraints(case["constraints"])
+    resolve(c, load_model(case["model"], layers=case["layers"], batch=case["batch"]),
+            case_device(case))
 
 
 def load_sweep(path: str | os.PathLike[str]) -> Sweep:
@@ -325,8 +344,14 @@ def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
     row["key"] = case_key(case)
     t0 = time.perf_counter()
     try:
+        pins = None
+        if case.get("constraints") is not None:
+            from planner.decide.constraints import load_constraints
+
+            pins = load_constraints(case["constraints"])
         cfg = PipelineConfig(optimization_steps=case["optimization_steps"],
-                             baseline=case["baseline"], optimizer=case["optimizer"])
+                             baseline=case["baseline"], optimizer=case["optimizer"],
+                             constraints=pins)
         check_names(cfg)
         graph = load_model(case["model"], layers=case["layers"], batch=case["batch"])
         out = run_model(graph, case_device(case), cfg, numerics=case["numerics"],

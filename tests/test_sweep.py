@@ -292,3 +292,26 @@ def test_sigterm_stops_the_workers_too(tmp_path: Path) -> None:
             pass
     assert alive == []
     assert read_rows(out)  # the finished rows are kept
+
+
+def test_constraints_as_a_sweep_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    """A constraints file per case (relative to the sweep file): the pinned recipe is
+    in the case's plan; a bad pin fails the sweep up front, nothing written."""
+    (tmp_path / "pin.toml").write_text('[recipes]\n"encoder/mm_fc1" = "mm:1x1x1"\n')
+    text = ('[sweep]\nmodel = ["vit-micro"]\ndevice = ["tiny"]\noptimization_steps = [0]\n'
+            'numerics = [false]\nconstraints = ["pin.toml"]\n')
+    res = run_sweep(load_sweep(_write(tmp_path, text)), tmp_path / "out", workers=1,
+                    progress=False)
+    (row,) = res.rows
+    assert row["status"] == "ok" and row["constraints"] == str(tmp_path / "pin.toml")
+    free = run_sweep(load_sweep(_write(tmp_path, text.replace('constraints = ["pin.toml"]\n',
+                                                              ""), "free.toml")),
+                     tmp_path / "free", workers=1, progress=False)
+    assert free.rows[0]["cycles"] != row["cycles"]  # one tile's fc1 is another plan
+    (tmp_path / "bad.toml").write_text('[recipes]\n"encoder/mm_nope" = "mm:1x1x1"\n')
+    out = tmp_path / "bad-out"
+    assert main(["sweep", str(_write(tmp_path, text.replace("pin.toml", "bad.toml"),
+                                     "b.toml")), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "encoder/mm_nope" in err and not out.exists()
