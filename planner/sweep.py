@@ -19,8 +19,9 @@ underscores, each a list — and optionally explicit cases:
     axis = "layers"
 
 Axes: model, device, layers, batch, optimization_steps, baseline, optimizer,
-seed, numerics; an axis not given takes `tileplan run`'s default (layers and
-batch: the model's own).  Any device field is an axis too, named
+seed, numerics, constraints (a constraints file, docs/constraints.md; paths
+relative to the sweep file); an axis not given takes `tileplan run`'s default
+(layers and batch: the model's own; no constraints).  Any device field is an axis too, named
 `device.<field>` (`device.tiles`, `device.memory_size`, a cost constant such
 as `device.sync_cycles`): the case's device is its `device` with those fields
 changed, so a sweep can explore a chip that does not exist.  Cases are the
