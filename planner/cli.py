@@ -509,6 +509,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
                                 on_stage=on_stage, params=raw)
         if not numerics:
             outcome.summary["numerics_note"] = f"not computed ({no_numerics_why})"
+        if args.constraints:
+            outcome.summary["constraints"] = str(args.constraints)
     except BuildFailure as e:
         if args.report:  # the report of the failing stage, then the usual one line
             from planner.html_report import render_failure

@@ -283,7 +283,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"transfers, patches {s['arithmetic_patches']} arithmetic / {s['table_patches']} table",
         *_breakdown_lines(s),
         f"proposals        {s['proposals_evaluated']} evaluated, {s['proposals_accepted']} "
-        f"accepted (baseline: {s['baseline_policy']}, optimizer: {s['optimizer']})",
+        f"accepted (baseline: {s['baseline_policy']}, optimizer: {s['optimizer']}"
+        + (f", pinned by {s['constraints']}" if s.get("constraints") else "") + ")",
         f"planning         {s['plan_seconds']:.2f} s ({stages})",
         f"simulation       {s['simulate_seconds']:.2f} s",
         f"package          {s['package_hash']}",

@@ -144,3 +144,56 @@ def test_candidates_lists_recipes_and_marks_the_default(capsys: pytest.CaptureFi
 def test_bad_constraints_type_in_config() -> None:
     with pytest.raises(ConfigError, match="constraints"):
         PipelineConfig(constraints="pins.toml")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 2])
+def test_siglip_map_save_and_replay(batch: int, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The 27-layer tower: the saved final plan replays to the same package."""
+    saved = tmp_path / "plan.toml"
+    args = ["siglip-so400m-map", "--batch", str(batch), "--no-numerics"]
+    status, first = _run(capsys, *args, "--save-plan", str(saved))
+    assert status == 0
+    status, again = _run(capsys, *args, "--constraints", str(saved), "--optimization-steps", "0")
+    assert status == 0 and again["package_hash"] == first["package_hash"]
+    assert again["cycles"] == first["cycles"]
+
+
+@pytest.mark.slow
+def test_siglip_map_one_pinned_matmul(tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Pinning encoder/mm_fc1 to a non-default candidate changes that op's recipe
+    and no other, the package's provenance has it, and the optimizer skips the
+    proposals that would move it."""
+    g = planner.load_model("siglip-so400m-map")
+    dev = load_device("c600")
+    ctx = planner.PlanningContext()
+    default = planner.baseline_plan(g, dev, 8, "default", ctx)
+    from planner.decide.constraints import candidates
+
+    offered = candidates(g, dev, default, "encoder/mm_fc1", cache=ctx.catalogue)
+    other = next(c.recipe for c in offered if not c.chosen)
+    pins = tmp_path / "pin.toml"
+    pins.write_text(f'[recipes]\n"encoder/mm_fc1" = "{other}"\n')
+    res = planner.plan(g, dev, PipelineConfig(optimization_steps=0,
+                                              constraints=load_constraints(pins)))
+    changed = {k for k, v in res.plan.recipes if default.recipe(k) != v}
+    assert changed == {"encoder/mm_fc1"} and res.plan.recipe("encoder/mm_fc1") == other
+    assert any(op == "encoder/mm_fc1" for step in res.package.provenance for op, _, _ in step)
+    status = main(["plan", "siglip-so400m-map", "--constraints", str(pins), "--quiet"])
+    out = capsys.readouterr().out
+    assert status == 0 and "skipped as pinned: encoder/mm_fc1's recipe is pinned" in out
+
+
+@pytest.mark.slow
+def test_siglip_map_candidates(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["candidates", "siglip-so400m-map", "--op", "encoder/mm_*", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    ops = {r["op"] for r in rows if "+" not in r["op"]}
+    assert {"encoder/mm_q", "encoder/mm_k", "encoder/mm_v", "encoder/mm_o", "encoder/mm_fc1",
+            "encoder/mm_fc2"} <= ops
+    for op in ops:
+        rs = [r for r in rows if r["op"] == op]
+        assert len(rs) >= 3 and sum(r["chosen"] for r in rs) == 1
+        assert all(r["estimate_cycles"] > 0 for r in rs)
