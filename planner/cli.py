@@ -345,6 +345,31 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("diff", "compare two runs: cycles by kind and op, peak memory, plan decisions",
+         arg("a", help="a run directory (--out), its summary.json, or SWEEP_DIR@KEY"),
+         arg("b", help="the run to compare with it (same forms)"),
+         arg("--html", default=None, metavar="OUT.html", help="also write the diff as a page"),
+         arg("--top", type=count(1), default=12, help="ops listed (all with --json/--html)"),
+         JSON_ARG)
+def cmd_diff(args: argparse.Namespace) -> int:
+    from planner.diff import diff_html, diff_json, diff_runs, format_diff, load_side
+
+    if args.html:
+        writable_file(args.html, "--html", protect=tuple(
+            Path(s.split("@", 1)[0]) for s in (args.a, args.b)))
+    d = diff_runs(load_side(args.a), load_side(args.b))
+    if args.html:
+        from tilecommon.files import write_text_atomic, writing
+
+        with writing(args.html, "--html"):
+            write_text_atomic(args.html, diff_html(d))
+    if args.json:
+        _print_json(diff_json(d))
+        return 0
+    print(format_diff(d, args.top))
+    return 0
+
+
 @command("candidates", "list the recipes the catalogue offers each op, with estimates",
          arg("model", help="zoo name or model TOML path"), *DEVICE_ARGS, *MODEL_ARGS,
          arg("--op", default="*", metavar="GLOB",
@@ -520,30 +545,36 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
                 write_text_atomic(args.report, render_failure(
                     e, f"tileplan: {graph.name} on {device.name}", device.memory_size))
         raise
+    from planner.decide.constraints import plan_toml
+
     if args.out:
         from tilecommon.files import writing
 
         with writing(args.out, "--out"):
-            save_run(args.out, outcome.result.package, outcome.summary)
+            save_run(args.out, outcome.result.package, outcome.summary,
+                     plan_toml(outcome.result.plan, _plan_header(graph, device, outcome)))
     if args.report:
         _write_html(args.report, outcome.result.package, outcome.summary, None)
     if args.save_plan:
-        from planner.decide.constraints import plan_toml
         from tilecommon.files import write_text_atomic, writing
 
         with writing(args.save_plan, "--save-plan"):
-            write_text_atomic(args.save_plan, plan_toml(outcome.result.plan, (
-                f"tileplan plan of {graph.name} ({graph.attr_int('layers')} layer(s), batch "
-                f"{graph.attr_int('batch')}) on {device.name}: {outcome.result.cycles:,} "
-                "cycles",
-                f"package {outcome.result.package.content_hash()}",
-                "replay: tileplan run MODEL --constraints THIS.toml --optimization-steps 0")))
+            write_text_atomic(args.save_plan, plan_toml(outcome.result.plan,
+                                                        _plan_header(graph, device, outcome)))
     if args.json:
         print(json.dumps(outcome.summary, sort_keys=True))
         return outcome.status
     print(format_summary(outcome.summary))
     print(format_optimizer(outcome.summary))
     return outcome.status
+
+
+def _plan_header(graph: Any, device: Any, outcome: Any) -> tuple[str, ...]:
+    """The comment lines a saved plan starts with."""
+    return (f"tileplan plan of {graph.name} ({graph.attr_int('layers')} layer(s), batch "
+            f"{graph.attr_int('batch')}) on {device.name}: {outcome.result.cycles:,} cycles",
+            f"package {outcome.result.package.content_hash()}",
+            "replay: tileplan run MODEL --constraints THIS.toml --optimization-steps 0")
 
 
 @command("run", "plan, build, verify and simulate a model; compare with the reference",

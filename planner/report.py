@@ -67,6 +67,7 @@ SUMMARY_DEFAULTS: dict[str, Any] = {
 REL_FRO_TOLERANCE = 1e-2
 NOISE_SPREAD = 2 ** 0.5  # two forwards with independent errors of size n are √2·n apart
 SUMMARY_FILE = "summary.json"
+PLAN_FILE = "plan.toml"  # the final plan (planner.decide.constraints grammar)
 MAX_SUMMARY_BYTES = 1 << 30
 PACKAGE_DIR = "package"
 
@@ -299,17 +300,22 @@ def check_run_dir(out: str | os.PathLike[str]) -> Path:
     return check_output_dir(out, "--out", SUMMARY_FILE, "run")
 
 
-def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any]) -> Path:
-    """Write package/ and summary.json as run directory `out`, whole or not at
-    all: both are written into a directory beside `out`, which then takes
-    its place (an old run directory is replaced only by a complete new one)."""
+def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any],
+             plan: str | None = None) -> Path:
+    """Write package/, summary.json and (given `plan`, the final plan in the
+    constraints grammar) plan.toml as run directory `out`, whole or not at
+    all: all are written into a directory beside `out`, which then takes its
+    place (an old run directory is replaced only by a complete new one)."""
     root = check_run_dir(out)
+    check_summary(summary, str(root / SUMMARY_FILE))  # only what `report` can read back
     if root.is_dir() and not any(root.iterdir()):
         root.rmdir()  # an empty directory the user made for the run
     with atomic_dir(root, SUMMARY_FILE, "run") as tmp:
         save_package(package, tmp / PACKAGE_DIR)
         write_file_atomic(tmp / SUMMARY_FILE,
                           lambda f: json.dump(dict(summary), f, indent=1, sort_keys=True))
+        if plan is not None:
+            write_file_atomic(tmp / PLAN_FILE, lambda f: f.write(plan))
     return root
 
 
