@@ -345,65 +345,6 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("diff", "compare two runs: cycles by kind and op, peak memory, plan decisions",
-         arg("a", help="a run directory (--out), its summary.json, or SWEEP_DIR@KEY"),
-         arg("b", help="the run to compare with it (same forms)"),
-         arg("--html", default=None, metavar="OUT.html", help="also write the diff as a page"),
-         arg("--top", type=count(1), default=12, help="ops listed (all with --json/--html)"),
-         JSON_ARG)
-def cmd_diff(args: argparse.Namespace) -> int:
-    from planner.diff import diff_html, diff_json, diff_runs, format_diff, load_side
-
-    if args.html:
-        writable_file(args.html, "--html", protect=tuple(
-            Path(s.split("@", 1)[0]) for s in (args.a, args.b)))
-    d = diff_runs(load_side(args.a), load_side(args.b))
-    if args.html:
-        from tilecommon.files import write_text_atomic, writing
-
-        with writing(args.html, "--html"):
-            write_text_atomic(args.html, diff_html(d))
-    if args.json:
-        _print_json(diff_json(d))
-        return 0
-    print(format_diff(d, args.top))
-    return 0
-
-
-@command("candidates", "list the recipes the catalogue offers each op, with estimates",
-         arg("model", help="zoo name or model TOML path"), *DEVICE_ARGS, *MODEL_ARGS,
-         arg("--op", default="*", metavar="GLOB",
-             help="ops (or fused groups) to list, by qualified name or glob; default all"),
-         arg("--baseline", default="default", metavar="NAME",
-             help="the baseline policy whose choices are marked; default default"),
-         arg("--limit", type=count(1), default=8, help="recipes per op; default 8"),
-         JSON_ARG)
-def cmd_candidates(args: argparse.Namespace) -> int:
-    from planner.decide.constraints import candidates
-    from planner.ir.models import load_model
-    from planner.search.context import PlanningContext
-    from planner.search.policies import baseline_plan
-    from simulator.device import load_device
-
-    device = load_device(args.device)
-    graph = load_model(args.model, layers=args.layers, batch=args.batch)
-    ctx = PlanningContext()
-    chosen = baseline_plan(graph, device, args.limit, args.baseline, ctx)
-    rows = candidates(graph, device, chosen, args.op, args.limit, ctx.catalogue)
-    if args.json:
-        _print_json([c.as_dict() for c in rows])
-        return 0
-    print(_table(["op", "kind", "recipe", "estimate", "compute", "exchange", "bytes/tile",
-                  "homes/tile", args.baseline],
-                 [[c.op, c.kind, c.recipe, f"{c.cycles:,}", f"{c.compute_cycles:,}",
-                   f"{c.exchange_cycles:,}", f"{c.mem_bytes:,}", f"{c.home_bytes:,}",
-                   "*" if c.chosen else ""] for c in rows], left=(0, 1, 2)))
-    print(f"{len({c.op for c in rows})} op(s); * = the {args.baseline} baseline's choice "
-          f"(estimates in cycles under its {chosen.packing} packing); pin one with "
-          "[recipes] in a --constraints file (docs/constraints.md)")
-    return 0
-
-
 @command("reference", "run the numpy reference forward of a model and print statistics",
          arg("model", help="zoo name or model TOML path"), *MODEL_ARGS,
          arg("--seed", type=count(0), default=0,
@@ -590,6 +531,40 @@ def cmd_plan(args: argparse.Namespace) -> int:
                      no_numerics_why="plan simulates timing; tileplan run checks values")
 
 
+@command("candidates", "list the recipes the catalogue offers each op, with estimates",
+         arg("model", help="zoo name or model TOML path"), *DEVICE_ARGS, *MODEL_ARGS,
+         arg("--op", default="*", metavar="GLOB",
+             help="ops (or fused groups) to list, by qualified name or glob; default all"),
+         arg("--baseline", default="default", metavar="NAME",
+             help="the baseline policy whose choices are marked; default default"),
+         arg("--limit", type=count(1), default=8, help="recipes per op; default 8"),
+         JSON_ARG)
+def cmd_candidates(args: argparse.Namespace) -> int:
+    from planner.decide.constraints import candidates
+    from planner.ir.models import load_model
+    from planner.search.context import PlanningContext
+    from planner.search.policies import baseline_plan
+    from simulator.device import load_device
+
+    device = load_device(args.device)
+    graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    ctx = PlanningContext()
+    chosen = baseline_plan(graph, device, args.limit, args.baseline, ctx)
+    rows = candidates(graph, device, chosen, args.op, args.limit, ctx.catalogue)
+    if args.json:
+        _print_json([c.as_dict() for c in rows])
+        return 0
+    print(_table(["op", "kind", "recipe", "estimate", "compute", "exchange", "bytes/tile",
+                  "homes/tile", args.baseline],
+                 [[c.op, c.kind, c.recipe, f"{c.cycles:,}", f"{c.compute_cycles:,}",
+                   f"{c.exchange_cycles:,}", f"{c.mem_bytes:,}", f"{c.home_bytes:,}",
+                   "*" if c.chosen else ""] for c in rows], left=(0, 1, 2)))
+    print(f"{len({c.op for c in rows})} op(s); * = the {args.baseline} baseline's choice "
+          f"(estimates in cycles under its {chosen.packing} packing); pin one with "
+          "[recipes] in a --constraints file (docs/constraints.md)")
+    return 0
+
+
 @command("extensions", "list the baseline policies, optimizers and proposal kinds by name",
          JSON_ARG)
 def cmd_extensions(args: argparse.Namespace) -> int:
@@ -685,6 +660,31 @@ def _write_html(path: str, pkg: Any, summary: Any, tile: int | None) -> None:
             write_report(path, pkg, summary, tile)
     except ValueError as e:  # a tile outside the device
         raise ConfigError(path, "--tile", str(e)) from None
+
+
+@command("diff", "compare two runs: cycles by kind and op, peak memory, plan decisions",
+         arg("a", help="a run directory (--out), its summary.json, or SWEEP_DIR@KEY"),
+         arg("b", help="the run to compare with it (same forms)"),
+         arg("--html", default=None, metavar="OUT.html", help="also write the diff as a page"),
+         arg("--top", type=count(1), default=12, help="ops listed (all with --json/--html)"),
+         JSON_ARG)
+def cmd_diff(args: argparse.Namespace) -> int:
+    from planner.diff import diff_html, diff_json, diff_runs, format_diff, load_side
+
+    if args.html:
+        writable_file(args.html, "--html", protect=tuple(
+            Path(s.split("@", 1)[0]) for s in (args.a, args.b)))
+    d = diff_runs(load_side(args.a), load_side(args.b))
+    if args.html:
+        from tilecommon.files import write_text_atomic, writing
+
+        with writing(args.html, "--html"):
+            write_text_atomic(args.html, diff_html(d))
+    if args.json:
+        _print_json(diff_json(d))
+        return 0
+    print(format_diff(d, args.top))
+    return 0
 
 
 @command("simulate", "run a saved package in the simulator (random params/inputs from --seed)",

@@ -68,7 +68,8 @@ def test_dask_local_cluster_gives_identical_rows(local_rows: tuple[Path, list[di
 
 
 def test_a_case_that_does_not_fit_is_a_row_with_its_stage(tmp_path: Path) -> None:
-    _write(tmp_path, 'name = "small"\nbase = "tiny"\nmemory_size = 8192\n', "small.toml")
+    _write(tmp_path, 'name = "small"\nbase = "tiny"\nmemory_size = 8192\n'
+           'element_bytes = 4096\n', "small.toml")
     sweep = load_sweep(_write(tmp_path, SWEEP.replace('device = ["tiny"]',
                                                       'device = ["small.toml"]')
                               .replace("layers = [1, 2]", "layers = [1]")
