@@ -19,10 +19,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/tileplan run
 
+# the fast suite on TEST_WORKERS processes (pytest-xdist): both cores share the
+# first-run compilation and the tests; `-m slow` runs serially (GBs per test)
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
