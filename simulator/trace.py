@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -140,33 +140,33 @@ def _ops_arg(package: Package, s: int) -> dict[str, Any]:
     return {"ops": [list(e) for e in package.provenance[s]]}
 
 
-def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
-                 unit: str = "cycles") -> dict[str, Any]:
-    """The Chrome-trace JSON object of simulation `sim` of `package` (module
-    docstring).  Raises ValueError for an unknown unit, too many or unknown
-    tiles, a program too long to trace, or a `sim` of another package."""
-    if unit not in UNITS:
-        raise ValueError(f"unknown trace unit {unit!r}; units: {list(UNITS)}")
-    sel = np.array(sorted(set(int(t) for t in tiles)), dtype=np.int64)
-    if sel.size > MAX_TRACE_TILES:
-        raise ValueError(f"{sel.size} trace tiles selected; at most {MAX_TRACE_TILES}")
-    if sel.size and (sel[0] < 0 or sel[-1] >= package.tiles):
-        raise ValueError(f"trace tiles must lie in 0..{package.tiles - 1}, got {sel.tolist()}")
+class Span(NamedTuple):
+    """One laid-out piece of a run (`walk`): `what` is "compute",
+    "exchange", "loop" (a REPEAT_END's overhead) or "repeat" (one loop
+    iteration, `step` = its REPEAT_BEGIN); `iteration`: the counters of the
+    loops around it, outermost first, as (begin step, counter); `busy`: for
+    "compute", the cycles of each selected tile (else None)."""
+
+    what: str
+    step: int
+    start: int
+    cycles: int
+    iteration: tuple[tuple[int, int], ...]
+    busy: np.ndarray | None
+
+
+def walk(package: Package, sim: SimResult, tiles: np.ndarray) -> Iterator[Span]:
+    """Every step execution of `sim` in time order (module docstring:
+    durations), then each loop iteration's span as it closes.  `tiles`:
+    int64 tile ids whose compute busy cycles the compute spans carry.
+    Raises ValueError when the spans do not add up to `sim` per step (a
+    simulation of another package)."""
     a, dev = package.arrays, package.device
     if sim.cycles_per_step.shape != (package.n_steps,):
         raise ValueError(f"simulation has {sim.cycles_per_step.shape[0]} steps, package "
                          f"{package.name!r} has {package.n_steps}")
     execs = step_executions(package)
-    if int(execs.sum()) > MAX_STEP_EXECUTIONS:
-        raise ValueError(f"{int(execs.sum())} step executions; a trace holds at most "
-                         f"{MAX_STEP_EXECUTIONS}")
-    scale = 1.0 if unit == "cycles" else 1e6 / dev.clock_hz
-    labels = [step_label(package, s) for s in range(package.n_steps)]
-    names = [step_ops(package, s) for s in range(package.n_steps)]
-    twin = _Twin(package, sel)
-    live = live_tensor_bytes(package, sel)
-    last_live = np.full(sel.size, -1, dtype=np.int64)
-    events: list[dict[str, Any]] = []
+    twin = _Twin(package, tiles)
     got = np.zeros(package.n_steps, dtype=np.int64)  # cycles laid out per step
     seen = np.zeros(package.n_steps, dtype=np.int64)  # executions laid out per step
     ctr = np.zeros(max(package.n_steps, 1), dtype=np.int64)
@@ -174,16 +174,10 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
     start: dict[int, int] = {}
     stack: list[int] = []
     t = 0
-
-    def span(name: str, cat: str, pid: int, tid: int, t0: int, dur: int,
-             args: dict[str, Any]) -> None:
-        events.append({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
-                       "ts": t0 * scale, "dur": dur * scale, "args": args})
-
     s = 0
     while s < package.n_steps:
         kind = int(a["step_kind"][s])
-        it = {f"iteration@{b}": int(ctr[b]) for b in stack}
+        it = tuple((b, int(ctr[b])) for b in stack)
         if kind == STEP_REPEAT_BEGIN:
             ctr[s] = 0
             stack.append(s)
@@ -195,11 +189,11 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
             dur = dev.costs.loop_overhead_cycles
             if int(ctr[b]) + 1 < int(a["step_trips"][b]):  # patches before the jump back
                 dur += dev.costs.patch_word_cycles * int(patch_words[b])
-            span(f"loop overhead @{b}", "loop", 0, 0, t, dur, {"step": s, **it})
+            yield Span("loop", s, t, dur, it, None)
             t += dur
             got[s] += dur
-            span(f"repeat@{b} iteration {int(ctr[b])}", "repeat", 0, len(stack), start[b],
-                 t - start[b], {"step": b, "trips": int(a["step_trips"][b])})
+            yield Span("repeat", b, start[b], t - start[b], it[:-1] + ((b, int(ctr[b])),),
+                       None)
             ctr[b] += 1
             if ctr[b] < int(a["step_trips"][b]):
                 start[b] = t
@@ -210,23 +204,11 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
             continue
         if kind == STEP_COMPUTE:
             dur, busy = twin.cycles(s, ctr)
-            span(names[s], "compute", 0, 0, t, dur, {"step": s, "label": labels[s],
-                                                     **_ops_arg(package, s), **it})
-            for j, tile in enumerate(sel.tolist()):
-                if busy[j] > 0:
-                    span(names[s], "tile", 1, tile, t, int(busy[j]), {"step": s, **it})
+            yield Span("compute", s, t, dur, it, busy)
         else:
             total, n = int(sim.cycles_per_step[s]), int(execs[s])
             dur = total // n + (1 if int(seen[s]) < total % n else 0)
-            span(names[s], "exchange", 0, 0, t, dur, {"step": s, "label": labels[s],
-                                                      **_ops_arg(package, s), **it})
-            span("sync", "sync", 0, 0, t, min(dev.exchange_fixed_cycles, dur), {"step": s})
-        for j, tile in enumerate(sel.tolist()):  # a memory counter track per traced tile
-            if live[j, s] != last_live[j]:
-                last_live[j] = live[j, s]
-                events.append({"name": f"tile {tile} live tensor bytes", "ph": "C", "pid": 1,
-                               "tid": tile, "ts": t * scale, "dur": 0,
-                               "args": {"bytes": int(live[j, s])}})
+            yield Span("exchange", s, t, dur, it, None)
         seen[s] += 1
         got[s] += dur
         t += dur
@@ -236,6 +218,74 @@ def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
         s = int(bad[0])
         raise ValueError(f"step {s}: traced {int(got[s])} cycles, simulation has "
                          f"{int(sim.cycles_per_step[s])} (a simulation of another package?)")
+
+
+def check_tiles(package: Package, tiles: Sequence[int], most: int | None) -> np.ndarray:
+    """`tiles` as a sorted int64 array of distinct ids; ValueError when more
+    than `most` (None: any number) or outside the package's tiles."""
+    sel = np.array(sorted(set(int(t) for t in tiles)), dtype=np.int64)
+    if most is not None and sel.size > most:
+        raise ValueError(f"{sel.size} trace tiles selected; at most {most}")
+    if sel.size and (sel[0] < 0 or sel[-1] >= package.tiles):
+        raise ValueError(f"trace tiles must lie in 0..{package.tiles - 1}, got {sel.tolist()}")
+    return sel
+
+
+def check_length(package: Package) -> None:
+    """ValueError for a program with more step executions than a trace holds."""
+    n = int(step_executions(package).sum())
+    if n > MAX_STEP_EXECUTIONS:
+        raise ValueError(f"{n} step executions; a trace holds at most {MAX_STEP_EXECUTIONS}")
+
+
+def trace_events(package: Package, sim: SimResult, tiles: Sequence[int] = (),
+                 unit: str = "cycles") -> dict[str, Any]:
+    """The Chrome-trace JSON object of simulation `sim` of `package` (module
+    docstring).  Raises ValueError for an unknown unit, too many or unknown
+    tiles, a program too long to trace, or a `sim` of another package."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown trace unit {unit!r}; units: {list(UNITS)}")
+    sel = check_tiles(package, tiles, MAX_TRACE_TILES)
+    check_length(package)
+    dev = package.device
+    scale = 1.0 if unit == "cycles" else 1e6 / dev.clock_hz
+    labels = [step_label(package, s) for s in range(package.n_steps)]
+    names = [step_ops(package, s) for s in range(package.n_steps)]
+    live = live_tensor_bytes(package, sel)
+    last_live = np.full(sel.size, -1, dtype=np.int64)
+    events: list[dict[str, Any]] = []
+
+    def span(name: str, cat: str, pid: int, tid: int, t0: int, dur: int,
+             args: dict[str, Any]) -> None:
+        events.append({"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
+                       "ts": t0 * scale, "dur": dur * scale, "args": args})
+
+    for sp in walk(package, sim, sel):
+        s, t, dur = sp.step, sp.start, sp.cycles
+        it = {f"iteration@{b}": c for b, c in sp.iteration}
+        if sp.what == "repeat":
+            span(f"repeat@{s} iteration {sp.iteration[-1][1]}", "repeat", 0,
+                 len(sp.iteration), t, dur, {"step": s, "trips": int(package["step_trips"][s])})
+            continue
+        if sp.what == "loop":
+            span(f"loop overhead @{int(package['step_match'][s])}", "loop", 0, 0, t, dur,
+                 {"step": s, **it})
+            continue
+        span(names[s], sp.what, 0, 0, t, dur, {"step": s, "label": labels[s],
+                                               **_ops_arg(package, s), **it})
+        if sp.what == "compute":
+            assert sp.busy is not None
+            for j, tile in enumerate(sel.tolist()):
+                if sp.busy[j] > 0:
+                    span(names[s], "tile", 1, tile, t, int(sp.busy[j]), {"step": s, **it})
+        else:
+            span("sync", "sync", 0, 0, t, min(dev.exchange_fixed_cycles, dur), {"step": s})
+        for j, tile in enumerate(sel.tolist()):  # a memory counter track per traced tile
+            if live[j, s] != last_live[j]:
+                last_live[j] = live[j, s]
+                events.append({"name": f"tile {tile} live tensor bytes", "ph": "C", "pid": 1,
+                               "tid": tile, "ts": t * scale, "dur": 0,
+                               "args": {"bytes": int(live[j, s])}})
     events.sort(key=lambda e: (e["ts"], e["pid"], e["tid"], -e["dur"]))
     meta = [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0,
              "args": {"name": f"device {dev.name}"}},
@@ -261,14 +311,17 @@ def live_tensor_bytes(package: Package, tiles: np.ndarray) -> np.ndarray:
     """int64 [len(tiles), S]: bytes of the tensor buffers of each tile live at
     each step (the memory counter tracks)."""
     a = package.arrays
+    row = np.full(package.tiles, -1, dtype=np.int64)
+    row[tiles] = np.arange(tiles.size)
+    bt = a["buf_tile"]
+    on = np.flatnonzero(np.isin(a["buf_kind"], TENSOR_KINDS) & (bt >= 0) & (bt < package.tiles))
+    on = on[row[bt[on]] >= 0]
+    r = row[a["buf_tile"][on]]
     out = np.zeros((tiles.size, package.n_steps + 1), dtype=np.int64)
-    tensor = np.isin(a["buf_kind"], TENSOR_KINDS)
-    for j, tile in enumerate(tiles.tolist()):
-        on = np.flatnonzero(tensor & (a["buf_tile"] == tile))
-        lo = np.clip(a["buf_first"][on], 0, package.n_steps)
-        hi = np.clip(a["buf_last"][on] + 1, 0, package.n_steps)
-        np.add.at(out[j], lo, a["buf_bytes"][on])
-        np.add.at(out[j], hi, -a["buf_bytes"][on])
+    lo = np.clip(a["buf_first"][on], 0, package.n_steps)
+    hi = np.clip(a["buf_last"][on] + 1, 0, package.n_steps)
+    np.add.at(out, (r, lo), a["buf_bytes"][on])
+    np.add.at(out, (r, hi), -a["buf_bytes"][on])
     return np.cumsum(out, axis=1)[:, : package.n_steps]
 
 

@@ -30,14 +30,16 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
     return status, json.loads(out[-1]) if status in (0, 1) else {}
 
 
-def test_save_then_replay_gives_the_same_package(tmp_path: Path,
+@pytest.mark.parametrize("model", [("vit-micro", "--device", "tiny"),
+                                   ("vit-tiny", "--layers", "2")], ids=["micro", "vit-tiny"])
+def test_save_then_replay_gives_the_same_package(tmp_path: Path, model: tuple[str, ...],
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     saved = tmp_path / "plan.toml"
-    status, first = _run(capsys, "vit-micro", "--device", "tiny", "--save-plan", str(saved))
+    status, first = _run(capsys, *model, "--save-plan", str(saved))
     assert status == 0 and first["proposals_accepted"] >= 1  # a plan the baseline is not
     text = saved.read_text()
     assert "exact = true" in text and first["package_hash"] in text
-    status, again = _run(capsys, "vit-micro", "--device", "tiny", "--constraints", str(saved),
+    status, again = _run(capsys, *model, "--constraints", str(saved),
                          "--optimization-steps", "0")
     assert status == 0 and again["package_hash"] == first["package_hash"]
     assert again["cycles"] == first["cycles"]
