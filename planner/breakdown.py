@@ -95,6 +95,46 @@ def tile_balance(tile_busy: np.ndarray) -> dict[str, float]:
             "imbalance": float(busy.max()) / mean, "tiles": int(busy.size)}
 
 
+TILE_ARRAYS = ("busy_cycles", "bytes_in", "bytes_out", "code_bytes", "exchange_table_bytes",
+               "support_bytes", "tensor_range_bytes", "peak_parameter_bytes",
+               "peak_activation_bytes", "peak_scratch_bytes", "peak_landing_bytes",
+               "peak_tensor_bytes")
+
+
+def tile_arrays(pkg: Package, sim: Any) -> dict[str, np.ndarray]:
+    """int64 [tiles] per name of TILE_ARRAYS (a run's tiles.npz): compute busy
+    cycles and exchange bytes in / out of simulation `sim`; the fixed regions
+    (code, exchange tables, support) and the tensor range the allocator gave
+    each tile; the peak over steps of live tensor bytes of each buffer kind,
+    and of all tensor kinds together (the peaks of the kinds may fall at
+    different steps, so they need not add up to it)."""
+    from kernels.abi import BUF_ACTIVATION, BUF_LANDING, BUF_PARAMETER, BUF_SCRATCH
+
+    a = pkg.arrays
+    n, steps = pkg.tiles, max(pkg.n_steps, 1)
+    tile = a["buf_tile"]
+    ok = (tile >= 0) & (tile < n)
+
+    def peak(kinds: tuple[int, ...]) -> np.ndarray:
+        on = np.flatnonzero(ok & np.isin(a["buf_kind"], kinds))
+        delta = np.zeros((n, steps + 1), dtype=np.int64)
+        lo = np.clip(a["buf_first"][on], 0, steps)
+        hi = np.clip(a["buf_last"][on] + 1, 0, steps)
+        np.add.at(delta, (tile[on], lo), a["buf_bytes"][on])
+        np.add.at(delta, (tile[on], hi), -a["buf_bytes"][on])
+        return np.cumsum(delta, axis=1)[:, :steps].max(axis=1)
+
+    kinds = (BUF_PARAMETER, BUF_ACTIVATION, BUF_SCRATCH, BUF_LANDING)
+    out = {"busy_cycles": sim.tile_busy, "bytes_in": sim.tile_bytes_in,
+           "bytes_out": sim.tile_bytes_out, "code_bytes": a["fp_code"],
+           "exchange_table_bytes": a["fp_xtable"], "support_bytes": a["fp_support"],
+           "tensor_range_bytes": a["fp_tensor"],
+           **{f"peak_{name}_bytes": peak((k,)) for name, k in zip(
+               ("parameter", "activation", "scratch", "landing"), kinds, strict=True)},
+           "peak_tensor_bytes": peak(kinds)}
+    return {k: np.asarray(out[k], dtype=np.int64) for k in TILE_ARRAYS}
+
+
 def step_kind_totals(pkg: Package, cycles_per_step: np.ndarray) -> dict[str, int]:
     """Total compute, exchange, sync and loop cycles of a run."""
     kind = pkg["step_kind"]

@@ -694,8 +694,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
              help="simulator engine: numba (default) or simpy (event-level twin, small "
                   "packages only)"),
          arg("--seed", type=count(0), default=0, help="seed of the random params and inputs"),
-         arg("--trace", default=None, metavar="OUT.json",
-             help="write a Chrome-trace / Perfetto JSON timeline of the run"),
+         arg("--trace", default=None, metavar="OUT.json|OUT.pftrace",
+             help="write a timeline of the run: OUT.pftrace = every tile in Perfetto's "
+                  "protobuf format; otherwise Chrome-trace JSON of --trace-tiles"),
          arg("--trace-tiles", default="", metavar="T,T,...",
              help="tiles whose compute busy spans the trace shows (at most 64)"),
          arg("--trace-unit", choices=("cycles", "us"), default="cycles",
@@ -709,9 +710,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import load_package, run, verify
     from simulator.hardware import seeded_values
 
+    chip = bool(args.trace) and str(args.trace).endswith(".pftrace")
     if args.trace:
         writable_file(args.trace, "--trace")
+    if chip and args.trace_tiles:
+        raise ConfigError("tileplan simulate", "--trace-tiles", "a .pftrace trace holds every "
+                          "tile; --trace-tiles selects tiles of a JSON trace", args.trace_tiles)
     pkg = load_package(args.package)
+    dev = pkg.device
     stages = ("verify",) * (not args.no_verify) + ("simulate",) + ("trace",) * bool(args.trace)
     with stage_progress(args, stages) as stage:
         if not args.no_verify:
@@ -726,20 +732,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                   engine=args.engine)
         seconds = time.perf_counter() - t0
         if args.trace:
-            from simulator.trace import save_trace, trace_events
+            from tilecommon.files import writing
 
             stage("trace")
             try:
-                trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
+                if chip:
+                    from simulator.chiptrace import write_chip_trace
+
+                    with writing(args.trace, "--trace"):
+                        ct = write_chip_trace(pkg, res, args.trace)
+                    said = (f"trace {ct.path}: {ct.tiles} tiles, {ct.packets:,} packets "
+                            f"({ct.tile_slices:,} tile slices), {ct.bytes / 1e6:.1f} MB; "
+                            f"timestamps in ns at {dev.clock_hz / 1e9:g} GHz")
+                else:
+                    from simulator.trace import save_trace, trace_events
+
+                    trace = trace_events(pkg, res, tiles=tiles, unit=args.trace_unit)
+                    with writing(args.trace, "--trace"):
+                        saved = save_trace(trace, args.trace)
+                    said = f"trace {saved}: {len(trace['traceEvents'])} events"
             except ValueError as e:  # too many/unknown tiles, a program too long to trace
                 raise ConfigError(args.package, "trace", str(e)) from None
-            from tilecommon.files import writing
-
-            with writing(args.trace, "--trace"):
-                saved = save_trace(trace, args.trace)
     if args.trace and not args.json:
-        print(f"trace {saved}: {len(trace['traceEvents'])} events")
-    dev = pkg.device
+        print(said)
     if args.json:
         _print_json({
             "package": pkg.name, "package_hash": pkg.content_hash(), "device": dev.name,

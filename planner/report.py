@@ -14,7 +14,8 @@ relative Frobenius distance of the fp8 reference from that fp32 forward
 (numerics pass within `tolerance(fp8_noise)`);
 bytes; wall seconds.
 
-`save_run(dir, package, summary)` writes `package/` and `summary.json` into a
+`save_run(dir, package, summary)` writes `package/`, `summary.json`, `tiles.npz`
+(per-tile arrays, docs/contracts.md section 8) and `plan.toml` into a
 directory beside `dir` that then replaces it (tilecommon.files.atomic_dir), so
 `dir` is always either the old run or the whole new one.  `load_summary(dir)` reads it
 back (ConfigError naming the file when it is missing or not a summary).
@@ -68,6 +69,7 @@ REL_FRO_TOLERANCE = 1e-2
 NOISE_SPREAD = 2 ** 0.5  # two forwards with independent errors of size n are √2·n apart
 SUMMARY_FILE = "summary.json"
 PLAN_FILE = "plan.toml"  # the final plan (planner.decide.constraints grammar)
+TILES_FILE = "tiles.npz"  # per-tile arrays (planner.breakdown.tile_arrays)
 MAX_SUMMARY_BYTES = 1 << 30
 PACKAGE_DIR = "package"
 
@@ -301,12 +303,18 @@ def check_run_dir(out: str | os.PathLike[str]) -> Path:
 
 
 def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str, Any],
-             plan: str | None = None) -> Path:
-    """Write package/, summary.json and (given `plan`, the final plan in the
-    constraints grammar) plan.toml as run directory `out`, whole or not at
-    all: all are written into a directory beside `out`, which then takes its
-    place (an old run directory is replaced only by a complete new one)."""
+             plan: str | None = None, sim: Any = None) -> Path:
+    """Write package/, summary.json, tiles.npz (per-tile arrays,
+    `planner.breakdown.tile_arrays` of `sim`, a timing-only run made here when
+    None) and (given `plan`, the final plan in the constraints grammar)
+    plan.toml as run directory `out`, whole or not at all: all are written
+    into a directory beside `out`, which then takes its place (an old run
+    directory is replaced only by a complete new one)."""
+    from planner.breakdown import tile_arrays
+    from simulator.run import run
+
     root = check_run_dir(out)
+    tiles = tile_arrays(package, sim if sim is not None else run(package, numerics=False))
     check_summary(summary, str(root / SUMMARY_FILE))  # only what `report` can read back
     if root.is_dir() and not any(root.iterdir()):
         root.rmdir()  # an empty directory the user made for the run
@@ -314,6 +322,8 @@ def save_run(out: str | os.PathLike[str], package: Package, summary: Mapping[str
         save_package(package, tmp / PACKAGE_DIR)
         write_file_atomic(tmp / SUMMARY_FILE,
                           lambda f: json.dump(dict(summary), f, indent=1, sort_keys=True))
+        savez: Any = np.savez  # its stubs type the keyword arrays as its own flags
+        write_file_atomic(tmp / TILES_FILE, lambda f: savez(f, **tiles), mode="wb")
         if plan is not None:
             write_file_atomic(tmp / PLAN_FILE, lambda f: f.write(plan))
     return root
