@@ -16,7 +16,7 @@ from planner.cli import main
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("diff")
     base, opt = tmp / "base", tmp / "opt"
-    common = ["run", "vit-micro", "--device", "tiny", "--quiet", "--no-numerics"]
+    common = ["run", "vit-tiny", "--layers", "2", "--quiet", "--no-numerics"]  # c600, 8 steps
     assert main([*common, "--optimization-steps", "0", "--out", str(base)]) == 0
     assert main([*common, "--out", str(opt)]) == 0
     return base, opt
