@@ -346,7 +346,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 @command("reference", "run the numpy reference forward of a model and print statistics",
-         arg("model", help="zoo name or model TOML path"), *MODEL_ARGS,
+         arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
+                                 "directory)"), *MODEL_ARGS,
          arg("--seed", type=count(0), default=0,
              help="parameter seed (inputs use seed+1); default 0"),
          arg("--precision", choices=("fp8", "fp32"), default="fp8",
@@ -388,7 +389,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
 # (planner back end: planner.pipeline and planner.report do the work)
 
 PLAN_ARGS = (
-    arg("model", nargs="?", default="vit-tiny", help="zoo name or model TOML path (vit-tiny)"),
+    arg("model", nargs="?", default="vit-tiny",
+        help="zoo name, model TOML or Hugging Face config.json / its directory (vit-tiny)"),
     *DEVICE_ARGS,
     *MODEL_ARGS,
     arg("--optimization-steps", type=count(0), default=8,
@@ -532,7 +534,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 @command("candidates", "list the recipes the catalogue offers each op, with estimates",
-         arg("model", help="zoo name or model TOML path"), *DEVICE_ARGS, *MODEL_ARGS,
+         arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
+                                 "directory)"), *DEVICE_ARGS, *MODEL_ARGS,
          arg("--op", default="*", metavar="GLOB",
              help="ops (or fused groups) to list, by qualified name or glob; default all"),
          arg("--baseline", default="default", metavar="NAME",

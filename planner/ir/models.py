@@ -93,7 +93,7 @@ from planner.ir.ops.rows import Rows
 from planner.ir.ops.silu import Tanh
 from planner.ir.ops.softmax import Softmax
 from planner.ir.ops.swiglu import SwiGLU
-from tilecommon.config import Limits, check_fields, read_toml
+from tilecommon.config import Limits, check_fields, is_path, read_toml
 from tilecommon.errors import ConfigError
 
 ZOO_DIR = Path(__file__).resolve().parent / "zoo"
@@ -260,8 +260,16 @@ def zoo_path(name: str) -> Path:
 
 
 def load_config(name_or_path: str | Path) -> ModelConfig:
-    """Read a zoo model by name or a user TOML by path (ConfigError if bad)."""
-    data, source = read_toml(name_or_path, ZOO_DIR, "model", "zoo model", "zoo")
+    """Read a zoo model by name, a user TOML by path, or a Hugging Face
+    `config.json` (or the directory holding one: planner.ir.hf).  ConfigError
+    if bad."""
+    from planner.ir.hf import hf_table, is_hf_source
+
+    if (is_path(name_or_path) or str(name_or_path).endswith(".json")) and \
+            is_hf_source(Path(name_or_path)):
+        data, source = hf_table(name_or_path)
+    else:
+        data, source = read_toml(name_or_path, ZOO_DIR, "model", "zoo model", "zoo")
     return parse_config(data, source)
 
 

@@ -1,0 +1,144 @@
+"""Hugging Face config.json as a model source (planner/ir/hf.py): published
+configs map onto the zoo's models field for field and plan to the same
+package; bad configs exit 2 naming file and field; one that cannot fit a
+chip exits 3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import planner
+from planner import PipelineConfig, run_model
+from planner.cli import main
+from planner.ir.graph import model_parameter_count
+from planner.ir.models import load_config
+from simulator import load_device
+
+# the published configs (transformers' config.json of each checkpoint, trimmed
+# of training-only keys)
+SIGLIP_SO400M = {
+    "model_type": "siglip",
+    "text_config": {"hidden_size": 1152, "intermediate_size": 4304,
+                    "model_type": "siglip_text_model", "num_attention_heads": 16,
+                    "num_hidden_layers": 27},
+    "vision_config": {"hidden_size": 1152, "image_size": 384, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                      "num_hidden_layers": 27, "patch_size": 14}}
+BERT_BASE_UNCASED = {
+    "architectures": ["BertForMaskedLM"], "hidden_act": "gelu", "hidden_size": 768,
+    "intermediate_size": 3072, "layer_norm_eps": 1e-12, "max_position_embeddings": 512,
+    "model_type": "bert", "num_attention_heads": 12, "num_hidden_layers": 12,
+    "type_vocab_size": 2, "vocab_size": 30522}
+QWEN25_05B = {
+    "architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 896,
+    "intermediate_size": 4864, "max_position_embeddings": 32768, "model_type": "qwen2",
+    "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+    "vocab_size": 151936}
+VIT_BASE = {
+    "model_type": "vit", "hidden_act": "gelu", "hidden_size": 768, "image_size": 224,
+    "intermediate_size": 3072, "layer_norm_eps": 1e-12, "num_attention_heads": 12,
+    "num_channels": 3, "num_hidden_layers": 12, "patch_size": 16, "qkv_bias": True}
+
+
+def _write(root: Path, name: str, config: dict[str, Any]) -> Path:
+    (root / name).mkdir(parents=True, exist_ok=True)
+    path = root / name / "config.json"
+    path.write_text(json.dumps(config))
+    return root / name
+
+
+def _map_off(config: dict[str, Any]) -> dict[str, Any]:
+    return {**config, "vision_config": {**config["vision_config"], "vision_use_head": False}}
+
+
+@pytest.mark.parametrize("zoo, config", [
+    ("siglip-so400m", _map_off(SIGLIP_SO400M)), ("siglip-so400m-map", SIGLIP_SO400M),
+    ("bert-base", BERT_BASE_UNCASED), ("qwen2.5-0.5b", QWEN25_05B)])
+def test_published_configs_are_the_zoo_models(tmp_path: Path, zoo: str,
+                                             config: dict[str, Any]) -> None:
+    d = _write(tmp_path, zoo, config)
+    assert load_config(d) == load_config(zoo) == load_config(d / "config.json")
+    assert model_parameter_count(planner.load_model(d)) == \
+        model_parameter_count(planner.load_model(zoo))
+
+
+@pytest.mark.parametrize("zoo, config", [("siglip-so400m", _map_off(SIGLIP_SO400M)),
+                                         ("siglip-so400m-map", SIGLIP_SO400M)])
+def test_siglip_config_plans_the_zoo_package(tmp_path: Path, zoo: str,
+                                             config: dict[str, Any]) -> None:
+    """One layer here; all 27 in the slow test below."""
+    d = _write(tmp_path, zoo, config)
+    got = [run_model(planner.load_model(src, layers=1), load_device("c600"),
+                     PipelineConfig(optimization_steps=1), numerics=False).summary
+           for src in (zoo, str(d))]
+    assert got[0]["package_hash"] == got[1]["package_hash"]
+    assert got[0]["cycles"] == got[1]["cycles"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zoo, config", [("siglip-so400m", _map_off(SIGLIP_SO400M)),
+                                         ("siglip-so400m-map", SIGLIP_SO400M)])
+def test_siglip_config_plans_the_zoo_package_27_layers(
+        tmp_path: Path, zoo: str, config: dict[str, Any],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    d = _write(tmp_path, zoo, config)
+    got = []
+    for src in (zoo, str(d)):
+        assert main(["plan", src, "--json", "--quiet"]) == 0
+        got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert got[0]["package_hash"] == got[1]["package_hash"]
+    assert got[0]["cycles"] == got[1]["cycles"]
+
+
+def test_vit_config(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, "vit-base-patch16-224", VIT_BASE))
+    assert (cfg.tokens, cfg.patch, cfg.hidden, cfg.layers) == (197, 16, 768, 12)
+    assert (cfg.activation, cfg.pool, cfg.eps) == ("gelu_erf", "pooler", 1e-12)
+    assert cfg.name == "vit-base-patch16-224"
+
+
+@pytest.mark.parametrize("config, field, words", [
+    ({"model_type": "gpt2"}, "model_type", "supported: ['bert'"),
+    ({"model_type": "clip"}, "model_type", "not supported yet"),
+    ({"model_type": "deit"}, "model_type", "distillation token"),
+    ({"model_type": "siglip"}, "vision_config", "missing"),
+    ({**BERT_BASE_UNCASED, "hidden_act": "relu"}, "hidden_act", "not in"),
+    ({k: v for k, v in BERT_BASE_UNCASED.items() if k != "hidden_size"}, "hidden_size",
+     "missing"),
+    ({**SIGLIP_SO400M, "vision_config": {**SIGLIP_SO400M["vision_config"],
+                                         "image_size": 7}}, "vision_config.image_size",
+     "at least patch_size"),
+    ({**BERT_BASE_UNCASED, "num_attention_heads": 7}, "heads", "divide hidden"),
+    ([1, 2], "config", "JSON object")])
+def test_bad_configs_exit_2_naming_file_and_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Any, field: str,
+        words: str) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    assert main(["plan", str(d), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(d / "config.json") in err[0] and f"'{field}'" in err[0]
+    assert words in err[0]
+
+
+def test_not_json_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    assert main(["plan", str(tmp_path / "config.json")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "nowhere" / "config.json")]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_a_config_that_cannot_fit_fails_with_tile_stage_bytes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = {**BERT_BASE_UNCASED, "hidden_size": 16384, "num_attention_heads": 128,
+            "intermediate_size": 65536, "num_hidden_layers": 2}
+    assert main(["plan", str(_write(tmp_path, "huge-bert", huge)), "--quiet"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tile" in err[0] and "need" in err[0], err
