@@ -142,3 +142,87 @@ def test_a_config_that_cannot_fit_fails_with_tile_stage_bytes(
     assert main(["plan", str(_write(tmp_path, "huge-bert", huge)), "--quiet"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tile" in err[0] and "need" in err[0], err
+
+
+# tiny checkpoints: hidden 64, two layers, as a fixture exporter would write them
+TINY_BERT = {**BERT_BASE_UNCASED, "hidden_size": 64, "num_attention_heads": 4,
+             "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 1000,
+             "max_position_embeddings": 160}
+TINY_QWEN = {**QWEN25_05B, "hidden_size": 64, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "intermediate_size": 128, "num_hidden_layers": 2,
+             "vocab_size": 1000}
+TINY_LLAMA = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 64,
+              "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "num_key_value_heads": 4, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+              "tie_word_embeddings": False, "vocab_size": 1000}
+
+
+def _checkpoint(tmp_path: Path, name: str, config: dict[str, Any], scheme: str,
+                extra: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """config.json + model.safetensors in transformers' naming: random raw
+    weights through `to_scheme`, plus the tensors a real checkpoint holds that
+    are not ours (host tables, buffers, pre-training heads)."""
+    import numpy as np
+
+    from planner.ir.weights import derived_values, save_weights, to_scheme
+
+    d = _write(tmp_path, name, config)
+    g = planner.load_model(d)
+    rng = np.random.default_rng(5)
+    derived = derived_values(g)
+    raw = {p: (derived[p] if p in derived else
+               (rng.standard_normal(g.tensor(p).shape) * 0.05
+                + (1.0 if p.endswith("gamma") else 0.0)).astype(np.float32))
+           for p in g.parameters}
+    save_weights(d / "model.safetensors", {**to_scheme(g, raw, scheme), **extra})
+    return d, raw
+
+
+@pytest.mark.parametrize("name, config, scheme, extra", [
+    ("tiny-bert", TINY_BERT, "hf-bert", {
+        "bert.embeddings.word_embeddings.weight": "table",
+        "bert.embeddings.position_ids": "ids", "cls.predictions.bias": "bias"}),
+    ("tiny-qwen", TINY_QWEN, "hf-decoder", {
+        "model.layers.0.self_attn.rotary_emb.inv_freq": "bias"}),
+    ("tiny-llama", TINY_LLAMA, "hf-decoder", {"model.embed_tokens.weight": "table"})])
+def test_transformers_checkpoints_load_and_run(tmp_path: Path, name: str,
+                                               config: dict[str, Any], scheme: str,
+                                               extra: dict[str, str]) -> None:
+    import numpy as np
+
+    from planner.ir.weights import load_weights, scheme_of
+
+    made = {"table": np.ones((1000, 64), np.float32), "ids": np.arange(160)[None],
+            "bias": np.zeros(1000, np.float32)}
+    d, raw = _checkpoint(tmp_path, name, config, scheme, {k: made[v] for k, v in extra.items()})
+    g = planner.load_model(d)
+    from safetensors.numpy import load_file
+
+    names = sorted(load_file(str(d / "model.safetensors")))
+    assert scheme_of(names, g) == scheme
+    loaded = load_weights(g, d / "model.safetensors")
+    assert sorted(loaded) == sorted(raw)
+    assert all(np.array_equal(loaded[k], raw[k]) for k in raw)
+    if config is TINY_QWEN:  # tied: the LM head is the embedding table, transposed
+        assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    from planner.pipeline import model_values
+
+    graph, values = model_values(g, str(d / "model.safetensors"))
+    device = "tiny" if scheme == "hf-bert" else "c600"  # a 512-token prefill needs the chip
+    out = run_model(graph, load_device(device), PipelineConfig(optimization_steps=0),
+                    params=values)
+    assert out.status == 0 and out.summary["numerics_ok"]
+    assert out.summary["cosine_fp32_min"] > 0.99
+
+
+def test_a_checkpoint_tensor_the_model_lacks_is_named(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    import numpy as np
+
+    d, _ = _checkpoint(tmp_path, "tiny-llama", TINY_LLAMA, "hf-decoder",
+                       {"model.layers.0.self_attn.o_proj.bias": np.zeros(64, np.float32)})
+    assert main(["plan", str(d), "--weights",
+                 str(d / "model.safetensors"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "model.layers.0.self_attn.o_proj.bias" in err and "b_o" in err

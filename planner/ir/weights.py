@@ -3,7 +3,7 @@
 `load_weights(g, path)` returns `{parameter: float32 array}` of the *raw*
 values (not yet rounded to the parameters' dtypes; `quantize_params` does
 that, at the graph's scales, which `planner.ir.scales` can choose from the
-data).  The keys of a file follow one of three schemes, recognised by its
+data).  The keys of a file follow one of the SCHEMES, recognised by its
 names (docs/weights.md lists every name):
 
 - **ours**: the graph's parameter names (`layers.w_q` [L, H, H], `w_patch`,
@@ -12,6 +12,13 @@ names (docs/weights.md lists every name):
   weights [out, in] are transposed, the patch convolution [H, C, p, p]
   becomes [C·p·p, H], per-layer tensors `encoder.layers.<i>.` are stacked,
   the head's fused `in_proj_weight` [3H, H] is split into q, k, v;
+- **Hugging Face** `BertModel` (`hf-bert`: keys `encoder.layer.<i>.`,
+  `bert.` optional) and Qwen2 / Llama / Mistral (`hf-decoder`: keys
+  `model.layers.<i>.`): Linear weights transposed, per-layer tensors
+  stacked; tensors that stay on the host or are not the model's (word
+  embeddings of an untied model, `position_ids`, pre-training heads,
+  `rotary_emb.inv_freq`) are not used, a tied model's embedding table is its
+  LM head, and the RoPE tables are computed (`derived_values`);
 - **big_vision** (the JAX checkpoints; keys like
   `params/img/Transformer/encoderblock/MlpBlock_0/Dense_0/kernel`, the
   `params/` and `img/` prefixes optional, layers scanned [L, ...] or
@@ -39,7 +46,7 @@ from planner.ir.graph import Graph, Tensor
 from tilecommon.errors import ConfigError
 
 F32 = np.float32
-SCHEMES = ("ours", "hf", "big_vision")
+SCHEMES = ("ours", "hf", "hf-bert", "hf-decoder", "big_vision")
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,9 @@ class Rule:
     target: str
     how: str = "same"
     layered: bool = False
+
+
+HOST = Rule("", "host")  # a checkpoint tensor that stays on the host or is not ours: unused
 
 
 # ---------------------------------------------------------------- schemes
@@ -79,6 +89,36 @@ _HF_TOP = {
     "head.mlp.fc2.weight": Rule("w_head_fc2", "transpose"),
     "head.mlp.fc2.bias": Rule("b_head_fc2"),
 }
+# transformers' BertModel (keys optionally under `bert.`, as BertFor* save them)
+_BERT_LAYER = {
+    **{f"attention.self.{hf}.{w}": f"{'w' if w == 'weight' else 'b'}_{ours}"
+       for hf, ours in (("query", "q"), ("key", "k"), ("value", "v")) for w in ("weight", "bias")},
+    "attention.output.dense.weight": "w_o", "attention.output.dense.bias": "b_o",
+    "attention.output.LayerNorm.weight": "ln1.gamma", "attention.output.LayerNorm.bias": "ln1.beta",
+    "intermediate.dense.weight": "w_fc1", "intermediate.dense.bias": "b_fc1",
+    "output.dense.weight": "w_fc2", "output.dense.bias": "b_fc2",
+    "output.LayerNorm.weight": "ln2.gamma", "output.LayerNorm.bias": "ln2.beta",
+}
+_BERT_TOP = {
+    "embeddings.position_embeddings.weight": Rule("pos_embed"),
+    "embeddings.token_type_embeddings.weight": Rule("type_embed"),
+    "embeddings.LayerNorm.weight": Rule("embed_ln.gamma"),
+    "embeddings.LayerNorm.bias": Rule("embed_ln.beta"),
+    "pooler.dense.weight": Rule("w_pool", "transpose"), "pooler.dense.bias": Rule("b_pool"),
+    "embeddings.word_embeddings.weight": HOST,  # gathered on the host
+    "embeddings.position_ids": HOST,  # an index buffer
+}
+# transformers' Qwen2 / Llama / Mistral (keys under `model.`, the LM head `lm_head.`)
+_DEC_LAYER = {
+    "input_layernorm.weight": "ln1.gamma", "post_attention_layernorm.weight": "ln2.gamma",
+    **{f"self_attn.{p}_proj.{w}": f"{'w' if w == 'weight' else 'b'}_{p}"
+       for p in "qkvo" for w in ("weight", "bias")},
+    "mlp.gate_proj.weight": "w_gate", "mlp.up_proj.weight": "w_up",
+    "mlp.down_proj.weight": "w_down",
+}
+_DEC_TOP = {"model.norm.weight": Rule("ln_f.gamma"),
+            "lm_head.weight": Rule("w_lm_head", "transpose")}
+
 _HF_FUSED = {"head.attention.in_proj_weight": "w_head_", "head.attention.in_proj_bias": "b_head_"}
 
 _BV_BLOCK = {
@@ -105,19 +145,26 @@ _BV_TOP = {
 
 
 def scheme_of(names: list[str], g: Graph) -> str:
-    """"ours" when any name is a parameter of `g`, "hf" for `vision_model.`
-    keys, else "big_vision"."""
+    """"ours" when any name is a parameter of `g`; "hf" for SigLIP's
+    `vision_model.` keys, "hf-bert" for a BertModel's, "hf-decoder" for a
+    Qwen2 / Llama one's; else "big_vision"."""
     params = set(g.parameters)
     if any(n in params for n in names):
         return "ours"
     if any(n.startswith("vision_model.") for n in names):
         return "hf"
+    if any(re.match(r"(bert\.)?(encoder\.layer\.|embeddings\.word_embeddings)", n)
+           for n in names):
+        return "hf-bert"
+    if any(n.startswith(("model.layers.", "model.embed_tokens.")) for n in names):
+        return "hf-decoder"
     return "big_vision"
 
 
-def rule_for(name: str, scheme: str) -> tuple[Rule, int | None] | None:
+def rule_for(name: str, scheme: str, tied: bool = False) -> tuple[Rule, int | None] | None:
     """(rule, layer index or None for a stacked [L, ...] tensor / a top-level
-    one) of file tensor `name` under `scheme`; None when it knows no such name."""
+    one) of file tensor `name` under `scheme`; None when it knows no such name.
+    `tied`: the model's LM head is its token embedding table (hf-decoder)."""
     if scheme == "hf":
         rest = name.removeprefix("vision_model.")
         m = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", rest)
@@ -126,6 +173,29 @@ def rule_for(name: str, scheme: str) -> tuple[Rule, int | None] | None:
             how = "transpose" if target.startswith("w_") else "same"
             return Rule(target, how, True), int(m.group(1))
         rule = _HF_TOP.get(rest)
+        return None if rule is None else (rule, None)
+    if scheme == "hf-bert":
+        rest = name.removeprefix("bert.")
+        if rest.startswith("cls."):
+            return HOST, None  # the pre-training heads
+        m = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", rest)
+        if m and m.group(2) in _BERT_LAYER:
+            target = _BERT_LAYER[m.group(2)]
+            return Rule(target, "transpose" if target.startswith("w_") else "same",
+                        True), int(m.group(1))
+        rule = _BERT_TOP.get(rest)
+        return None if rule is None else (rule, None)
+    if scheme == "hf-decoder":
+        if name == "model.embed_tokens.weight":
+            return (Rule("w_lm_head", "transpose") if tied else HOST), None
+        m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)
+        if m and m.group(2).endswith("rotary_emb.inv_freq"):
+            return HOST, None  # a derived buffer of older checkpoints
+        if m and m.group(2) in _DEC_LAYER:
+            target = _DEC_LAYER[m.group(2)]
+            return Rule(target, "transpose" if target.startswith("w_") else "same",
+                        True), int(m.group(1))
+        rule = _DEC_TOP.get(name)
         return None if rule is None else (rule, None)
     rest = re.sub(r"^(params/)?(img/)?", "", name)
     m = re.fullmatch(r"Transformer/encoderblock(?:_(\d+))?/(.+)", rest)
@@ -239,6 +309,7 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
         if p.startswith("layers."):
             layers[p.removeprefix("layers.")] = p
     trips = g.attr_int("layers")
+    tied = bool(g.attr("tied_embeddings", False))
     out: dict[str, np.ndarray] = {}
     stacks: dict[str, dict[int, np.ndarray]] = {}
     spelled: dict[tuple[str, int | None], str] = {}  # (target, layer) -> the file's name
@@ -259,10 +330,12 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             pre = _HF_FUSED[name.removeprefix("vision_model.")]
             hits = [(Rule(pre + w, w), None) for w in "qkv"]
         else:
-            hit = rule_for(name, scheme)
+            hit = rule_for(name, scheme, tied)
             if hit is None:
                 raise ConfigError(src, name, f"unknown tensor for the {scheme} naming "
                                              f"(docs/weights.md lists the names)")
+            if hit[0] is HOST:
+                continue
             hits = [hit]
         a = _checked_array(src, name, arrays[name])
         for rule, layer in hits:
@@ -301,8 +374,18 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             raise ConfigError(src, target, f"the file has no layer {gone[0]} of it "
                                            f"({scheme} naming)")
         out[target] = np.stack([per_layer[i] for i in range(trips)]).astype(F32)
+    for name, value in derived_values(g).items():  # computed, not learned (RoPE tables)
+        out.setdefault(name, np.asarray(value, dtype=F32))
     _missing(src, want, out, scheme)
     return out
+
+
+def derived_values(g: Graph) -> dict[str, np.ndarray]:
+    """The parameters of `g` that are computed rather than learned (the RoPE
+    tables): a checkpoint does not hold them."""
+    from planner.ir.reference import _fixed_values
+
+    return {k: v for k, v in _fixed_values(g).items() if k in set(g.parameters)}
 
 
 def _missing(src: str, want: Mapping[str, Tensor], got: Mapping[str, np.ndarray],
@@ -339,10 +422,17 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
         return dict(params)
     names: list[str] = []
     trips = g.attr_int("layers")
+    tied = bool(g.attr("tied_embeddings", False))
     if scheme == "hf":
         names += [f"vision_model.{k}" for k in _HF_TOP]
         names += [f"vision_model.{k}" for k in _HF_FUSED]
         names += [f"vision_model.encoder.layers.{i}.{k}" for i in range(trips) for k in _HF_LAYER]
+    elif scheme == "hf-bert":
+        names += [f"bert.{k}" for k, r in _BERT_TOP.items() if r is not HOST]
+        names += [f"bert.encoder.layer.{i}.{k}" for i in range(trips) for k in _BERT_LAYER]
+    elif scheme == "hf-decoder":
+        names += ["model.norm.weight", "model.embed_tokens.weight" if tied else "lm_head.weight"]
+        names += [f"model.layers.{i}.{k}" for i in range(trips) for k in _DEC_LAYER]
     else:
         names += [f"params/img/{k}" for k in _BV_TOP]
         names += [f"params/img/Transformer/encoderblock/{k}" for k in _BV_BLOCK]
@@ -356,8 +446,8 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
             parts = [params[pre + w] for w in "qkv"]
             out[name] = np.concatenate([p.T if p.ndim == 2 else p for p in parts])
             continue
-        hit = rule_for(name, scheme)
-        assert hit is not None, name
+        hit = rule_for(name, scheme, tied)
+        assert hit is not None and hit[0] is not HOST, name
         rule, layer = hit
         target = f"layers.{rule.target}" if rule.layered else rule.target
         if target not in params:
@@ -370,9 +460,9 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
 
 
 def _unconvert(a: np.ndarray, rule: Rule, g: Graph, name: str) -> np.ndarray:
-    c, p = g.attr_int("channels"), g.attr_int("patch")
     if rule.how == "transpose":
         return a.T.copy()
+    c, p = int(g.attr("channels", 0) or 0), int(g.attr("patch", 0) or 0)
     if rule.how == "conv_oihw":
         return a.T.reshape(a.shape[1], c, p, p).copy()
     if rule.how == "conv_hwio":
