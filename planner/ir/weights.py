@@ -462,7 +462,8 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
 def _unconvert(a: np.ndarray, rule: Rule, g: Graph, name: str) -> np.ndarray:
     if rule.how == "transpose":
         return a.T.copy()
-    c, p = int(g.attr("channels", 0) or 0), int(g.attr("patch", 0) or 0)
+    c = g.attr_int("channels") if rule.how.startswith("conv") else 0  # patch models only
+    p = g.attr_int("patch") if rule.how.startswith("conv") else 0
     if rule.how == "conv_oihw":
         return a.T.reshape(a.shape[1], c, p, p).copy()
     if rule.how == "conv_hwio":
