@@ -350,8 +350,9 @@ def cmd_models(args: argparse.Namespace) -> int:
                                  "directory)"), *MODEL_ARGS,
          arg("--seed", type=count(0), default=0,
              help="parameter seed (inputs use seed+1); default 0"),
-         arg("--precision", choices=("fp8", "fp32"), default="fp8",
-             help="fp8: the deployable graph; fp32: every tensor fp32"), JSON_ARG)
+         arg("--precision", choices=("fp8", "fp16", "fp32"), default="fp8",
+             help="fp8: the deployable graph; fp16: every operand fp16; fp32: every "
+                  "tensor fp32"), JSON_ARG)
 def cmd_reference(args: argparse.Namespace) -> int:
     from planner.ir.models import load_model
     from planner.ir.reference import init_inputs, init_params, reference
@@ -393,6 +394,9 @@ PLAN_ARGS = (
         help="zoo name, model TOML or Hugging Face config.json / its directory (vit-tiny)"),
     *DEVICE_ARGS,
     *MODEL_ARGS,
+    arg("--precision", choices=("fp8", "fp16"), default="fp8",
+        help="fp8: the measured policy (fp8 projections and MLP, fp16 activations and QK; "
+             "default); fp16: every operand fp16"),
     arg("--optimization-steps", type=count(0), default=8,
         help="proposals the optimizer may evaluate (0 = baseline only); default 8"),
     arg("--operator-candidate-limit", type=count(1), default=8,
@@ -460,7 +464,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
 
         constraints = load_constraints(args.constraints)
     device = load_device(args.device)
-    graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    graph = load_model(args.model, layers=args.layers, batch=args.batch,
+                       precision=args.precision)
     graph, raw = model_values(graph, args.weights, args.scales)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,

@@ -59,6 +59,7 @@ def _is_numeric(prop: Mapping[str, Any]) -> bool:
 NUMERIC_SUMMARY_KEYS: tuple[str, ...] = tuple(
     k for k, p in SUMMARY_SCHEMA["properties"].items() if _is_numeric(p))
 SUMMARY_DEFAULTS: dict[str, Any] = {
+    "precision": "fp8",
     "baseline_cycles": None, "numerics_ok": None, "faults": 0, "peak_tile": {}, "steps": "?",
     "vertices": "?", "transfers": "?", "arithmetic_patches": "?", "table_patches": "?",
     "optimizer": "?", "baseline_policy": "?", "stage_seconds": {}, "nonfinite": None,
@@ -180,6 +181,7 @@ def summarize(graph: Graph, device: Device, package: Package, cycles: int,
         "model": graph.name,
         "device": device.name,
         "layers": graph.attr_int("layers"),
+        "precision": str(graph.attr("precision", "fp8")),
         "batch": graph.attr_int("batch"),
         "cycles": int(cycles),
         "baseline_cycles": int(baseline_cycles),
@@ -275,7 +277,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     stages = ", ".join(f"{k} {secs[k]:.2f}" for k in names)
     lines = [
         f"model {s['model']} ({s['layers']} layer{'s' if s['layers'] != 1 else ''}, batch "
-        f"{s['batch']}) on {s['device']}",
+        f"{s['batch']}{'' if s['precision'] == 'fp8' else ', ' + s['precision']}) on "
+        f"{s['device']}",
         f"cycles           {s['cycles']:,} ({s['time_ms']:.4f} ms); baseline "
         + (f"{base:,}" if isinstance(base, int) else "?"),
         f"fp8 roofline     {100 * s['roofline_fraction']:.2f}%",

@@ -67,8 +67,11 @@ untied model) and `derived_parameters` those of the device tensors that are
 computed, not learned (the RoPE tables): `model_parameter_count(g)` is the
 model's published count.
 
-`precision="fp32"` builds the same graph with every tensor fp32 (casts become
-fp32→fp32): the reference-only variant the float64 cross-check uses.
+`precision="fp16"` builds the deployable graph with every operand fp16: the
+fp8 weights and activation casts of the default policy become fp16 tensors and
+the casts disappear.  `precision="fp32"` builds the same graph with every
+tensor fp32 (casts become fp32→fp32): the reference-only variant the float64
+cross-check uses.
 """
 
 from __future__ import annotations
@@ -97,7 +100,8 @@ from tilecommon.config import Limits, check_fields, is_path, read_toml
 from tilecommon.errors import ConfigError
 
 ZOO_DIR = Path(__file__).resolve().parent / "zoo"
-PRECISIONS = ("fp8", "fp32")
+PRECISIONS = ("fp8", "fp16", "fp32")
+DEPLOYABLE = ("fp8", "fp16")  # precisions a plan can be built for
 
 WEIGHT_STD = 0.02
 WEIGHT_SCALE_EXP = -8  # weight codes have std 0.02·2**8 ≈ 5 (fp8 e4m3 max 448)
@@ -282,7 +286,9 @@ def load_model(
     """The graph of a zoo model (by name) or a user TOML (by path).
 
     `layers`/`batch` override the config; `precision` is "fp8" (the deployable
-    graph) or "fp32" (reference-only: every tensor fp32).  Raises ConfigError.
+    graph of the measured policy: fp8 projections and MLP, fp16 activations
+    and QK), "fp16" (deployable, every operand fp16) or "fp32" (reference-only:
+    every tensor fp32).  Raises ConfigError.
     """
     cfg = load_config(name_or_path)
     source = str(name_or_path)
@@ -310,6 +316,7 @@ class _Builder:
     def __init__(self, cfg: ModelConfig, precision: str) -> None:
         self.cfg = cfg
         self.fp32 = precision == "fp32"
+        self.fp16 = precision == "fp16"
         self.tensors: list[Tensor] = []
         self.ops: list[Op] = []
 
@@ -317,6 +324,8 @@ class _Builder:
           scale_exp: int = 0) -> str:
         if self.fp32:
             dtype, scale_exp = "fp32", 0
+        elif self.fp16 and dtype == "fp8":
+            dtype, scale_exp = "fp16", 0
         self.tensors.append(Tensor(name, shape, dtype, kind, scale_exp))
         return name
 
@@ -324,6 +333,9 @@ class _Builder:
         self.ops.append(op)
 
     def cast8(self, x: str, shape: tuple[int, ...], scale_exp: int) -> str:
+        """`x` cast to fp8 at `scale_exp` (at precision fp16: `x` itself)."""
+        if self.fp16:
+            return x
         out = self.t(f"{x}_fp8", shape, "fp8", scale_exp=scale_exp)
         self.op(Cast(f"cast_{x}", x, out))
         return out
