@@ -345,6 +345,76 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("inspect", "the graph a model source imports to: fields, inputs and outputs, ops by "
+                    "kind, parameters",
+         arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
+                           "directory)"), *MODEL_ARGS,
+         arg("--precision", choices=("fp8", "fp16"), default="fp8",
+             help="the graph's precision policy (as run and plan)"),
+         arg("--ops", action="store_true", help="also list every op with its operands"),
+         JSON_ARG)
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from planner.ir.graph import Repeat, model_parameter_count
+    from planner.ir.models import load_model
+
+    g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
+    kinds: dict[str, list[int]] = {}  # kind -> [top-level ops, ops per layer]
+    listed = []
+    trips = 1
+    for op in g.ops:
+        if isinstance(op, Repeat):
+            trips = op.trips
+            for inner in op.body.ops:
+                kinds.setdefault(inner.kind, [0, 0])[1] += 1
+                listed.append((f"{op.name}/{inner.name}", inner, op.body))
+            continue
+        kinds.setdefault(op.kind, [0, 0])[0] += 1
+        listed.append((op.name, op, g))
+    by_dtype: dict[str, list[int]] = {}
+    for p in g.parameters:
+        t = g.tensor(p)
+        n = by_dtype.setdefault(t.dtype, [0, 0])
+        n[0] += t.size
+        n[1] += t.size * {"fp8": 1, "fp16": 2, "fp32": 4}.get(t.dtype, 4)
+    io = [(t.name, t.kind, list(t.shape), t.dtype) for t in g.tensors
+          if t.kind == "input" or t.name in g.outputs]
+
+    def operands(op: Any, graph: Any) -> str:
+        shape = lambda n: "x".join(map(str, graph.tensor(n).shape))  # noqa: E731
+        return (", ".join(f"{n} {shape(n)}" for n in op.inputs) + " -> "
+                + ", ".join(f"{n} {shape(n)}" for n in op.outputs))
+
+    doc: dict[str, Any] = {"model": g.name, "fields": {k: v for k, v in g.attrs},
+           "io": [{"name": n, "kind": k, "shape": s, "dtype": d} for n, k, s, d in io],
+           "ops": {k: {"top": v[0], "per_layer": v[1], "total": v[0] + v[1] * trips}
+                   for k, v in sorted(kinds.items())},
+           "layers": trips, "parameters": model_parameter_count(g),
+           "device_parameters": {d: {"values": v[0], "bytes": v[1]}
+                                 for d, v in sorted(by_dtype.items())},
+           "host_parameters": g.attr_int("host_parameters") if g.attr("host_parameters") else 0}
+    if args.ops:
+        doc["op_list"] = [{"name": n, "kind": op.kind, "operands": operands(op, graph)}
+                          for n, op, graph in listed]
+    if args.json:
+        _print_json(doc)
+        return 0
+    print(f"model {g.name}: " + ", ".join(f"{k} {v}" for k, v in g.attrs
+                                           if k not in ("model", "host_parameters")))
+    print(_table(["tensor", "kind", "shape", "dtype"],
+                 [[n, k, "x".join(map(str, s)), d] for n, k, s, d in io], left=(0, 1, 2, 3)))
+    print(_table(["op kind", "outside layers", "per layer", f"total ({trips} layers)"],
+                 [[k, v["top"], v["per_layer"], v["total"]] for k, v in doc["ops"].items()],
+                 left=(0,)))
+    dev = ", ".join(f"{d} {v[0]:,} values ({v[1]:,} bytes)" for d, v in sorted(by_dtype.items()))
+    print(f"parameters {doc['parameters']:,} (on the device: {dev}; on the host: "
+          f"{doc['host_parameters']:,})")
+    if args.ops:
+        print(_table(["op", "kind", "operands"],
+                     [[r["name"], r["kind"], r["operands"]] for r in doc["op_list"]],
+                     left=(0, 1, 2)))
+    return 0
+
+
 @command("reference", "run the numpy reference forward of a model and print statistics",
          arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
                                  "directory)"), *MODEL_ARGS,

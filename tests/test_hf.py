@@ -226,3 +226,24 @@ def test_a_checkpoint_tensor_the_model_lacks_is_named(tmp_path: Path,
                  str(d / "model.safetensors"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "model.layers.0.self_attn.o_proj.bias" in err and "b_o" in err
+
+
+def test_inspect_shows_the_imported_graph(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    d = _write(tmp_path, "bert-base", BERT_BASE_UNCASED)
+    assert main(["inspect", str(d), "--layers", "2", "--ops", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    g = planner.load_model("bert-base", layers=2)
+    assert doc["model"] == "bert-base" and doc["layers"] == 2
+    assert doc["parameters"] == model_parameter_count(g)
+    assert doc["host_parameters"] == 30522 * 768
+    # the pooler's; q, k, v, o, fc1 and fc2 of each layer
+    assert doc["ops"]["MatMul"] == {"top": 1, "per_layer": 6, "total": 13}
+    per_layer = sum(v["per_layer"] for v in doc["ops"].values())
+    assert sum(v["total"] for v in doc["ops"].values()) == len(doc["op_list"]) + per_layer
+    assert {t["name"] for t in doc["io"]} == {"embeds", "attention_mask", "out", "pooled"}
+    assert sum(v["values"] for v in doc["device_parameters"].values()) + \
+        doc["host_parameters"] == doc["parameters"]
+    assert main(["inspect", str(d), "--precision", "fp16"]) == 0
+    assert "fp8" not in capsys.readouterr().out.split("parameters")[-1]
+    assert main(["inspect", str(tmp_path / "none" / "config.json")]) == 2
