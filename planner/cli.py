@@ -384,14 +384,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return (", ".join(f"{n} {shape(n)}" for n in op.inputs) + " -> "
                 + ", ".join(f"{n} {shape(n)}" for n in op.outputs))
 
-    doc: dict[str, Any] = {"model": g.name, "fields": {k: v for k, v in g.attrs},
-           "io": [{"name": n, "kind": k, "shape": s, "dtype": d} for n, k, s, d in io],
-           "ops": {k: {"top": v[0], "per_layer": v[1], "total": v[0] + v[1] * trips}
-                   for k, v in sorted(kinds.items())},
-           "layers": trips, "parameters": model_parameter_count(g),
-           "device_parameters": {d: {"values": v[0], "bytes": v[1]}
-                                 for d, v in sorted(by_dtype.items())},
-           "host_parameters": g.attr_int("host_parameters") if g.attr("host_parameters") else 0}
+    doc: dict[str, Any] = {
+        "model": g.name, "fields": {k: v for k, v in g.attrs},
+        "io": [{"name": n, "kind": k, "shape": s, "dtype": d} for n, k, s, d in io],
+        "ops": {k: {"top": v[0], "per_layer": v[1], "total": v[0] + v[1] * trips}
+                for k, v in sorted(kinds.items())},
+        "layers": trips, "parameters": model_parameter_count(g),
+        "device_parameters": {d: {"values": v[0], "bytes": v[1]}
+                              for d, v in sorted(by_dtype.items())},
+        "host_parameters": g.attr_int("host_parameters") if g.attr("host_parameters") else 0}
     if args.ops:
         doc["op_list"] = [{"name": n, "kind": op.kind, "operands": operands(op, graph)}
                           for n, op, graph in listed]
