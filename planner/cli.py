@@ -345,6 +345,47 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("reference", "run the numpy reference forward of a model and print statistics",
+         arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
+                                 "directory)"), *MODEL_ARGS,
+         arg("--seed", type=count(0), default=0,
+             help="parameter seed (inputs use seed+1); default 0"),
+         arg("--precision", choices=("fp8", "fp16", "fp32"), default="fp8",
+             help="fp8: the deployable graph; fp16: every operand fp16; fp32: every "
+                  "tensor fp32"), JSON_ARG)
+def cmd_reference(args: argparse.Namespace) -> int:
+    from planner.ir.models import load_model
+    from planner.ir.reference import init_inputs, init_params, reference
+
+    t0 = time.perf_counter()
+    g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
+    params = init_params(g, seed=args.seed)
+    inputs = init_inputs(g, seed=args.seed + 1)
+    t1 = time.perf_counter()
+    outputs = reference(g, params, inputs)
+    t2 = time.perf_counter()
+    a = dict(g.attrs)
+    if args.json:
+        stats = {name: {"shape": list(y.shape), "mean": float(np.mean(y, dtype=np.float64)),
+                        "std": float(np.std(y, dtype=np.float64)), "min": float(np.min(y)),
+                        "max": float(np.max(y)), "nan": int(np.isnan(y).sum())}
+                 for name, y in outputs.items()}
+        _print_json({"model": g.name, "layers": a["layers"], "batch": a["batch"],
+                     "precision": args.precision, "seed": args.seed, "outputs": stats,
+                     "setup_seconds": t1 - t0, "forward_seconds": t2 - t1})
+        return 0
+    print(f"model {g.name}: layers {a['layers']}, batch {a['batch']}, precision "
+          f"{args.precision}, seed {args.seed}")
+    rows = []
+    for name, y in outputs.items():
+        y64 = y.astype(np.float64)
+        rows.append([name, "x".join(map(str, y.shape)), f"{y64.mean():.6g}", f"{y64.std():.6g}",
+                     f"{y64.min():.6g}", f"{y64.max():.6g}", int(np.isnan(y).sum())])
+    print(_table(["output", "shape", "mean", "std", "min", "max", "nan"], rows))
+    print(f"time: setup (graph + init) {t1 - t0:.2f} s, forward {t2 - t1:.2f} s")
+    return 0
+
+
 @command("inspect", "the graph a model source imports to: fields, inputs and outputs, ops by "
                     "kind, parameters",
          arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
@@ -413,47 +454,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(_table(["op", "kind", "operands"],
                      [[r["name"], r["kind"], r["operands"]] for r in doc["op_list"]],
                      left=(0, 1, 2)))
-    return 0
-
-
-@command("reference", "run the numpy reference forward of a model and print statistics",
-         arg("model", help="zoo name, model TOML or Hugging Face config.json (or its "
-                                 "directory)"), *MODEL_ARGS,
-         arg("--seed", type=count(0), default=0,
-             help="parameter seed (inputs use seed+1); default 0"),
-         arg("--precision", choices=("fp8", "fp16", "fp32"), default="fp8",
-             help="fp8: the deployable graph; fp16: every operand fp16; fp32: every "
-                  "tensor fp32"), JSON_ARG)
-def cmd_reference(args: argparse.Namespace) -> int:
-    from planner.ir.models import load_model
-    from planner.ir.reference import init_inputs, init_params, reference
-
-    t0 = time.perf_counter()
-    g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
-    params = init_params(g, seed=args.seed)
-    inputs = init_inputs(g, seed=args.seed + 1)
-    t1 = time.perf_counter()
-    outputs = reference(g, params, inputs)
-    t2 = time.perf_counter()
-    a = dict(g.attrs)
-    if args.json:
-        stats = {name: {"shape": list(y.shape), "mean": float(np.mean(y, dtype=np.float64)),
-                        "std": float(np.std(y, dtype=np.float64)), "min": float(np.min(y)),
-                        "max": float(np.max(y)), "nan": int(np.isnan(y).sum())}
-                 for name, y in outputs.items()}
-        _print_json({"model": g.name, "layers": a["layers"], "batch": a["batch"],
-                     "precision": args.precision, "seed": args.seed, "outputs": stats,
-                     "setup_seconds": t1 - t0, "forward_seconds": t2 - t1})
-        return 0
-    print(f"model {g.name}: layers {a['layers']}, batch {a['batch']}, precision "
-          f"{args.precision}, seed {args.seed}")
-    rows = []
-    for name, y in outputs.items():
-        y64 = y.astype(np.float64)
-        rows.append([name, "x".join(map(str, y.shape)), f"{y64.mean():.6g}", f"{y64.std():.6g}",
-                     f"{y64.min():.6g}", f"{y64.max():.6g}", int(np.isnan(y).sum())])
-    print(_table(["output", "shape", "mean", "std", "min", "max", "nan"], rows))
-    print(f"time: setup (graph + init) {t1 - t0:.2f} s, forward {t2 - t1:.2f} s")
     return 0
 
 

@@ -44,6 +44,27 @@ def check_regular_file(path: Path, what: str, max_bytes: int) -> None:
         raise ConfigError(str(path), what, f"larger than {max_bytes} bytes", st.st_size)
 
 
+def read_document(path: Path, what: str, fmt: str = "toml",
+                  max_bytes: int = MAX_TOML_BYTES) -> Any:
+    """The parsed text of file `path`, `fmt` "toml" or "json"; ConfigError
+    naming the file: `what` when it is missing or not a regular file of at
+    most `max_bytes`, `fmt` when it is not text or does not parse."""
+    import json
+
+    check_regular_file(path, what, max_bytes)
+    try:
+        text = path.read_text()
+        return tomllib.loads(text) if fmt == "toml" else json.loads(text)
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(str(path), what, "file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), fmt, f"not a text file: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), fmt, f"not valid TOML: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(str(path), fmt, f"not valid JSON: {e}") from None
+
+
 def read_toml(
     name_or_path: str | Path, preset_dir: Path, what: str, preset: str = "preset",
     shelf: str = "presets",
@@ -62,16 +83,7 @@ def read_toml(
             shipped = sorted(p.stem for p in preset_dir.glob("*.toml"))
             raise ConfigError(text, what, f"no such {preset}; {shelf}: {shipped} (a file "
                               "path needs a '/' or the .toml suffix)")
-    check_regular_file(path, what, MAX_TOML_BYTES)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        raise ConfigError(str(path), what, "file not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not a text file: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not valid TOML: {e}") from None
-    return data, str(path)
+    return read_document(path, what), str(path)
 
 
 def check_fields(

@@ -52,7 +52,7 @@ from planner.decide.fusion import group_key, sibling_groups
 from planner.decide.plan import CAST_ORDERS, PACKINGS, Plan
 from planner.ir.graph import Graph, Repeat, op_sites
 from simulator.device import Device
-from tilecommon.config import check_regular_file
+from tilecommon.config import read_document
 from tilecommon.errors import ConfigError
 
 TABLES = ("plan", "recipes", "cast", "open", "fused", "shift", "rotation")
@@ -136,19 +136,10 @@ def parse_constraints(data: Any, source: str) -> Constraints:
 def load_constraints(path: str | Path) -> Constraints:
     """The constraints file at `path` (ConfigError naming it when it is
     missing, not TOML or malformed)."""
-    import tomllib
-
     p = Path(path)
     if not p.exists():
         raise ConfigError(str(path), "constraints", "file not found")
-    check_regular_file(p, "constraints", MAX_BYTES)
-    try:
-        data = tomllib.loads(p.read_text())
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not a text file: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), "toml", f"not valid TOML: {e}") from None
-    return parse_constraints(data, str(path))
+    return parse_constraints(read_document(p, "constraints", "toml", MAX_BYTES), str(path))
 
 
 # ------------------------------------------------------------------ resolution

@@ -39,11 +39,10 @@ outside the list above, a config that is not a JSON object.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from tilecommon.config import MAX_TOML_BYTES, check_regular_file
+from tilecommon.config import read_document
 from tilecommon.errors import ConfigError
 
 TEXT_TOKENS = 128  # a BERT-style encoder's sequence (the zoo's bert-base)
@@ -69,13 +68,7 @@ def read_config(path: Path) -> tuple[dict[str, Any], Path]:
     file = path / "config.json" if path.is_dir() else path
     if not file.exists():
         raise ConfigError(str(file), "model", "file not found")
-    check_regular_file(file, "model", MAX_TOML_BYTES)
-    try:
-        data = json.loads(file.read_text())
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(file), "config", f"not a text file: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(str(file), "config", f"not valid JSON: {e}") from None
+    data = read_document(file, "model", "json")
     if not isinstance(data, dict):
         raise ConfigError(str(file), "config", "must be a JSON object", type(data).__name__)
     return data, file
