@@ -247,3 +247,19 @@ def test_inspect_shows_the_imported_graph(tmp_path: Path,
     assert main(["inspect", str(d), "--precision", "fp16"]) == 0
     assert "fp8" not in capsys.readouterr().out.split("parameters")[-1]
     assert main(["inspect", str(tmp_path / "none" / "config.json")]) == 2
+
+
+def test_a_sweep_over_a_checkpoint_directory(tmp_path: Path) -> None:
+    """A sweep's model axis takes a config.json directory, relative to the
+    sweep file, beside a zoo name."""
+    from planner.sweep import load_sweep, run_sweep
+
+    _write(tmp_path, "tiny-bert", TINY_BERT)
+    (tmp_path / "s.toml").write_text(
+        '[sweep]\nmodel = ["./tiny-bert", "minilm-l6"]\ndevice = ["c600"]\nlayers = [1]\n'
+        'optimization_steps = [0]\nnumerics = [false]\n')
+    res = run_sweep(load_sweep(tmp_path / "s.toml"), tmp_path / "out", workers=1,
+                    progress=False)
+    rows = {r["model"]: r for r in res.rows}
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows.values())
+    assert 0 < rows[str(tmp_path / "tiny-bert")]["cycles"] < rows["minilm-l6"]["cycles"]
