@@ -135,6 +135,8 @@ def writable_file(path: str, flag: str, protect: Sequence[Path] = ()) -> None:
 MODEL_ARGS = (
     arg("--layers", type=count(1), default=None, help="override the number of encoder layers"),
     arg("--batch", type=count(1), default=None, help="override the images per batch"),
+    arg("--tokens", type=count(1), default=None,
+        help="override the sequence length (a text model's tokens, a tower's patches)"),
 )
 DEVICE_ARGS = (arg("--device", default="c600", help="device preset name or TOML path"),)
 
@@ -310,7 +312,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         if args.path is None:
             raise ConfigError("--parameters", "--parameters", "lists one model's parameters: "
                               "give its name or TOML")
-        g = load_model(args.path, layers=args.layers, batch=args.batch)
+        g = load_model(args.path, layers=args.layers, batch=args.batch, tokens=args.tokens)
         prows = [[p, "x".join(str(d) for d in g.tensor(p).shape), g.tensor(p).dtype,
                   f"{int(np.prod(g.tensor(p).shape)):,}"] for p in sorted(g.parameters)]
         if args.json:
@@ -324,7 +326,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     names = zoo_names() if args.path is None else [args.path]
     rows = []
     for name in names:
-        g = load_model(name, layers=args.layers, batch=args.batch)
+        g = load_model(name, layers=args.layers, batch=args.batch, tokens=args.tokens)
         a = dict(g.attrs)
         batch = g.attr_int("batch")
         kind = ("vit" if "patch" in a else "decoder" if a.get("attention") == "causal"
@@ -358,7 +360,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from planner.ir.reference import init_inputs, init_params, reference
 
     t0 = time.perf_counter()
-    g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
+    g = load_model(args.model, layers=args.layers, batch=args.batch, tokens=args.tokens,
+                   precision=args.precision)
     params = init_params(g, seed=args.seed)
     inputs = init_inputs(g, seed=args.seed + 1)
     t1 = time.perf_counter()
@@ -398,7 +401,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from planner.ir.graph import Repeat, model_parameter_count
     from planner.ir.models import load_model
 
-    g = load_model(args.model, layers=args.layers, batch=args.batch, precision=args.precision)
+    g = load_model(args.model, layers=args.layers, batch=args.batch, tokens=args.tokens,
+                   precision=args.precision)
     kinds: dict[str, list[int]] = {}  # kind -> [top-level ops, ops per layer]
     listed = []
     trips = 1
@@ -535,7 +539,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
 
         constraints = load_constraints(args.constraints)
     device = load_device(args.device)
-    graph = load_model(args.model, layers=args.layers, batch=args.batch,
+    graph = load_model(args.model, layers=args.layers, batch=args.batch, tokens=args.tokens,
                        precision=args.precision)
     graph, raw = model_values(graph, args.weights, args.scales)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
@@ -626,7 +630,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
     from simulator.device import load_device
 
     device = load_device(args.device)
-    graph = load_model(args.model, layers=args.layers, batch=args.batch)
+    graph = load_model(args.model, layers=args.layers, batch=args.batch, tokens=args.tokens)
     ctx = PlanningContext()
     chosen = baseline_plan(graph, device, args.limit, args.baseline, ctx)
     rows = candidates(graph, device, chosen, args.op, args.limit, ctx.catalogue)

@@ -1,4 +1,4 @@
-"""--precision fp8 | fp16: the fp16 graph has no fp8 tensor and no fp8 cast, plans,
+"""--precision fp8 | fp16 and --tokens: the fp16 graph has no fp8 tensor and no fp8 cast, plans,
 runs within tolerance of its reference, and the summary says which."""
 
 from __future__ import annotations
@@ -44,3 +44,14 @@ def test_bad_precision_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "vit-micro", "--precision", "fp32"]) == 2  # reference-only
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--precision" in err[0]
+
+
+def test_tokens_override(capsys: pytest.CaptureFixture[str]) -> None:
+    g = planner.load_model("bert-base", layers=1, tokens=64)
+    assert g.attr("tokens") == 64 and g.tensor("embeds").shape == (64, 768)
+    assert planner.load_model("qwen2.5-0.5b", layers=1, tokens=256).tensor(
+        "rope_cos").shape[0] == 256
+    # bert's learned position table has 512 rows: a longer sequence is named
+    assert main(["inspect", "bert-base", "--tokens", "600"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'max_positions': must be at least tokens (600)" in err[0]

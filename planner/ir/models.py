@@ -282,17 +282,21 @@ def load_model(
     layers: int | None = None,
     batch: int | None = None,
     precision: str = "fp8",
+    tokens: int | None = None,
 ) -> Graph:
-    """The graph of a zoo model (by name) or a user TOML (by path).
+    """The graph of a zoo model (by name), a user TOML (by path) or a Hugging
+    Face config (planner.ir.hf).
 
-    `layers`/`batch` override the config; `precision` is "fp8" (the deployable
-    graph of the measured policy: fp8 projections and MLP, fp16 activations
-    and QK), "fp16" (deployable, every operand fp16) or "fp32" (reference-only:
-    every tensor fp32).  Raises ConfigError.
+    `layers`/`batch`/`tokens` override the config (tokens: a text model's
+    sequence, a tower's patches; checked against the model as the field is);
+    `precision` is "fp8" (the deployable graph of the measured policy: fp8
+    projections and MLP, fp16 activations and QK), "fp16" (deployable, every
+    operand fp16) or "fp32" (reference-only: every tensor fp32).  Raises
+    ConfigError.
     """
     cfg = load_config(name_or_path)
     source = str(name_or_path)
-    for field, value in (("layers", layers), ("batch", batch)):
+    for field, value in (("layers", layers), ("batch", batch), ("tokens", tokens)):
         if value is None:
             continue
         lo, hi = _LIMITS[field][1:]
@@ -306,7 +310,10 @@ def load_model(
         **cfg.__dict__,
         "layers": cfg.layers if layers is None else layers,
         "batch": cfg.batch if batch is None else batch,
+        "tokens": cfg.tokens if tokens is None else tokens,
     })
+    if tokens is not None:
+        _check_consistent(cfg, source)  # e.g. beyond a learned position table
     return build_model(cfg, precision)
 
 
