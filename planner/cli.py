@@ -438,6 +438,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "device_parameters": {d: {"values": v[0], "bytes": v[1]}
                               for d, v in sorted(by_dtype.items())},
         "host_parameters": g.attr_int("host_parameters") if g.attr("host_parameters") else 0}
+    if str(args.model).endswith(".onnx"):  # which nodes each recognised part came from
+        from planner.ir.onnx_import import onnx_model
+
+        imported = onnx_model(args.model)
+        doc["onnx"] = {"op_types": imported.op_types, "provenance": imported.provenance}
     if args.ops:
         doc["op_list"] = [{"name": n, "kind": op.kind, "operands": operands(op, graph)}
                           for n, op, graph in listed]
@@ -454,6 +459,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     dev = ", ".join(f"{d} {v[0]:,} values ({v[1]:,} bytes)" for d, v in sorted(by_dtype.items()))
     print(f"parameters {doc['parameters']:,} (on the device: {dev}; on the host: "
           f"{doc['host_parameters']:,})")
+    if "onnx" in doc:
+        prov = doc["onnx"]["provenance"]
+        print(f"from {sum(doc['onnx']['op_types'].values())} ONNX nodes "
+              f"({', '.join(f'{k} {v}' for k, v in doc['onnx']['op_types'].items())}); "
+              "the hidden path's, by part:")
+        print(_table(["part", "nodes", "first node"],
+                     [[role, len(nodes), nodes[0]] for role, nodes in prov.items()],
+                     left=(0, 2)))
     if args.ops:
         print(_table(["op", "kind", "operands"],
                      [[r["name"], r["kind"], r["operands"]] for r in doc["op_list"]],
@@ -541,7 +554,16 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
     device = load_device(args.device)
     graph = load_model(args.model, layers=args.layers, batch=args.batch, tokens=args.tokens,
                        precision=args.precision)
-    graph, raw = model_values(graph, args.weights, args.scales)
+    weights = args.weights
+    inputs, also = None, None
+    if str(args.model).endswith(".onnx"):
+        from planner.ir.onnx_import import onnx_model, ort_check, ort_inputs
+
+        weights = weights or args.model  # an ONNX model brings its initializers
+        if numerics:  # onnxruntime runs the file on the same tokens: its own answer
+            inputs, feed = ort_inputs(onnx_model(args.model), graph, seed=1)
+            also = ort_check(args.model, feed, list(graph.outputs))
+    graph, raw = model_values(graph, weights, args.scales, inputs=inputs)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,
                          operator_candidate_limit=args.operator_candidate_limit,
@@ -554,7 +576,7 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
         with (stage_progress(args, stages) as on_stage,
               proposal_progress(args, cfg.optimization_steps) as on_record):
             outcome = run_model(graph, device, cfg, numerics=numerics, on_record=on_record,
-                                on_stage=on_stage, params=raw)
+                                on_stage=on_stage, params=raw, inputs=inputs, also=also)
         if not numerics:
             outcome.summary["numerics_note"] = f"not computed ({no_numerics_why})"
         if args.constraints:

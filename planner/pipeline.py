@@ -172,12 +172,14 @@ SCALES = ("fixed", "data")
 
 
 def model_values(graph: Graph, weights: str | None = None, scales: str | None = None,
-                 seed: int = 0) -> tuple[Graph, dict[str, np.ndarray] | None]:
+                 seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None
+                 ) -> tuple[Graph, dict[str, np.ndarray] | None]:
     """The graph and raw parameters of a run: parameters from the file
     `weights` (planner.ir.weights; None: the seeded init, which `run_model`
     draws), fp8 scales "fixed" (the graph's) or "data" (planner.ir.scales,
-    calibrated on the run's inputs); default "data" with a weights file,
-    "fixed" without.  ConfigError names a bad file, tensor or choice."""
+    calibrated on the run's inputs: `inputs`, default those `run_model`
+    draws); default "data" with a weights file, "fixed" without.  ConfigError
+    names a bad file, tensor or choice."""
     from planner.ir.reference import init_inputs, init_params
     from planner.ir.scales import data_scales
     from planner.ir.weights import load_weights
@@ -189,7 +191,8 @@ def model_values(graph: Graph, weights: str | None = None, scales: str | None = 
     raw = load_weights(graph, weights) if weights else None
     if choice == "data":
         values = raw if raw is not None else init_params(graph, seed=seed)
-        graph = data_scales(graph, values, init_inputs(graph, seed=seed + 1))
+        graph = data_scales(graph, values, inputs if inputs is not None
+                            else init_inputs(graph, seed=seed + 1))
     return graph, raw
 
 
@@ -202,7 +205,10 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
               ctx: PlanningContext | None = None,
               on_record: Callable[[Any], None] | None = None,
               on_stage: Callable[[str], None] | None = None,
-              params: Mapping[str, np.ndarray] | None = None) -> RunOutcome:
+              params: Mapping[str, np.ndarray] | None = None,
+              inputs: Mapping[str, np.ndarray] | None = None,
+              also: Callable[[Mapping[str, np.ndarray]], dict[str, Any]] | None = None
+              ) -> RunOutcome:
     """Plan, build, verify and simulate `graph`; with `numerics`, simulate with
     values (parameters from `seed`, or the raw values `params` rounded to the
     graph's dtypes and scales; inputs from `seed + 1`) and compare with
@@ -210,7 +216,10 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     BuildFailure when the baseline does not fit.
     `on_record` sees each optimizer record as it is decided; `on_stage` the
     name of each stage as it starts (RUN_STAGES, numerics ones only with
-    `numerics`)."""
+    `numerics`).  `inputs`: the graph inputs to simulate with (default: from
+    `seed + 1`); `also(outputs)`: a further comparison of the simulated
+    outputs (an independent runtime's, planner.ir.onnx_import.ort_check),
+    whose fields join the summary."""
     from planner.ir.reference import (
         cast_fractions,
         fp32_graph,
@@ -236,7 +245,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
         stage("simulate with values")
         raw = params if params is not None else init_params(graph, seed=seed)
         params = quantize_params(graph, raw, casts) if params is not None else raw
-        inputs = init_inputs(graph, seed=seed + 1)
+        inputs = dict(inputs) if inputs is not None else init_inputs(graph, seed=seed + 1)
         t0 = time.perf_counter()
         sim = run(res.package, params=params, inputs=inputs, numerics=True)
         sim_seconds = time.perf_counter() - t0
@@ -254,6 +263,8 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     summary = summarize(graph, device, res.package, res.cycles, res.baseline_cycles,
                         res.history, res.stats, plan_seconds, sim_seconds, errors, faults,
                         nonfinite, cast_fractions(casts), cosine, noise)
+    if numerics and not faults and also is not None:
+        summary.update(also(sim.outputs))
     summary.update(breakdown(res, sim if numerics else None))
     summary.update(optimizer_summary(res))
     bad = faults > 0 or (numerics and not faults and not summary["numerics_ok"])

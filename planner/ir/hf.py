@@ -17,7 +17,8 @@ directory name (a checkpoint's repository folder, e.g. `siglip-so400m`).
   (default true), the pooler of `ViTModel` (dense + tanh on the first token);
 - `bert` (post-LN encoder): token embeddings gathered on the host, learned
   positions (`max_position_embeddings`), token types, embedding norm,
-  key-padding mask, the pooler; TEXT_TOKENS tokens;
+  key-padding mask, the pooler; TEXT_TOKENS tokens (fewer when the
+  position table is shorter);
 - `qwen2`, `llama`, `mistral` (decoders at prefill): RMSNorm, SwiGLU, causal
   attention, RoPE (`rope_theta`), grouped-query `num_key_value_heads`, q/k/v
   biases for qwen2 (`attention_bias` for llama), tied embeddings as the
@@ -142,7 +143,8 @@ def hf_table(path: str | Path) -> tuple[dict[str, Any], str]:
     elif kind == "bert":
         table = {"input": "embeddings", "hidden": f.need("hidden_size"),
                  "heads": f.need("num_attention_heads"), "mlp": f.need("intermediate_size"),
-                 "layers": f.need("num_hidden_layers"), "tokens": TEXT_TOKENS,
+                 "layers": f.need("num_hidden_layers"),
+                 "tokens": min(TEXT_TOKENS, f.get("max_position_embeddings", 512)),
                  "eps": float(f.get("layer_norm_eps", 1e-12)), "block": "post_ln",
                  "activation": f.act(), "max_positions": f.get("max_position_embeddings", 512),
                  "type_vocab": f.get("type_vocab_size", 2), "embed_norm": True,

@@ -272,6 +272,10 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     if (is_path(name_or_path) or str(name_or_path).endswith(".json")) and \
             is_hf_source(Path(name_or_path)):
         data, source = hf_table(name_or_path)
+    elif str(name_or_path).endswith(".onnx"):
+        from planner.ir.onnx_import import onnx_model
+
+        data, source = dict(onnx_model(name_or_path).table), str(name_or_path)
     else:
         data, source = read_toml(name_or_path, ZOO_DIR, "model", "zoo model", "zoo")
     return parse_config(data, source)

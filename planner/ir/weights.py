@@ -223,9 +223,16 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
             from safetensors.numpy import load_file
 
             return dict(load_file(str(p)))
+        if p.suffix == ".onnx":  # the initializers an imported model maps to our names
+            from planner.ir.onnx_import import onnx_model
+
+            return dict(onnx_model(p).weights)
+    except ConfigError:
+        raise
     except Exception as e:  # OSError, BadZipFile, ValueError, safetensors' SafetensorError
         raise ConfigError(str(path), "weights", f"cannot read: {e}") from None
-    raise ConfigError(str(path), "weights", "must be a .npz or .safetensors file", p.suffix)
+    raise ConfigError(str(path), "weights", "must be a .npz, .safetensors or .onnx file",
+                      p.suffix)
 
 
 def _convert(a: np.ndarray, rule: Rule, want: tuple[int, ...], g: Graph) -> np.ndarray | None:

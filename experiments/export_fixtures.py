@@ -1,0 +1,74 @@
+"""Export the ONNX and Hugging Face fixtures under tests/fixtures/models/.
+
+Not run in CI: it needs torch and transformers, which tileplan never imports.
+Measured with torch 2.13.0+cpu and transformers 5.25 (install them in a venv
+of their own: `python -m venv /tmp/fx && /tmp/fx/bin/pip install torch
+transformers onnx onnxscript safetensors`), then from the repository root:
+
+    /tmp/fx/bin/python experiments/export_fixtures.py
+
+Each fixture is a tiny random-weight model (hidden 64, 2 layers) written as a
+checkpoint directory: `config.json` + `model.safetensors` (transformers'
+`save_pretrained`) and one ONNX file per exporter that works on it,
+`model.torchscript.onnx` (the TorchScript-based exporter, opset 17) and
+`model.dynamo.onnx` (the torch.export-based one, opset 18).  The inputs are
+static: batch 1, SEQUENCE tokens.  transformers' models take keyword inputs,
+which the TorchScript exporter passes wrongly ("multiple values for argument
+'use_cache'"), so each model is wrapped in a module that calls it with
+keywords.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SEQUENCE = 32
+ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "models"
+
+
+def main() -> None:
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = self.model(input_ids=ids, attention_mask=mask)
+            return out.last_hidden_state, out.pooler_output
+
+    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=64)
+    model = BertModel(cfg).eval()
+    out = ROOT / "tiny-bert"
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    ids = torch.randint(0, cfg.vocab_size, (1, SEQUENCE))
+    mask = torch.ones(1, SEQUENCE, dtype=torch.long)
+    for exporter, dynamo, opset in (("torchscript", False, 17), ("dynamo", True, 18)):
+        path = out / f"model.{exporter}.onnx"
+        try:
+            torch.onnx.export(Wrapped(model), (ids, mask), str(path),
+                              input_names=["input_ids", "attention_mask"],
+                              output_names=["last_hidden_state", "pooler_output"],
+                              opset_version=opset, dynamo=dynamo)
+        except Exception as e:  # an exporter that cannot export this model: say so
+            print(f"{path}: {exporter} exporter failed: {e}", file=sys.stderr)
+            continue
+        import onnx
+
+        whole = onnx.load(str(path))  # external data (the dynamo exporter's) inline:
+        data = Path(str(path) + ".data")  # one self-contained file per exporter
+        onnx.save(whole, str(path), save_as_external_data=False)
+        data.unlink(missing_ok=True)
+        print(f"{path}: {path.stat().st_size:,} bytes")
+
+
+if __name__ == "__main__":
+    main()

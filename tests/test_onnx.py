@@ -1,0 +1,123 @@
+"""ONNX files as model sources (planner/ir/onnx_import.py), on the committed
+fixtures of experiments/export_fixtures.py (a tiny random BERT exported by
+PyTorch's TorchScript and dynamo exporters): the recognised model and
+weights equal the checkpoint's, runs agree with onnxruntime, and bad files
+exit 2 naming file or node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import planner
+from planner.cli import main
+from planner.ir.onnx_import import onnx_model
+from planner.ir.weights import load_weights
+
+FIXTURE = Path(__file__).parent / "fixtures" / "models" / "tiny-bert"
+EXPORTERS = ("torchscript", "dynamo")
+
+
+def _onnx(exporter: str) -> Path:
+    return FIXTURE / f"model.{exporter}.onnx"
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_the_import_is_the_checkpoint(exporter: str) -> None:
+    m = onnx_model(_onnx(exporter))
+    hf = planner.ir.models.load_config(FIXTURE)
+    assert (m.table["hidden"], m.table["heads"], m.table["mlp"], m.table["layers"]) == (
+        hf.hidden, hf.heads, hf.mlp, hf.layers)
+    assert (m.table["activation"], m.table["block"], m.table["pool"], m.table["eps"]) == (
+        hf.activation, hf.block, hf.pool, hf.eps)
+    assert m.table["tokens"] == 32 and m.table["attention_mask"]
+    g = planner.load_model(FIXTURE, tokens=32)
+    ckpt = load_weights(g, FIXTURE / "model.safetensors")
+    assert sorted(ckpt) == sorted(m.weights)
+    for k, v in ckpt.items():
+        mine = m.weights[k]
+        if k == "pos_embed":  # the dynamo exporter folds the 32 rows it reads
+            v = v[:mine.shape[0]]
+        assert np.array_equal(v, mine), k
+    # every recognised part names its nodes; every layer has all of them
+    assert {r for r in m.provenance if r.startswith("layer 1")} == {
+        f"layer 1 {p}" for p in ("q", "k", "v", "attention", "o", "ln1", "fc1", "gelu_erf",
+                                 "fc2", "ln2")}
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
+def test_runs_agree_with_onnxruntime(exporter: str, precision: str, floor: float,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(_onnx(exporter)), "--device", "tiny", "--precision", precision,
+                 "--optimization-steps", "1", "--json", "--quiet"]) == 0
+    s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert s["numerics_ok"] and s["precision"] == precision
+    assert s["ort_cosine_min"] >= floor and 0 < s["ort_rel_error"] < 0.05
+
+
+def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    """The TorchScript export and config.json + model.safetensors: one
+    package.  (The dynamo export folds the position rows it reads into a
+    constant: no row-select step, a few cycles fewer.)"""
+    got = []
+    for argv in ([str(_onnx("torchscript"))],
+                 [str(FIXTURE), "--tokens", "32", "--weights",
+                  str(FIXTURE / "model.safetensors")]):
+        assert main(["plan", *argv, "--device", "tiny", "--json", "--quiet"]) == 0
+        got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert got[0]["package_hash"] == got[1]["package_hash"]
+    assert got[0]["cycles"] == got[1]["cycles"]
+
+
+def _edited(tmp_path: Path, edit: str) -> Path:
+    import onnx
+
+    model = onnx.load(str(_onnx("torchscript")))
+    nodes = model.graph.node
+    if edit == "uncovered":  # the first layer's Erf becomes a Sin
+        next(n for n in nodes if n.op_type == "Erf").op_type = "Sin"
+    elif edit == "dangling":
+        next(n for n in nodes if n.op_type == "Softmax").input[0] = "nowhere"
+    elif edit == "no-ids":
+        model.graph.input[0].name = "pixel_values"
+        for n in nodes:
+            for i, x in enumerate(n.input):
+                if x == "input_ids":
+                    n.input[i] = "pixel_values"
+    path = tmp_path / f"{edit}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("truncated", "not an ONNX model"), ("text", "not an ONNX model"),
+    ("dangling", "does not check"), ("uncovered", "'node /model/encoder/layer.0/"),
+    ("no-ids", "no token embedding")])
+def test_bad_files_exit_2_naming_file_or_node(tmp_path: Path, kind: str, words: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    if kind == "truncated":
+        path = tmp_path / "t.onnx"
+        path.write_bytes(_onnx("torchscript").read_bytes()[:5000])
+    elif kind == "text":
+        path = tmp_path / "x.onnx"
+        path.write_text("hello, not a protobuf\n")
+    else:
+        path = _edited(tmp_path, kind)
+    assert main(["plan", str(path), "--device", "tiny", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and words in err[0], err
+    if kind == "uncovered":
+        assert "Sin: expected the GELU" in err[0]
+
+
+def test_inspect_names_the_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(_onnx("torchscript")), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["onnx"]["op_types"]["LayerNormalization"] == 5
+    assert doc["onnx"]["provenance"]["layer 0 q"][0] == \
+        "/model/encoder/layer.0/attention/self/query/MatMul"
+    assert doc["layers"] == 2 and doc["fields"]["tokens"] == 32
