@@ -7,7 +7,8 @@ transformers onnx onnxscript safetensors`), then from the repository root:
 
     /tmp/fx/bin/python experiments/export_fixtures.py
 
-Each fixture is a tiny random-weight model (hidden 64, 2 layers) written as a
+Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
+SEQUENCE tokens, a ViT on 32x32 images in 8x8 patches) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
 `save_pretrained`) and one ONNX file per exporter that works on it,
 `model.torchscript.onnx` (the TorchScript-based exporter, opset 17) and
@@ -27,47 +28,52 @@ SEQUENCE = 32
 ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "models"
 
 
-def main() -> None:
+def export(model: object, example: tuple[object, ...], names: list[str], out: Path) -> None:
+    """`model` (a transformers model taking the keyword inputs `names`) as
+    out/config.json + model.safetensors and one ONNX file per exporter."""
+    import onnx
     import torch
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
 
     class Wrapped(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            out = self.model(input_ids=ids, attention_mask=mask)
+        def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = self.model(**dict(zip(names, args, strict=True)))
             return out.last_hidden_state, out.pooler_output
 
-    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, intermediate_size=128,
-                     max_position_embeddings=64)
-    model = BertModel(cfg).eval()
-    out = ROOT / "tiny-bert"
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    ids = torch.randint(0, cfg.vocab_size, (1, SEQUENCE))
-    mask = torch.ones(1, SEQUENCE, dtype=torch.long)
+    model.save_pretrained(out)  # type: ignore[attr-defined]
     for exporter, dynamo, opset in (("torchscript", False, 17), ("dynamo", True, 18)):
         path = out / f"model.{exporter}.onnx"
         try:
-            torch.onnx.export(Wrapped(model), (ids, mask), str(path),
-                              input_names=["input_ids", "attention_mask"],
+            torch.onnx.export(Wrapped(model), example, str(path), input_names=names,  # type: ignore[arg-type]
                               output_names=["last_hidden_state", "pooler_output"],
                               opset_version=opset, dynamo=dynamo)
         except Exception as e:  # an exporter that cannot export this model: say so
             print(f"{path}: {exporter} exporter failed: {e}", file=sys.stderr)
             continue
-        import onnx
-
         whole = onnx.load(str(path))  # external data (the dynamo exporter's) inline:
-        data = Path(str(path) + ".data")  # one self-contained file per exporter
-        onnx.save(whole, str(path), save_as_external_data=False)
-        data.unlink(missing_ok=True)
+        onnx.save(whole, str(path), save_as_external_data=False)  # one file per exporter
+        Path(str(path) + ".data").unlink(missing_ok=True)
         print(f"{path}: {path.stat().st_size:,} bytes")
+
+
+def main() -> None:
+    import torch
+    from transformers import BertConfig, BertModel, ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, intermediate_size=128,
+                                max_position_embeddings=64)).eval()
+    ids = torch.randint(0, 1000, (1, SEQUENCE))
+    export(bert, (ids, torch.ones(1, SEQUENCE, dtype=torch.long)),
+           ["input_ids", "attention_mask"], ROOT / "tiny-bert")
+    vit = ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=128, image_size=32, patch_size=8)).eval()
+    export(vit, (torch.randn(1, 3, 32, 32),), ["pixel_values"], ROOT / "tiny-vit")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """ONNX files as model sources (planner/ir/onnx_import.py), on the committed
-fixtures of experiments/export_fixtures.py (a tiny random BERT exported by
-PyTorch's TorchScript and dynamo exporters): the recognised model and
-weights equal the checkpoint's, runs agree with onnxruntime, and bad files
-exit 2 naming file or node."""
+fixtures of experiments/export_fixtures.py (a tiny random BERT and ViT
+exported by PyTorch's TorchScript and dynamo exporters): the recognised model
+and weights equal the checkpoint's, runs agree with onnxruntime, and bad
+files exit 2 naming file or node."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from planner.ir.onnx_import import onnx_model
 from planner.ir.weights import load_weights
 
 FIXTURE = Path(__file__).parent / "fixtures" / "models" / "tiny-bert"
+VIT = FIXTURE.parent / "tiny-vit"
 EXPORTERS = ("torchscript", "dynamo")
 
 
-def _onnx(exporter: str) -> Path:
-    return FIXTURE / f"model.{exporter}.onnx"
+def _onnx(exporter: str, fixture: Path = FIXTURE) -> Path:
+    return fixture / f"model.{exporter}.onnx"
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -49,11 +50,36 @@ def test_the_import_is_the_checkpoint(exporter: str) -> None:
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
+def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
+    from safetensors.numpy import load_file
+
+    m = onnx_model(_onnx(exporter, VIT))
+    hf = planner.ir.models.load_config(VIT)
+    assert {k: v for k, v in m.table.items() if k != "name"} == {
+        "hidden": hf.hidden, "heads": hf.heads, "mlp": hf.mlp, "tokens": hf.tokens,
+        "layers": hf.layers, "eps": hf.eps, "activation": hf.activation,
+        "attention_mask": False, "pool": hf.pool, "patch": hf.patch, "channels": hf.channels}
+    ckpt = load_file(str(VIT / "model.safetensors"))
+    pos = ckpt["embeddings.position_embeddings"][0]
+    cls = ckpt["embeddings.cls_token"].reshape(-1)
+    b = ckpt["embeddings.patch_embeddings.projection.bias"]
+    assert np.array_equal(m.weights["pos_embed"][1:], pos[1:])
+    # the class token rides on a zero patch row: its embedding is b + pos[0]
+    assert np.allclose(m.weights["pos_embed"][0] + b, cls + pos[0], atol=1e-6)
+    assert np.array_equal(m.weights["layers.w_q"][1],
+                          ckpt["encoder.layer.1.attention.attention.query.weight"].T)
+    assert np.array_equal(m.weights["ln_f.gamma"], ckpt["layernorm.weight"])
+    # the same cycles as the tower its config.json describes
+    assert planner.load_model(VIT).attrs == planner.load_model(_onnx(exporter, VIT)).attrs
+
+
+@pytest.mark.parametrize("fixture", [FIXTURE, VIT], ids=["bert", "vit"])
+@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
-def test_runs_agree_with_onnxruntime(exporter: str, precision: str, floor: float,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", str(_onnx(exporter)), "--device", "tiny", "--precision", precision,
-                 "--optimization-steps", "1", "--json", "--quiet"]) == 0
+def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
+                                     floor: float, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(_onnx(exporter, fixture)), "--device", "tiny", "--precision",
+                 precision, "--optimization-steps", "1", "--json", "--quiet"]) == 0
     s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert s["numerics_ok"] and s["precision"] == precision
     assert s["ort_cosine_min"] >= floor and 0 < s["ort_rel_error"] < 0.05
@@ -96,7 +122,7 @@ def _edited(tmp_path: Path, edit: str) -> Path:
 @pytest.mark.parametrize("kind, words", [
     ("truncated", "not an ONNX model"), ("text", "not an ONNX model"),
     ("dangling", "does not check"), ("uncovered", "'node /model/encoder/layer.0/"),
-    ("no-ids", "no token embedding")])
+    ("no-ids", "neither a token embedding")])
 def test_bad_files_exit_2_naming_file_or_node(tmp_path: Path, kind: str, words: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     if kind == "truncated":

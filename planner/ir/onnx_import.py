@@ -3,7 +3,15 @@ the weights (our names) recognised in an exporter's graph.
 
 `onnx_model(path)` reads the file with the `onnx` package (checker and shape
 inference), then recognises, node by node, the patterns PyTorch's exporters
-(TorchScript-based and torch.export-based) emit for a BERT-style encoder:
+(TorchScript-based and torch.export-based) emit for a BERT-style encoder and
+for a ViT tower:
+
+- a ViT's patch embedding (`Conv` with kernel = stride, no padding, then the
+  `Reshape` / `Transpose` to tokens; a `Shape` of it only sizes the view),
+  the class-token `Concat` (a constant or an `Expand` of one: our patch
+  input carries it as a zero row, so pos[0] absorbs cls - b_patch), the
+  position `Add`; pre-LN blocks (the norm before q/k/v and before the MLP,
+  residuals around them) and the final `LayerNormalization`;
 
 - token embeddings: `Gather(word table, input_ids)` (gathered on the host, as
   the zoo's text models), token types (`Gather(type table, ...)`: the type-0
@@ -17,7 +25,8 @@ inference), then recognises, node by node, the patterns PyTorch's exporters
   from the `attention_mask` input, `Softmax` (and the NaN guard `IsNaN` /
   `Where` around it), the residual `Add` and the post-LN
   `LayerNormalization`, the GELU (the erf chain `Div, Erf, Add, Mul, Mul`,
-  or `Gelu`), `Dropout` and `Identity` as no-ops;
+  or `Gelu`), `Dropout` and `Identity` as no-ops, an all-zero constant
+  mask `Add` (the dynamo exporter's, for none) as no mask;
 - the pooler: `Gather` of the first token, `Gemm` (or linear), `Tanh`.
 
 Nodes that only compute indices, shapes and the mask from the inputs and
@@ -201,12 +210,108 @@ def _import(source: str, stamp: int) -> Imported:
             covered.add(id(n))
             prov.setdefault(role, []).append(n.name or n.output[0])
 
+    weights: dict[str, np.ndarray] = {}
+    conv = next((n for n in g.nodes if n.op_type == "Conv" and n.input[0] in g.inputs), None)
+    if conv is not None:  # a ViT tower: patches, class token, positions; pre-LN blocks
+        h, start, fields = _patch_embeddings(g, conv, weights, take)
+        table = np.zeros((0, 0), np.float32)
+        pre = True
+    else:
+        h, start, fields, table = _token_embeddings(g, weights, take)
+        pre = False
+    hidden, tokens, eps = fields["hidden"], fields["tokens"], fields.get("eps", 0.0)
+    layers: list[dict[str, np.ndarray]] = []
+    heads = mlp = 0
+    activation = ""
+    mask = False
+    final = None  # a pre-LN tower's last norm
+    while True:
+        users = g.users(h)
+        ln1 = None
+        if pre:
+            ln1 = next((u for u in users if u.op_type == "LayerNormalization"), None)
+            users = g.users(ln1.output[0]) if ln1 is not None else []
+        lins = [x for x in (_linear(g, u) for u in users) if x is not None]
+        if len(lins) != 3:
+            final = ln1
+            break
+        i = len(layers)
+        layer, info = _layer(g, h, lins, hidden, take, f"layer {i}", ln1)
+        heads, mlp, activation = info["heads"], info["mlp"], info["activation"]
+        eps = eps or info["eps"]
+        mask = mask or info["mask"]
+        layers.append(layer)
+        h = info["out"]
+    if not layers:
+        raise ConfigError(source, "onnx", "no encoder layer (three linears reading one "
+                                          "hidden state) after the embeddings")
+    if pre:  # the final norm over every token
+        if final is None:
+            raise g.bad(g.producer[h], "expected the final LayerNormalization of the tower")
+        weights["ln_f.gamma"], weights["ln_f.beta"] = _ln(g, final)
+        take("ln_f", [final])
+        h = final.output[0]
+    pool = "none"
+    users = g.users(h)
+    gather = next((u for u in users if u.op_type in ("Gather", "Slice")), None)
+    if gather is not None:
+        lin = next((x for x in (_linear(g, u) for u in g.users(gather.output[0]))
+                    if x is not None), None)
+        tanh = g.users(lin[2])[0] if lin is not None and g.users(lin[2]) else None
+        if lin is None or tanh is None or tanh.op_type != "Tanh":
+            raise g.bad(gather, "expected the pooler: Gather of the first token, a linear, Tanh")
+        weights["w_pool"], weights["b_pool"] = lin[0], _bias(lin)
+        take("pooler", [gather, *lin[3], tanh])
+        pool = "pooler"
+    for k in layers[0]:
+        weights[f"layers.{k}"] = np.stack([lay[k] for lay in layers])
+    # every node on the hidden path is covered by a pattern
+    hidden_path = _downstream(g, start)
+    loose = [n for n in g.nodes if id(n) not in covered and id(n) in hidden_path
+             and n.op_type not in PASS]
+    if loose:
+        n = loose[0]
+        kinds: dict[str, int] = {}
+        for x in loose:
+            kinds[x.op_type] = kinds.get(x.op_type, 0) + 1
+        raise g.bad(n, "no pattern covers it (expected part of an embedding, linear, "
+                       "attention, LayerNorm, GELU, residual or pooler); uncovered on the "
+                       f"hidden path: {dict(sorted(kinds.items()))}")
+    name = Path(source).stem.split(".")[0]
+    if name == "model":
+        name = Path(source).resolve().parent.name
+    table_out: dict[str, Any] = {
+        "name": name, "hidden": int(hidden), "heads": int(heads), "mlp": int(mlp),
+        "tokens": int(tokens), "layers": len(layers), "eps": float(eps),
+        "activation": activation, "attention_mask": mask, "pool": pool}
+    if pre:
+        table_out.update(patch=fields["patch"], channels=fields["channels"])
+    else:
+        table_out.update({"input": "embeddings", "block": "post_ln", "embed_norm": True,
+                          "final_norm": False, "vocab": fields["vocab"]})
+        if fields["max_positions"] and fields["max_positions"] != tokens:
+            table_out["max_positions"] = fields["max_positions"]
+        if fields["type_vocab"]:
+            table_out["type_vocab"] = fields["type_vocab"]
+    counts: dict[str, int] = {}
+    for n in g.nodes:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return Imported(table_out, {k: np.asarray(v, np.float32) for k, v in weights.items()},
+                    np.asarray(table, np.float32), prov, dict(sorted(counts.items())))
+
+
+def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
+                      ) -> tuple[str, str, dict[str, Any], np.ndarray]:
+    """A text encoder's embeddings: (hidden state after the embedding norm,
+    the first value of the hidden path, fields, the host's word table)."""
+    source = g.source
     ids = "input_ids" if "input_ids" in g.inputs else None
     word = next((n for n in g.nodes if n.op_type == "Gather" and g.value(n.input[0]) is not None
                  and n.input[1] in g.inputs), None)
     if ids is None or word is None:
-        raise ConfigError(source, "onnx", "no token embedding (Gather of an initializer by "
-                                          "input_ids): only BERT-style encoders import so far")
+        raise ConfigError(source, "onnx", "neither a token embedding (Gather of an initializer "
+                                          "by input_ids) nor a patch Conv on an input: only "
+                                          "BERT-style encoders and ViT towers import so far")
     table = g.value(word.input[0])
     assert table is not None
     vocab, hidden = table.shape
@@ -214,7 +319,6 @@ def _import(source: str, stamp: int) -> Imported:
     if tokens <= 0:
         raise ConfigError(source, "input_ids", "needs a static sequence length", tokens)
     take("word_embeddings", [word])
-    weights: dict[str, np.ndarray] = {}
     # the embedding sum: Adds of gathered or constant rows, then a LayerNorm
     h = word.output[0]
     type_vocab = max_positions = 0
@@ -252,70 +356,65 @@ def _import(source: str, stamp: int) -> Imported:
         h = n.output[0]
     ln = g.users(h)[0]
     weights["embed_ln.gamma"], weights["embed_ln.beta"] = _ln(g, ln)
-    eps = _eps(ln)
     take("embed_ln", [ln])
-    h = ln.output[0]
-    layers: list[dict[str, np.ndarray]] = []
-    heads = mlp = 0
-    activation = ""
-    mask = False
-    while True:
-        users = g.users(h)
-        lins = [x for x in (_linear(g, u) for u in users) if x is not None]
-        if len(lins) != 3:
+    fields = {"hidden": int(hidden), "tokens": int(tokens), "eps": _eps(ln),
+              "vocab": int(vocab), "type_vocab": int(type_vocab),
+              "max_positions": int(max_positions)}
+    return ln.output[0], word.output[0], fields, table
+
+
+def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take: Any
+                      ) -> tuple[str, str, dict[str, Any]]:
+    """A ViT tower's embeddings: the patch Conv (kernel = stride, no padding)
+    flattened to tokens, the class token concatenated in front, positions
+    added.  Our patch input carries the class token as one more (zero) row,
+    so its embedding is b_patch + pos[0]: pos[0] becomes cls + pos[0] -
+    b_patch, the same sum."""
+    attrs = {a.name: list(a.ints) for a in conv.attribute}
+    w = g.value(conv.input[1])
+    if w is None or w.ndim != 4 or w.shape[2] != w.shape[3]:
+        raise g.bad(conv, "expected a square patch kernel initializer [H, C, p, p]")
+    hidden, channels, p = int(w.shape[0]), int(w.shape[1]), int(w.shape[2])
+    if attrs.get("strides", [1, 1]) != [p, p] or any(attrs.get("pads", [0])) or \
+            attrs.get("group", [1]) not in ([1], []):
+        raise g.bad(conv, f"expected a patch embedding: stride = kernel ({p}), no padding")
+    b = g.value(conv.input[2]) if len(conv.input) > 2 else None
+    b = b if b is not None else np.zeros(hidden, np.float32)
+    x, flat = conv.output[0], []
+    while True:  # Reshape / Transpose to [B, N, H] (a Shape of it only sizes the view)
+        users = [u for u in g.users(x) if u.op_type != "Shape"]
+        if len(users) != 1 or users[0].op_type not in VIEW:
             break
-        i = len(layers)
-        layer, info = _layer(g, h, lins, hidden, take, f"layer {i}")
-        heads, mlp, activation = info["heads"], info["mlp"], info["activation"]
-        mask = mask or info["mask"]
-        layers.append(layer)
-        h = info["out"]
-    if not layers:
-        raise ConfigError(source, "onnx", "no encoder layer (three linears reading one "
-                                          "hidden state) after the embeddings")
-    pool = "none"
-    users = g.users(h)
-    gather = next((u for u in users if u.op_type == "Gather"), None)
-    if gather is not None:
-        lin = next((x for x in (_linear(g, u) for u in g.users(gather.output[0]))
-                    if x is not None), None)
-        tanh = g.users(lin[2])[0] if lin is not None and g.users(lin[2]) else None
-        if lin is None or tanh is None or tanh.op_type != "Tanh":
-            raise g.bad(gather, "expected the pooler: Gather of the first token, a linear, Tanh")
-        weights["w_pool"], weights["b_pool"] = lin[0], _bias(lin)
-        take("pooler", [gather, *lin[3], tanh])
-        pool = "pooler"
-    for k in layers[0]:
-        weights[f"layers.{k}"] = np.stack([lay[k] for lay in layers])
-    # every node on the hidden path is covered by a pattern
-    hidden_path = _downstream(g, word.output[0])
-    loose = [n for n in g.nodes if id(n) not in covered and id(n) in hidden_path
-             and n.op_type not in PASS]
-    if loose:
-        n = loose[0]
-        kinds: dict[str, int] = {}
-        for x in loose:
-            kinds[x.op_type] = kinds.get(x.op_type, 0) + 1
-        raise g.bad(n, "no pattern covers it (expected part of an embedding, linear, "
-                       "attention, LayerNorm, GELU, residual or pooler); uncovered on the "
-                       f"hidden path: {dict(sorted(kinds.items()))}")
-    name = Path(source).stem.split(".")[0]
-    if name == "model":
-        name = Path(source).resolve().parent.name
-    table_out: dict[str, Any] = {
-        "name": name, "input": "embeddings", "hidden": int(hidden), "heads": int(heads),
-        "mlp": int(mlp), "tokens": int(tokens), "layers": len(layers), "eps": float(eps),
-        "block": "post_ln", "activation": activation, "embed_norm": True,
-        "final_norm": False, "attention_mask": mask, "pool": pool, "vocab": int(vocab)}
-    if max_positions and max_positions != tokens:
-        table_out["max_positions"] = int(max_positions)
-    if type_vocab:
-        table_out["type_vocab"] = int(type_vocab)
-    counts: dict[str, int] = {}
-    for n in g.nodes:
-        counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    return Imported(table_out, {k: np.asarray(v, np.float32) for k, v in weights.items()},
-                    np.asarray(table, np.float32), prov, dict(sorted(counts.items())))
+        flat.append(users[0])
+        x = users[0].output[0]
+    cat = next((u for u in g.users(x) if u.op_type != "Shape"), None)
+    if cat is None or cat.op_type != "Concat":
+        raise g.bad(g.producer[x], "expected the class token Concat after the patch tokens")
+    other = next(i for i in cat.input if g.back(i, ())[0] != x)
+    cls_nodes = []
+    cls = g.value(other)
+    if cls is None:  # Expand(cls_token, shape)
+        ex = g.producer.get(other)
+        cls = g.value(ex.input[0]) if ex is not None and ex.op_type == "Expand" else None
+        cls_nodes = [ex]
+    if cls is None:
+        raise g.bad(cat, "expected a constant class token")
+    add = g.users(cat.output[0])[0] if g.users(cat.output[0]) else None
+    pos = None
+    if add is not None and add.op_type == "Add":
+        pos = next((g.value(i) for i in add.input if g.value(i) is not None), None)
+    if pos is None or add is None:
+        raise g.bad(cat, "expected the position embedding Add after the class token")
+    pos = pos.reshape(-1, hidden).astype(np.float32).copy()
+    pos[0] += cls.reshape(hidden) - b
+    weights["w_patch"] = w.reshape(hidden, -1).T
+    weights["b_patch"] = b
+    weights["pos_embed"] = pos
+    take("patch_embedding", [conv, *flat])
+    take("class_token", [cat, *[n for n in cls_nodes if n is not None]])
+    take("position_embeddings", [add])
+    return add.output[0], conv.output[0], {"hidden": hidden, "tokens": int(pos.shape[0]),
+                                           "patch": p, "channels": channels}
 
 
 def _bias(lin: tuple[np.ndarray, np.ndarray | None, str, list[Any]]) -> np.ndarray:
@@ -337,21 +436,25 @@ def _eps(n: Any) -> float:
 
 
 def _downstream(g: _Graph, start: str) -> set[int]:
-    """ids of the nodes that depend on value `start`."""
+    """ids of the nodes whose values depend on value `start` (a Shape of it
+    depends only on its size: what is computed from that is not)."""
     seen: set[int] = set()
     todo = [start]
     while todo:
         v = todo.pop()
         for n in g.consumers.get(v, []):
+            if n.op_type == "Shape":
+                continue
             if id(n) not in seen:
                 seen.add(id(n))
                 todo.extend(n.output)
     return seen
 
 
-def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
-           ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """One post-LN encoder layer reading hidden state `h`."""
+def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str,
+           pre_norm: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One encoder layer reading hidden state `h`: post-LN (BERT), or pre-LN
+    (ViT) when `pre_norm` is the LayerNormalization before its attention."""
     by_out = {lin[2]: lin for lin in lins}
     score = pv = None
     guard: list[Any] = []
@@ -396,9 +499,13 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
                 c.reshape(-1)[0])
         elif n.op_type == "Add":
             other = next(i for i in n.input if g.back(i, ())[0] != x)
-            if not _from_inputs(g, other):
+            zero = g.value(other)
+            if zero is not None and not np.any(zero):
+                pass  # a mask of zeros (the dynamo exporter's, for no mask)
+            elif not _from_inputs(g, other) or zero is not None:
                 raise g.bad(n, "expected an additive mask computed from the inputs")
-            mask = True
+            else:
+                mask = True
         else:
             raise g.bad(n, "expected scaling, a mask Add or Softmax after the scores")
         x = n.output[0]
@@ -429,15 +536,25 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
             raise g.bad(n, "expected Reshape / Transpose merging the heads")
         merge_nodes.append(n)
         merged = n.output[0]
-    res1, ln1 = _residual_norm(g, o[2], h)
-    fc1 = next((x for x in (_linear(g, u) for u in g.users(ln1.output[0])) if x is not None),
-               None)
+    if pre_norm is None:  # post-LN: norm(x + f(x))
+        res1, ln1 = _residual_norm(g, o[2], h)
+        mlp_in, stream = ln1.output[0], ln1.output[0]
+    else:  # pre-LN: x + f(norm(x)); the second norm feeds the MLP
+        ln1 = pre_norm
+        res1, ln_mlp = _residual_norm(g, o[2], h)
+        mlp_in, stream = ln_mlp.output[0], res1.output[0]
+    fc1 = next((x for x in (_linear(g, u) for u in g.users(mlp_in)) if x is not None), None)
     if fc1 is None:
-        raise g.bad(ln1, "expected the MLP's first linear after the attention LayerNorm")
+        raise g.bad(g.producer[mlp_in], "expected the MLP's first linear after a LayerNorm")
     act_nodes, activation, fc2_node = _activation(g, fc1[2])
     fc2 = _linear(g, fc2_node)
     assert fc2 is not None
-    res2, ln2 = _residual_norm(g, fc2[2], ln1.output[0])
+    if pre_norm is None:
+        res2, ln2 = _residual_norm(g, fc2[2], stream)
+        out = ln2.output[0]
+    else:
+        res2, ln2 = _residual(g, fc2[2], stream), ln_mlp
+        out = res2.output[0]
     take(f"{role} q", q[3] + q_nodes)
     take(f"{role} k", k[3] + k_nodes)
     take(f"{role} v", v[3] + v_nodes)
@@ -455,7 +572,7 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
              "w_fc1": fc1[0], "b_fc1": _bias(fc1), "w_fc2": fc2[0], "b_fc2": _bias(fc2),
              "ln2.gamma": g2, "ln2.beta": b2}
     return layer, {"heads": heads, "mlp": fc1[0].shape[1], "activation": activation,
-                   "mask": mask, "out": ln2.output[0]}
+                   "mask": mask, "out": out, "eps": _eps(ln1)}
 
 
 def _probs(g: _Graph, name: str) -> tuple[Any, list[Any]] | None:
@@ -475,7 +592,8 @@ def _probs(g: _Graph, name: str) -> tuple[Any, list[Any]] | None:
     return None
 
 
-def _residual_norm(g: _Graph, x: str, skip: str) -> tuple[Any, Any]:
+def _residual(g: _Graph, x: str, skip: str) -> Any:
+    """The residual Add of `x` and `skip`."""
     users = g.users(x)
     if len(users) != 1 or users[0].op_type != "Add":
         raise g.bad(g.producer[x], "expected the residual Add")
@@ -483,6 +601,11 @@ def _residual_norm(g: _Graph, x: str, skip: str) -> tuple[Any, Any]:
     other = [i for i in add.input if g.back(i, ())[0] != x]
     if len(other) != 1 or g.back(other[0], ())[0] != g.back(skip, ())[0]:
         raise g.bad(add, "expected the residual Add of the layer's input")
+    return add
+
+
+def _residual_norm(g: _Graph, x: str, skip: str) -> tuple[Any, Any]:
+    add = _residual(g, x, skip)
     nxt = g.users(add.output[0])
     norm = next((n for n in nxt if n.op_type == "LayerNormalization"), None)
     if norm is None:
@@ -538,17 +661,29 @@ def _from_inputs(g: _Graph, name: str) -> bool:
 
 def ort_inputs(imported: Imported, graph: Any, seed: int
                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The same inputs for our graph and for the ONNX file: random token ids
-    (from `seed`), their embeddings gathered on the host (rounded to the
-    graph's fp16 input) for ours, and the key-padding pattern of
-    `planner.ir.reference.init_inputs` as our additive mask and as the
-    file's 0/1 `attention_mask`."""
+    """The same inputs for our graph and for the ONNX file (from `seed`): for
+    a text encoder, random token ids, their embeddings gathered on the host
+    (rounded to the graph's fp16 input) for ours, and the key-padding pattern
+    of `planner.ir.reference.init_inputs` as our additive mask and as the
+    file's 0/1 `attention_mask`; for a tower, fp16-valued images and their
+    patches (channel-major, the class token's row zero) for ours."""
     from planner.ir.reference import init_inputs
 
     ours = init_inputs(graph, seed=seed)
     batch, tokens = graph.attr_int("batch"), graph.attr_int("tokens")
+    rng = np.random.default_rng(seed)
+    if "patches" in ours:  # a tower: images, and their patches with the class row zero
+        c, p = graph.attr_int("channels"), graph.attr_int("patch")
+        side = math.isqrt(tokens - 1)
+        px = rng.uniform(-1, 1, (batch, c, side * p, side * p)).astype(np.float16)
+        px = px.astype(np.float32)  # what both runs see: fp16 values
+        rows = np.zeros((batch, tokens, c * p * p), np.float32)
+        rows[:, 1:] = px.reshape(batch, c, side, p, side, p).transpose(
+            0, 2, 4, 1, 3, 5).reshape(batch, side * side, c * p * p)
+        ours["patches"] = rows.reshape(batch * tokens, -1)
+        return ours, {"pixel_values": px}
     table = imported.word_embeddings
-    ids = np.random.default_rng(seed).integers(0, table.shape[0], (batch, tokens))
+    ids = rng.integers(0, table.shape[0], (batch, tokens))
     ours["embeds"] = table[ids].reshape(batch * tokens, -1).astype(np.float16).astype(
         np.float32)
     feed = {"input_ids": ids.astype(np.int64)}
