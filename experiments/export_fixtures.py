@@ -8,7 +8,8 @@ transformers onnx onnxscript safetensors`), then from the repository root:
     /tmp/fx/bin/python experiments/export_fixtures.py
 
 Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
-SEQUENCE tokens, a ViT on 32x32 images in 8x8 patches) written as a
+SEQUENCE tokens, a ViT and a SigLIP tower without its MAP head on 32x32
+images in 8x8 patches) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
 `save_pretrained`) and one ONNX file per exporter that works on it,
 `model.torchscript.onnx` (the TorchScript-based exporter, opset 17) and
@@ -28,9 +29,11 @@ SEQUENCE = 32
 ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "models"
 
 
-def export(model: object, example: tuple[object, ...], names: list[str], out: Path) -> None:
+def export(model: object, example: tuple[object, ...], names: list[str], out: Path,
+           outputs: tuple[str, ...] = ("last_hidden_state", "pooler_output")) -> None:
     """`model` (a transformers model taking the keyword inputs `names`) as
-    out/config.json + model.safetensors and one ONNX file per exporter."""
+    out/config.json + model.safetensors and one ONNX file per exporter, whose
+    outputs are the model output's fields `outputs`."""
     import onnx
     import torch
 
@@ -41,7 +44,7 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
 
         def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
             out = self.model(**dict(zip(names, args, strict=True)))
-            return out.last_hidden_state, out.pooler_output
+            return tuple(getattr(out, o) for o in outputs)
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)  # type: ignore[attr-defined]
@@ -49,7 +52,7 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
         path = out / f"model.{exporter}.onnx"
         try:
             torch.onnx.export(Wrapped(model), example, str(path), input_names=names,  # type: ignore[arg-type]
-                              output_names=["last_hidden_state", "pooler_output"],
+                              output_names=list(outputs),
                               opset_version=opset, dynamo=dynamo)
         except Exception as e:  # an exporter that cannot export this model: say so
             print(f"{path}: {exporter} exporter failed: {e}", file=sys.stderr)
@@ -62,7 +65,14 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
 
 def main() -> None:
     import torch
-    from transformers import BertConfig, BertModel, ViTConfig, ViTModel
+    from transformers import (
+        BertConfig,
+        BertModel,
+        SiglipVisionConfig,
+        SiglipVisionModel,
+        ViTConfig,
+        ViTModel,
+    )
 
     torch.manual_seed(0)
     bert = BertModel(BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
@@ -74,6 +84,11 @@ def main() -> None:
     vit = ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                              intermediate_size=128, image_size=32, patch_size=8)).eval()
     export(vit, (torch.randn(1, 3, 32, 32),), ["pixel_values"], ROOT / "tiny-vit")
+    siglip = SiglipVisionModel(SiglipVisionConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        image_size=32, patch_size=8, vision_use_head=False)).eval()
+    export(siglip, (torch.randn(1, 3, 32, 32),), ["pixel_values"], ROOT / "tiny-siglip",
+           ("last_hidden_state",))
 
 
 if __name__ == "__main__":

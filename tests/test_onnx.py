@@ -1,6 +1,6 @@
 """ONNX files as model sources (planner/ir/onnx_import.py), on the committed
-fixtures of experiments/export_fixtures.py (a tiny random BERT and ViT
-exported by PyTorch's TorchScript and dynamo exporters): the recognised model
+fixtures of experiments/export_fixtures.py (a tiny random BERT, ViT and
+SigLIP tower exported by PyTorch's TorchScript and dynamo exporters): the recognised model
 and weights equal the checkpoint's, runs agree with onnxruntime, and bad
 files exit 2 naming file or node."""
 
@@ -19,6 +19,7 @@ from planner.ir.weights import load_weights
 
 FIXTURE = Path(__file__).parent / "fixtures" / "models" / "tiny-bert"
 VIT = FIXTURE.parent / "tiny-vit"
+SIGLIP = FIXTURE.parent / "tiny-siglip"
 EXPORTERS = ("torchscript", "dynamo")
 
 
@@ -73,7 +74,7 @@ def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
     assert planner.load_model(VIT).attrs == planner.load_model(_onnx(exporter, VIT)).attrs
 
 
-@pytest.mark.parametrize("fixture", [FIXTURE, VIT], ids=["bert", "vit"])
+@pytest.mark.parametrize("fixture", [FIXTURE, VIT, SIGLIP], ids=["bert", "vit", "siglip"])
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
 def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
@@ -82,7 +83,8 @@ def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: st
                  precision, "--optimization-steps", "1", "--json", "--quiet"]) == 0
     s = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert s["numerics_ok"] and s["precision"] == precision
-    assert s["ort_cosine_min"] >= floor and 0 < s["ort_rel_error"] < 0.05
+    assert s["ort_cosine_min"] >= floor
+    assert 0 < s["ort_rel_error"] < (0.1 if precision == "fp8" else 0.01)
 
 
 def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +99,21 @@ def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> N
         got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     assert got[0]["package_hash"] == got[1]["package_hash"]
     assert got[0]["cycles"] == got[1]["cycles"]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_siglip_onnx_and_checkpoint_plan_alike(exporter: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A SigLIP tower without its head: either export and config.json +
+    model.safetensors (SiglipVisionModel's names) give one package."""
+    got = []
+    for argv in ([str(_onnx(exporter, SIGLIP))],
+                 [str(SIGLIP), "--weights", str(SIGLIP / "model.safetensors")]):
+        assert main(["plan", *argv, "--device", "tiny", "--json", "--quiet"]) == 0
+        got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert got[0]["package_hash"] == got[1]["package_hash"]
+    assert got[0]["cycles"] == got[1]["cycles"] > 0
+    assert onnx_model(_onnx(exporter, SIGLIP)).table["activation"] == "gelu_tanh"
 
 
 def _edited(tmp_path: Path, edit: str) -> Path:

@@ -211,7 +211,8 @@ def _import(source: str, stamp: int) -> Imported:
             prov.setdefault(role, []).append(n.name or n.output[0])
 
     weights: dict[str, np.ndarray] = {}
-    conv = next((n for n in g.nodes if n.op_type == "Conv" and n.input[0] in g.inputs), None)
+    conv = next((n for n in g.nodes if n.op_type == "Conv"
+                 and g.back(n.input[0], ("Cast",))[0] in g.inputs), None)
     if conv is not None:  # a ViT tower: patches, class token, positions; pre-LN blocks
         h, start, fields = _patch_embeddings(g, conv, weights, take)
         table = np.zeros((0, 0), np.float32)
@@ -387,32 +388,41 @@ def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take
             break
         flat.append(users[0])
         x = users[0].output[0]
-    cat = next((u for u in g.users(x) if u.op_type != "Shape"), None)
-    if cat is None or cat.op_type != "Concat":
-        raise g.bad(g.producer[x], "expected the class token Concat after the patch tokens")
-    other = next(i for i in cat.input if g.back(i, ())[0] != x)
-    cls_nodes = []
-    cls = g.value(other)
-    if cls is None:  # Expand(cls_token, shape)
-        ex = g.producer.get(other)
-        cls = g.value(ex.input[0]) if ex is not None and ex.op_type == "Expand" else None
-        cls_nodes = [ex]
-    if cls is None:
-        raise g.bad(cat, "expected a constant class token")
-    add = g.users(cat.output[0])[0] if g.users(cat.output[0]) else None
-    pos = None
+    nxt = next((u for u in g.users(x) if u.op_type != "Shape"), None)
+    cls, cls_nodes, cat = None, [], None
+    if nxt is not None and nxt.op_type == "Concat":  # the class token in front (ViT)
+        cat = nxt
+        other = next(i for i in cat.input if g.back(i, ())[0] != x)
+        cls = g.value(other)
+        if cls is None:  # Expand(cls_token, shape)
+            ex = g.producer.get(other)
+            cls = g.value(ex.input[0]) if ex is not None and ex.op_type == "Expand" else None
+            cls_nodes = [ex]
+        if cls is None:
+            raise g.bad(cat, "expected a constant class token")
+        nxt = next(iter(g.users(cat.output[0])), None)
+    add, pos, pos_nodes = nxt, None, []
     if add is not None and add.op_type == "Add":
-        pos = next((g.value(i) for i in add.input if g.value(i) is not None), None)
+        for i in add.input:
+            pos = g.value(i) if pos is None else pos
+            src = g.producer.get(i)
+            if pos is None and src is not None and src.op_type == "Gather":
+                tab, idx = g.value(src.input[0]), g.value(src.input[1])
+                if tab is not None and idx is not None:  # rows of a position table
+                    pos, pos_nodes = tab[idx.reshape(-1)], [src]
     if pos is None or add is None:
-        raise g.bad(cat, "expected the position embedding Add after the class token")
+        raise g.bad(cat or g.producer[x], "expected the position embedding Add after the "
+                                          "patch tokens (and class token)")
     pos = pos.reshape(-1, hidden).astype(np.float32).copy()
-    pos[0] += cls.reshape(hidden) - b
+    if cls is not None:
+        pos[0] += cls.reshape(hidden) - b
     weights["w_patch"] = w.reshape(hidden, -1).T
     weights["b_patch"] = b
     weights["pos_embed"] = pos
     take("patch_embedding", [conv, *flat])
-    take("class_token", [cat, *[n for n in cls_nodes if n is not None]])
-    take("position_embeddings", [add])
+    if cat is not None:
+        take("class_token", [cat, *[n for n in cls_nodes if n is not None]])
+    take("position_embeddings", [add, *pos_nodes])
     return add.output[0], conv.output[0], {"hidden": hidden, "tokens": int(pos.shape[0]),
                                            "patch": p, "channels": channels}
 
@@ -629,16 +639,29 @@ def _activation(g: _Graph, x: str) -> tuple[list[Any], str, Any]:
             if _linear(g, n) is not None and n.op_type in ("MatMul", "Gemm"):
                 fc2 = n
                 continue
-            if n.op_type not in ("Div", "Erf", "Add", "Mul", "Gelu"):
-                raise g.bad(n, "expected the GELU (Div, Erf, Add, Mul or Gelu) between the "
-                               "MLP's linears")
+            if n.op_type not in ("Div", "Erf", "Add", "Mul", "Gelu", "Pow", "Tanh",
+                                 "Sigmoid"):
+                raise g.bad(n, "expected the GELU (the erf or tanh form, CLIP's sigmoid "
+                               "form, or Gelu) between the MLP's linears")
             seen.add(id(n))
             nodes.append(n)
             frontier.extend(n.output)
     kinds = {n.op_type for n in nodes}
-    if fc2 is None or not ({"Erf"} <= kinds or "Gelu" in kinds):
-        raise g.bad(g.producer[x], "expected an erf GELU and the MLP's second linear")
-    return nodes, "gelu_erf", fc2
+    gelu = next((n for n in nodes if n.op_type == "Gelu"), None)
+    if gelu is not None:
+        approx = next((a.s.decode() for a in gelu.attribute if a.name == "approximate"), "none")
+        form = "gelu_tanh" if approx == "tanh" else "gelu_erf"
+    elif "Erf" in kinds:
+        form = "gelu_erf"
+    elif "Tanh" in kinds:
+        form = "gelu_tanh"
+    elif "Sigmoid" in kinds:
+        form = "quick_gelu"
+    else:
+        form = ""
+    if fc2 is None or not form:
+        raise g.bad(g.producer[x], "expected a GELU and the MLP's second linear")
+    return nodes, form, fc2
 
 
 def _from_inputs(g: _Graph, name: str) -> bool:
@@ -674,11 +697,12 @@ def ort_inputs(imported: Imported, graph: Any, seed: int
     rng = np.random.default_rng(seed)
     if "patches" in ours:  # a tower: images, and their patches with the class row zero
         c, p = graph.attr_int("channels"), graph.attr_int("patch")
-        side = math.isqrt(tokens - 1)
+        cls = math.isqrt(tokens) ** 2 != tokens  # a class token rides on a zero row
+        side = math.isqrt(tokens - cls)
         px = rng.uniform(-1, 1, (batch, c, side * p, side * p)).astype(np.float16)
         px = px.astype(np.float32)  # what both runs see: fp16 values
         rows = np.zeros((batch, tokens, c * p * p), np.float32)
-        rows[:, 1:] = px.reshape(batch, c, side, p, side, p).transpose(
+        rows[:, int(cls):] = px.reshape(batch, c, side, p, side, p).transpose(
             0, 2, 4, 1, 3, 5).reshape(batch, side * side, c * p * p)
         ours["patches"] = rows.reshape(batch * tokens, -1)
         return ours, {"pixel_values": px}

@@ -151,8 +151,8 @@ def scheme_of(names: list[str], g: Graph) -> str:
     params = set(g.parameters)
     if any(n in params for n in names):
         return "ours"
-    if any(n.startswith("vision_model.") for n in names):
-        return "hf"
+    if any(n.startswith(("vision_model.", "embeddings.patch_embedding.")) for n in names):
+        return "hf"  # a SiglipVisionModel saves its keys with or without `vision_model.`
     if any(re.match(r"(bert\.)?(encoder\.layer\.|embeddings\.word_embeddings)", n)
            for n in names):
         return "hf-bert"
