@@ -9,7 +9,8 @@ transformers onnx onnxscript safetensors`), then from the repository root:
 
 Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
 SEQUENCE tokens, a ViT and a SigLIP tower without its MAP head on 32x32
-images in 8x8 patches) written as a
+images in 8x8 patches, a Llama-style decoder with grouped-query attention)
+written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
 `save_pretrained`) and one ONNX file per exporter that works on it,
 `model.torchscript.onnx` (the TorchScript-based exporter, opset 17) and
@@ -68,6 +69,8 @@ def main() -> None:
     from transformers import (
         BertConfig,
         BertModel,
+        LlamaConfig,
+        LlamaModel,
         SiglipVisionConfig,
         SiglipVisionModel,
         ViTConfig,
@@ -89,6 +92,10 @@ def main() -> None:
         image_size=32, patch_size=8, vision_use_head=False)).eval()
     export(siglip, (torch.randn(1, 3, 32, 32),), ["pixel_values"], ROOT / "tiny-siglip",
            ("last_hidden_state",))
+    llama = LlamaModel(LlamaConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=128, max_position_embeddings=64)).eval()
+    export(llama, (ids,), ["input_ids"], ROOT / "tiny-llama", ("last_hidden_state",))
 
 
 if __name__ == "__main__":

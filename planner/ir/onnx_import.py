@@ -198,8 +198,33 @@ def onnx_model(path: str | Path) -> Imported:
     return _import(str(p), stamp)
 
 
+# op types some pattern uses (on the hidden path or beside it)
+KNOWN = frozenset({
+    "Add", "Cast", "Concat", "Constant", "ConstantOfShape", "Conv", "Div", "Dropout",
+    "Equal", "Erf", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Gelu",
+    "Gemm", "GreaterOrEqual", "Identity", "IsNaN", "LayerNormalization", "MatMul", "Mul",
+    "Pow", "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Squeeze", "Tanh", "Transpose",
+    "Unsqueeze", "Where", "And"})
+
+
 @functools.lru_cache(maxsize=4)
 def _import(source: str, stamp: int) -> Imported:
+    try:
+        return _recognise(source)
+    except ConfigError as e:
+        import onnx
+
+        counts: dict[str, int] = {}
+        for n in onnx.load(source, load_external_data=False).graph.node:
+            if n.op_type not in KNOWN:
+                counts[n.op_type] = counts.get(n.op_type, 0) + 1
+        if not counts or e.field == "onnx" and "does not check" in e.message:
+            raise
+        raise ConfigError(e.source, e.field, f"{e.message}; op types no pattern handles: "
+                          f"{dict(sorted(counts.items()))}", e.value) from None
+
+
+def _recognise(source: str) -> Imported:
     path = source
     g = _Graph(load_onnx(path), source)
     covered: set[int] = set()
