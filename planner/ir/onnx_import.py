@@ -209,24 +209,22 @@ KNOWN = frozenset({
 
 @functools.lru_cache(maxsize=4)
 def _import(source: str, stamp: int) -> Imported:
+    g = _Graph(load_onnx(source), source)
     try:
-        return _recognise(source)
-    except ConfigError as e:
-        import onnx
-
+        return _recognise(g)
+    except ConfigError as e:  # say what the file holds that no pattern knows
         counts: dict[str, int] = {}
-        for n in onnx.load(source, load_external_data=False).graph.node:
+        for n in g.nodes:
             if n.op_type not in KNOWN:
                 counts[n.op_type] = counts.get(n.op_type, 0) + 1
-        if not counts or e.field == "onnx" and "does not check" in e.message:
+        if not counts:
             raise
         raise ConfigError(e.source, e.field, f"{e.message}; op types no pattern handles: "
                           f"{dict(sorted(counts.items()))}", e.value) from None
 
 
-def _recognise(source: str) -> Imported:
-    path = source
-    g = _Graph(load_onnx(path), source)
+def _recognise(g: _Graph) -> Imported:
+    source = g.source
     covered: set[int] = set()
     prov: dict[str, list[str]] = {}
 
