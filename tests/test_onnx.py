@@ -101,19 +101,20 @@ def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> N
     assert got[0]["cycles"] == got[1]["cycles"]
 
 
+@pytest.mark.parametrize("fixture", [VIT, SIGLIP], ids=["vit", "siglip"])
 @pytest.mark.parametrize("exporter", EXPORTERS)
-def test_siglip_onnx_and_checkpoint_plan_alike(exporter: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """A SigLIP tower without its head: either export and config.json +
-    model.safetensors (SiglipVisionModel's names) give one package."""
+def test_tower_onnx_and_checkpoint_plan_alike(fixture: Path, exporter: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A ViT, and a SigLIP tower without its head: either export and
+    config.json + model.safetensors (ViTModel's names, the class token folded
+    into the first position row; SiglipVisionModel's) give one package."""
     got = []
-    for argv in ([str(_onnx(exporter, SIGLIP))],
-                 [str(SIGLIP), "--weights", str(SIGLIP / "model.safetensors")]):
+    for argv in ([str(_onnx(exporter, fixture))],
+                 [str(fixture), "--weights", str(fixture / "model.safetensors")]):
         assert main(["plan", *argv, "--device", "tiny", "--json", "--quiet"]) == 0
         got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     assert got[0]["package_hash"] == got[1]["package_hash"]
     assert got[0]["cycles"] == got[1]["cycles"] > 0
-    assert onnx_model(_onnx(exporter, SIGLIP)).table["activation"] == "gelu_tanh"
 
 
 def _edited(tmp_path: Path, edit: str) -> Path:
@@ -177,3 +178,23 @@ def test_a_decoder_lists_the_op_types_no_pattern_handles(
     assert len(err) == 1 and str(path) in err[0]
     assert "op types no pattern handles: {'Neg': 4, 'Reciprocal': 5, 'ReduceMean': 5, " \
            "'Sqrt': 5}" in err[0]
+
+
+def test_vit_checkpoint_names_round_trip(tmp_path: Path) -> None:
+    """ViTModel's names: to_scheme writes the class token as the first
+    position row's sum with the patch bias, load_weights folds it back."""
+    from planner.ir.weights import save_weights, scheme_of, to_scheme
+
+    g = planner.load_model(VIT)
+    ours = load_weights(g, VIT / "model.safetensors")
+    arrays = to_scheme(g, ours, "hf-vit")
+    assert scheme_of(sorted(arrays), g) == "hf-vit"
+    assert not np.any(arrays["embeddings.position_embeddings"][0, 0])
+    save_weights(tmp_path / "w.safetensors", arrays)
+    again = load_weights(g, tmp_path / "w.safetensors")
+    assert sorted(again) == sorted(ours)
+    assert all(np.allclose(again[k], ours[k], rtol=0, atol=1e-6) for k in ours)
+    del arrays["embeddings.cls_token"]
+    save_weights(tmp_path / "nocls.safetensors", arrays)
+    with pytest.raises(Exception, match="cls_token"):
+        load_weights(g, tmp_path / "nocls.safetensors")

@@ -12,6 +12,10 @@ names (docs/weights.md lists every name):
   weights [out, in] are transposed, the patch convolution [H, C, p, p]
   becomes [C·p·p, H], per-layer tensors `encoder.layers.<i>.` are stacked,
   the head's fused `in_proj_weight` [3H, H] is split into q, k, v;
+- **Hugging Face** `ViTModel` (`hf-vit`: keys `embeddings.cls_token` or
+  `encoder.layer.<i>.attention.attention.`, `vit.` optional): the class
+  token is folded into the first position row (our patch input carries it
+  as a zero row: pos[0] + cls - b_patch);
 - **Hugging Face** `BertModel` (`hf-bert`: keys `encoder.layer.<i>.`,
   `bert.` optional) and Qwen2 / Llama / Mistral (`hf-decoder`: keys
   `model.layers.<i>.`): Linear weights transposed, per-layer tensors
@@ -46,7 +50,7 @@ from planner.ir.graph import Graph, Tensor
 from tilecommon.errors import ConfigError
 
 F32 = np.float32
-SCHEMES = ("ours", "hf", "hf-bert", "hf-decoder", "big_vision")
+SCHEMES = ("ours", "hf", "hf-vit", "hf-bert", "hf-decoder", "big_vision")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,26 @@ _HF_TOP = {
     "head.mlp.fc2.weight": Rule("w_head_fc2", "transpose"),
     "head.mlp.fc2.bias": Rule("b_head_fc2"),
 }
+# transformers' ViTModel (keys optionally under `vit.`); the class token is folded
+# into the first position row (our patch input carries it as a zero row)
+_VIT_LAYER = {
+    **{f"attention.attention.{hf}.{w}": f"{'w' if w == 'weight' else 'b'}_{ours}"
+       for hf, ours in (("query", "q"), ("key", "k"), ("value", "v")) for w in ("weight", "bias")},
+    "attention.output.dense.weight": "w_o", "attention.output.dense.bias": "b_o",
+    "layernorm_before.weight": "ln1.gamma", "layernorm_before.bias": "ln1.beta",
+    "layernorm_after.weight": "ln2.gamma", "layernorm_after.bias": "ln2.beta",
+    "intermediate.dense.weight": "w_fc1", "intermediate.dense.bias": "b_fc1",
+    "output.dense.weight": "w_fc2", "output.dense.bias": "b_fc2",
+}
+_VIT_TOP = {
+    "embeddings.patch_embeddings.projection.weight": Rule("w_patch", "conv_oihw"),
+    "embeddings.patch_embeddings.projection.bias": Rule("b_patch"),
+    "embeddings.position_embeddings": Rule("pos_embed", "reshape"),
+    "embeddings.cls_token": Rule("cls_token", "cls"),
+    "layernorm.weight": Rule("ln_f.gamma"), "layernorm.bias": Rule("ln_f.beta"),
+    "pooler.dense.weight": Rule("w_pool", "transpose"), "pooler.dense.bias": Rule("b_pool"),
+}
+
 # transformers' BertModel (keys optionally under `bert.`, as BertFor* save them)
 _BERT_LAYER = {
     **{f"attention.self.{hf}.{w}": f"{'w' if w == 'weight' else 'b'}_{ours}"
@@ -153,6 +177,9 @@ def scheme_of(names: list[str], g: Graph) -> str:
         return "ours"
     if any(n.startswith(("vision_model.", "embeddings.patch_embedding.")) for n in names):
         return "hf"  # a SiglipVisionModel saves its keys with or without `vision_model.`
+    if any(re.match(r"(vit\.)?(embeddings\.cls_token$|encoder\.layer\.\d+\.attention\."
+                    r"attention\.)", n) for n in names):
+        return "hf-vit"
     if any(re.match(r"(bert\.)?(encoder\.layer\.|embeddings\.word_embeddings)", n)
            for n in names):
         return "hf-bert"
@@ -173,6 +200,15 @@ def rule_for(name: str, scheme: str, tied: bool = False) -> tuple[Rule, int | No
             how = "transpose" if target.startswith("w_") else "same"
             return Rule(target, how, True), int(m.group(1))
         rule = _HF_TOP.get(rest)
+        return None if rule is None else (rule, None)
+    if scheme == "hf-vit":
+        rest = name.removeprefix("vit.")
+        m = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", rest)
+        if m and m.group(2) in _VIT_LAYER:
+            target = _VIT_LAYER[m.group(2)]
+            return Rule(target, "transpose" if target.startswith("w_") else "same",
+                        True), int(m.group(1))
+        rule = _VIT_TOP.get(rest)
         return None if rule is None else (rule, None)
     if scheme == "hf-bert":
         rest = name.removeprefix("bert.")
@@ -319,6 +355,7 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
     tied = bool(g.attr("tied_embeddings", False))
     out: dict[str, np.ndarray] = {}
     stacks: dict[str, dict[int, np.ndarray]] = {}
+    cls: np.ndarray | None = None
     spelled: dict[tuple[str, int | None], str] = {}  # (target, layer) -> the file's name
 
     def claim(target: str, slots: range | list[int | None], name: str) -> None:
@@ -345,6 +382,10 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
                 continue
             hits = [hit]
         a = _checked_array(src, name, arrays[name])
+        if hits[0][0].how == "cls":  # folded into pos_embed[0] below
+            claim("cls_token", [None], name)
+            cls = a.reshape(-1)
+            continue
         for rule, layer in hits:
             target = layers.get(rule.target) if rule.layered else rule.target
             if target is None or target not in want:
@@ -381,6 +422,13 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             raise ConfigError(src, target, f"the file has no layer {gone[0]} of it "
                                            f"({scheme} naming)")
         out[target] = np.stack([per_layer[i] for i in range(trips)]).astype(F32)
+    if scheme == "hf-vit":  # the class token rides on a zero patch row: b_patch + pos[0]
+        if cls is None or "pos_embed" not in out or "b_patch" not in out or \
+                cls.shape != out["b_patch"].shape:
+            raise ConfigError(src, "embeddings.cls_token", "missing or not [1, 1, H] (a ViT "
+                                                           "checkpoint's class token)")
+        out["pos_embed"] = out["pos_embed"].copy()
+        out["pos_embed"][0] += cls - out["b_patch"]
     for name, value in derived_values(g).items():  # computed, not learned (RoPE tables)
         out.setdefault(name, np.asarray(value, dtype=F32))
     _missing(src, want, out, scheme)
@@ -434,6 +482,9 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
         names += [f"vision_model.{k}" for k in _HF_TOP]
         names += [f"vision_model.{k}" for k in _HF_FUSED]
         names += [f"vision_model.encoder.layers.{i}.{k}" for i in range(trips) for k in _HF_LAYER]
+    elif scheme == "hf-vit":
+        names += [k for k, r in _VIT_TOP.items() if r.how != "cls"]
+        names += [f"encoder.layer.{i}.{k}" for i in range(trips) for k in _VIT_LAYER]
     elif scheme == "hf-bert":
         names += [f"bert.{k}" for k, r in _BERT_TOP.items() if r is not HOST]
         names += [f"bert.encoder.layer.{i}.{k}" for i in range(trips) for k in _BERT_LAYER]
@@ -463,6 +514,11 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
         if rule.layered and layer is not None:
             a = a[layer]
         out[name] = _unconvert(a, rule, g, name)
+    if scheme == "hf-vit":  # the first position row's sum as the class token
+        pos = out["embeddings.position_embeddings"].copy()
+        out["embeddings.cls_token"] = (pos[0, 0] + params["b_patch"]).reshape(1, 1, -1)
+        pos[0, 0] = 0.0
+        out["embeddings.position_embeddings"] = pos
     return out
 
 
