@@ -557,7 +557,8 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
     weights = args.weights
     inputs, also = None, None
     if str(args.model).endswith(".onnx"):
-        from planner.ir.onnx_import import onnx_model, ort_check, ort_inputs
+        from planner.ir.onnx_import import onnx_model
+        from planner.ir.onnx_reference import ort_check, ort_inputs
 
         weights = weights or args.model  # an ONNX model brings its initializers
         if numerics:  # onnxruntime runs the file on the same tokens: its own answer

@@ -218,7 +218,7 @@ def run_model(graph: Graph, device: Device, cfg: PipelineConfig, numerics: bool 
     name of each stage as it starts (RUN_STAGES, numerics ones only with
     `numerics`).  `inputs`: the graph inputs to simulate with (default: from
     `seed + 1`); `also(outputs)`: a further comparison of the simulated
-    outputs (an independent runtime's, planner.ir.onnx_import.ort_check),
+    outputs (an independent runtime's, planner.ir.onnx_reference.ort_check),
     whose fields join the summary."""
     from planner.ir.reference import (
         cast_fractions,

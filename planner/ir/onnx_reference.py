@@ -1,0 +1,83 @@
+"""onnxruntime as the independent reference of an ONNX model source.
+
+`ort_inputs(imported, graph, seed)` makes the same inputs for our graph and
+for the file; `ort_check(path, feed, names)` runs the file in onnxruntime
+(CPU) once and returns the comparison the run applies to its simulated
+outputs (`ort_cosine_min`, `ort_rel_error`: planner.pipeline.run_model's
+`also`).  Kept apart from the importer, which the model loader uses: this
+module needs the numpy reference's input conventions.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.ir.onnx_import import Imported
+
+
+def ort_inputs(imported: Imported, graph: Any, seed: int
+               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The same inputs for our graph and for the ONNX file (from `seed`): for
+    a text encoder, random token ids, their embeddings gathered on the host
+    (rounded to the graph's fp16 input) for ours, and the key-padding pattern
+    of `planner.ir.reference.init_inputs` as our additive mask and as the
+    file's 0/1 `attention_mask`; for a tower, fp16-valued images and their
+    patches (channel-major, the class token's row zero) for ours."""
+    from planner.ir.reference import init_inputs
+
+    ours = init_inputs(graph, seed=seed)
+    batch, tokens = graph.attr_int("batch"), graph.attr_int("tokens")
+    rng = np.random.default_rng(seed)
+    if "patches" in ours:  # a tower: images, and their patches with the class row zero
+        c, p = graph.attr_int("channels"), graph.attr_int("patch")
+        cls = math.isqrt(tokens) ** 2 != tokens  # a class token rides on a zero row
+        side = math.isqrt(tokens - cls)
+        px = rng.uniform(-1, 1, (batch, c, side * p, side * p)).astype(np.float16)
+        px = px.astype(np.float32)  # what both runs see: fp16 values
+        rows = np.zeros((batch, tokens, c * p * p), np.float32)
+        rows[:, int(cls):] = px.reshape(batch, c, side, p, side, p).transpose(
+            0, 2, 4, 1, 3, 5).reshape(batch, side * side, c * p * p)
+        ours["patches"] = rows.reshape(batch * tokens, -1)
+        return ours, {"pixel_values": px}
+    table = imported.word_embeddings
+    ids = rng.integers(0, table.shape[0], (batch, tokens))
+    ours["embeds"] = table[ids].reshape(batch * tokens, -1).astype(np.float16).astype(
+        np.float32)
+    feed = {"input_ids": ids.astype(np.int64)}
+    if "attention_mask" in ours:
+        feed["attention_mask"] = (ours["attention_mask"] == 0).astype(np.int64)
+    else:
+        feed["attention_mask"] = np.ones((batch, tokens), np.int64)
+    return ours, feed
+
+
+def ort_check(path: str | Path, feed: dict[str, np.ndarray], names: list[str]
+              ) -> Any:
+    """A comparison of simulated outputs with onnxruntime's (CPU) run of the
+    file on `feed`: the file's outputs in order are our outputs `names`.
+    Returns a function of the simulated outputs giving `ort_cosine_min` (the
+    smallest cosine similarity of a row) and `ort_rel_error` (relative
+    Frobenius distance) over all of them."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    got = session.run(None, {k: v for k, v in feed.items() if k in wanted})
+
+    def compare(outputs: Any) -> dict[str, Any]:
+        cos, num, den = 1.0, 0.0, 0.0
+        for name, theirs in zip(names, got, strict=False):
+            a = np.asarray(outputs[name], np.float64).reshape(-1, theirs.shape[-1])
+            b = np.asarray(theirs, np.float64).reshape(a.shape)
+            dots = (a * b).sum(1)
+            norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+            cos = min(cos, float(np.min(dots / np.maximum(norms, 1e-30))))
+            num += float(((a - b) ** 2).sum())
+            den += float((b ** 2).sum())
+        return {"ort_cosine_min": cos, "ort_rel_error": (num / max(den, 1e-30)) ** 0.5}
+
+    return compare
