@@ -93,16 +93,26 @@ _HF_TOP = {
     "head.mlp.fc2.weight": Rule("w_head_fc2", "transpose"),
     "head.mlp.fc2.bias": Rule("b_head_fc2"),
 }
+
+
+def _encoder_layer(attention: str) -> dict[str, str]:
+    """The names transformers' BERT-family layers share: q, k, v under
+    `attention`, the attention's output dense and the MLP's two denses."""
+    return {
+        **{f"{attention}.{hf}.{w}": f"{'w' if w == 'weight' else 'b'}_{ours}"
+           for hf, ours in (("query", "q"), ("key", "k"), ("value", "v"))
+           for w in ("weight", "bias")},
+        "attention.output.dense.weight": "w_o", "attention.output.dense.bias": "b_o",
+        "intermediate.dense.weight": "w_fc1", "intermediate.dense.bias": "b_fc1",
+        "output.dense.weight": "w_fc2", "output.dense.bias": "b_fc2"}
+
+
 # transformers' ViTModel (keys optionally under `vit.`); the class token is folded
 # into the first position row (our patch input carries it as a zero row)
 _VIT_LAYER = {
-    **{f"attention.attention.{hf}.{w}": f"{'w' if w == 'weight' else 'b'}_{ours}"
-       for hf, ours in (("query", "q"), ("key", "k"), ("value", "v")) for w in ("weight", "bias")},
-    "attention.output.dense.weight": "w_o", "attention.output.dense.bias": "b_o",
+    **_encoder_layer("attention.attention"),
     "layernorm_before.weight": "ln1.gamma", "layernorm_before.bias": "ln1.beta",
     "layernorm_after.weight": "ln2.gamma", "layernorm_after.bias": "ln2.beta",
-    "intermediate.dense.weight": "w_fc1", "intermediate.dense.bias": "b_fc1",
-    "output.dense.weight": "w_fc2", "output.dense.bias": "b_fc2",
 }
 _VIT_TOP = {
     "embeddings.patch_embeddings.projection.weight": Rule("w_patch", "conv_oihw"),
@@ -115,12 +125,8 @@ _VIT_TOP = {
 
 # transformers' BertModel (keys optionally under `bert.`, as BertFor* save them)
 _BERT_LAYER = {
-    **{f"attention.self.{hf}.{w}": f"{'w' if w == 'weight' else 'b'}_{ours}"
-       for hf, ours in (("query", "q"), ("key", "k"), ("value", "v")) for w in ("weight", "bias")},
-    "attention.output.dense.weight": "w_o", "attention.output.dense.bias": "b_o",
+    **_encoder_layer("attention.self"),
     "attention.output.LayerNorm.weight": "ln1.gamma", "attention.output.LayerNorm.bias": "ln1.beta",
-    "intermediate.dense.weight": "w_fc1", "intermediate.dense.bias": "b_fc1",
-    "output.dense.weight": "w_fc2", "output.dense.bias": "b_fc2",
     "output.LayerNorm.weight": "ln2.gamma", "output.LayerNorm.bias": "ln2.beta",
 }
 _BERT_TOP = {
@@ -188,50 +194,39 @@ def scheme_of(names: list[str], g: Graph) -> str:
     return "big_vision"
 
 
+def _per_layer(rest: str, pattern: str, table: dict[str, str]
+               ) -> tuple[Rule, int | None] | None:
+    """The rule of a per-layer tensor `rest` (`pattern` captures the layer
+    index and the name within the layer; Linear weights are transposed)."""
+    m = re.fullmatch(pattern, rest)
+    if not (m and m.group(2) in table):
+        return None
+    target = table[m.group(2)]
+    return Rule(target, "transpose" if target.startswith("w_") else "same", True), int(m.group(1))
+
+
 def rule_for(name: str, scheme: str, tied: bool = False) -> tuple[Rule, int | None] | None:
     """(rule, layer index or None for a stacked [L, ...] tensor / a top-level
     one) of file tensor `name` under `scheme`; None when it knows no such name.
     `tied`: the model's LM head is its token embedding table (hf-decoder)."""
-    if scheme == "hf":
-        rest = name.removeprefix("vision_model.")
-        m = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", rest)
-        if m and m.group(2) in _HF_LAYER:
-            target = _HF_LAYER[m.group(2)]
-            how = "transpose" if target.startswith("w_") else "same"
-            return Rule(target, how, True), int(m.group(1))
-        rule = _HF_TOP.get(rest)
-        return None if rule is None else (rule, None)
-    if scheme == "hf-vit":
-        rest = name.removeprefix("vit.")
-        m = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", rest)
-        if m and m.group(2) in _VIT_LAYER:
-            target = _VIT_LAYER[m.group(2)]
-            return Rule(target, "transpose" if target.startswith("w_") else "same",
-                        True), int(m.group(1))
-        rule = _VIT_TOP.get(rest)
-        return None if rule is None else (rule, None)
-    if scheme == "hf-bert":
-        rest = name.removeprefix("bert.")
-        if rest.startswith("cls."):
+    hf = {"hf": ("vision_model.", r"encoder\.layers\.(\d+)\.(.+)", _HF_LAYER, _HF_TOP),
+          "hf-vit": ("vit.", r"encoder\.layer\.(\d+)\.(.+)", _VIT_LAYER, _VIT_TOP),
+          "hf-bert": ("bert.", r"encoder\.layer\.(\d+)\.(.+)", _BERT_LAYER, _BERT_TOP),
+          "hf-decoder": ("", r"model\.layers\.(\d+)\.(.+)", _DEC_LAYER, _DEC_TOP)}
+    if scheme in hf:
+        prefix, pattern, layer, top = hf[scheme]
+        rest = name.removeprefix(prefix) if prefix else name
+        if scheme == "hf-bert" and rest.startswith("cls."):
             return HOST, None  # the pre-training heads
-        m = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", rest)
-        if m and m.group(2) in _BERT_LAYER:
-            target = _BERT_LAYER[m.group(2)]
-            return Rule(target, "transpose" if target.startswith("w_") else "same",
-                        True), int(m.group(1))
-        rule = _BERT_TOP.get(rest)
-        return None if rule is None else (rule, None)
-    if scheme == "hf-decoder":
-        if name == "model.embed_tokens.weight":
-            return (Rule("w_lm_head", "transpose") if tied else HOST), None
-        m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)
-        if m and m.group(2).endswith("rotary_emb.inv_freq"):
-            return HOST, None  # a derived buffer of older checkpoints
-        if m and m.group(2) in _DEC_LAYER:
-            target = _DEC_LAYER[m.group(2)]
-            return Rule(target, "transpose" if target.startswith("w_") else "same",
-                        True), int(m.group(1))
-        rule = _DEC_TOP.get(name)
+        if scheme == "hf-decoder":
+            if name == "model.embed_tokens.weight":
+                return (Rule("w_lm_head", "transpose") if tied else HOST), None
+            if name.endswith("rotary_emb.inv_freq"):
+                return HOST, None  # a derived buffer of older checkpoints
+        hit = _per_layer(rest, pattern, layer)
+        if hit is not None:
+            return hit
+        rule = top.get(rest)
         return None if rule is None else (rule, None)
     rest = re.sub(r"^(params/)?(img/)?", "", name)
     m = re.fullmatch(r"Transformer/encoderblock(?:_(\d+))?/(.+)", rest)
