@@ -22,7 +22,8 @@ directory name (a checkpoint's repository folder, e.g. `siglip-so400m`).
 - `qwen2`, `llama`, `mistral` (decoders at prefill): RMSNorm, SwiGLU, causal
   attention, RoPE (`rope_theta`), grouped-query `num_key_value_heads`, q/k/v
   biases for qwen2 (`attention_bias` for llama), tied embeddings as the
-  config says, the LM head over the last position; DECODER_TOKENS tokens.
+  config says, the LM head over the last position (none when `architectures`
+  names only the bare model, e.g. LlamaModel); DECODER_TOKENS tokens.
 
 `hidden_act` maps "gelu" → gelu_erf, "gelu_new" / "gelu_pytorch_tanh" /
 "gelu_fast" → gelu_tanh, "quick_gelu" → quick_gelu, "silu" / "swish" → the
@@ -157,14 +158,17 @@ def hf_table(path: str | Path) -> tuple[dict[str, Any], str]:
                                                     "(silu)", act)
         heads = f.need("num_attention_heads")
         biased = kind == "qwen2" or bool(f.get("attention_bias", False))
+        # a checkpoint of the bare model (LlamaModel, Qwen2Model) has no LM head
+        arch = [a for a in data.get("architectures") or [] if isinstance(a, str)]
+        bare = bool(arch) and all(a.endswith("Model") for a in arch)
         table = {"input": "embeddings", "hidden": f.need("hidden_size"), "heads": heads,
                  "mlp": f.need("intermediate_size"), "layers": f.need("num_hidden_layers"),
                  "tokens": DECODER_TOKENS, "eps": float(f.get("rms_norm_eps", 1e-6)),
                  "norm": "rmsnorm", "activation": "swiglu", "attention": "causal",
                  "rope_theta": float(f.get("rope_theta", 10000.0)),
-                 "bias": "qkv" if biased else "none", "pool": "last",
+                 "bias": "qkv" if biased else "none", "pool": "none" if bare else "last",
                  "vocab": f.need("vocab_size"),
-                 "tied_embeddings": bool(f.get("tie_word_embeddings", False))}
+                 "tied_embeddings": not bare and bool(f.get("tie_word_embeddings", False))}
         kv = f.get("num_key_value_heads", None) or heads
         if kv != heads:
             table["kv_heads"] = kv

@@ -3,8 +3,16 @@ the weights (our names) recognised in an exporter's graph.
 
 `onnx_model(path)` reads the file with the `onnx` package (checker and shape
 inference), then recognises, node by node, the patterns PyTorch's exporters
-(TorchScript-based and torch.export-based) emit for a BERT-style encoder and
-for a ViT tower:
+(TorchScript-based and torch.export-based) emit for a BERT-style encoder, for
+ViT and SigLIP towers and for a Llama-style decoder:
+
+- a decoder's blocks: RMSNorm's decomposition (Pow 2, ReduceMean, Add eps,
+  Sqrt, Reciprocal, Mul, Mul gamma), RoPE's rotate-half form on q and k
+  (x*cos + Concat(Neg(Slice), Slice)*sin; the base is recovered from the
+  tables, which must be `rope_tables` of it), grouped-query k/v repeated by
+  Unsqueeze / Expand / Reshape (kv heads from the k projection's width), a
+  constant causal mask, the SwiGLU MLP (Sigmoid, Mul, Mul by the up
+  projection), the final RMSNorm;
 
 - a ViT's patch embedding (`Conv` with kernel = stride, no padding, then the
   `Reshape` / `Transpose` to tokens; a `Shape` of it only sizes the view),
@@ -204,7 +212,7 @@ KNOWN = frozenset({
     "Equal", "Erf", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Gelu",
     "Gemm", "GreaterOrEqual", "Identity", "IsNaN", "LayerNormalization", "MatMul", "Mul",
     "Pow", "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Squeeze", "Tanh", "Transpose",
-    "Unsqueeze", "Where", "And"})
+    "Unsqueeze", "Where", "And", "Neg", "ReduceMean", "Sqrt", "Reciprocal"})
 
 
 @functools.lru_cache(maxsize=4)
@@ -242,8 +250,9 @@ def _recognise(g: _Graph) -> Imported:
         pre = True
     else:
         h, start, fields, table = _token_embeddings(g, weights, take)
-        pre = False
+        pre = bool(fields.get("decoder"))
     hidden, tokens, eps = fields["hidden"], fields["tokens"], fields.get("eps", 0.0)
+    infos: list[dict[str, Any]] = []
     layers: list[dict[str, np.ndarray]] = []
     heads = mlp = 0
     activation = ""
@@ -253,8 +262,8 @@ def _recognise(g: _Graph) -> Imported:
         users = g.users(h)
         ln1 = None
         if pre:
-            ln1 = next((u for u in users if u.op_type == "LayerNormalization"), None)
-            users = g.users(ln1.output[0]) if ln1 is not None else []
+            ln1 = _norm_of(g, h)
+            users = g.users(ln1.out) if ln1 is not None else []
         lins = [x for x in (_linear(g, u) for u in users) if x is not None]
         if len(lins) != 3:
             final = ln1
@@ -264,6 +273,7 @@ def _recognise(g: _Graph) -> Imported:
         heads, mlp, activation = info["heads"], info["mlp"], info["activation"]
         eps = eps or info["eps"]
         mask = mask or info["mask"]
+        infos.append(info)
         layers.append(layer)
         h = info["out"]
     if not layers:
@@ -271,10 +281,12 @@ def _recognise(g: _Graph) -> Imported:
                                           "hidden state) after the embeddings")
     if pre:  # the final norm over every token
         if final is None:
-            raise g.bad(g.producer[h], "expected the final LayerNormalization of the tower")
-        weights["ln_f.gamma"], weights["ln_f.beta"] = _ln(g, final)
-        take("ln_f", [final])
-        h = final.output[0]
+            raise g.bad(g.producer[h], "expected the final norm of the tower")
+        weights["ln_f.gamma"] = final.gamma
+        if final.beta is not None:
+            weights["ln_f.beta"] = final.beta
+        take("ln_f", final.nodes)
+        h = final.out
     pool = "none"
     users = g.users(h)
     gather = next((u for u in users if u.op_type in ("Gather", "Slice")), None)
@@ -308,7 +320,17 @@ def _recognise(g: _Graph) -> Imported:
         "name": name, "hidden": int(hidden), "heads": int(heads), "mlp": int(mlp),
         "tokens": int(tokens), "layers": len(layers), "eps": float(eps),
         "activation": activation, "attention_mask": mask, "pool": pool}
-    if pre:
+    if fields.get("decoder"):
+        first = infos[0]
+        if first["rope"] is None or not first["causal"] or first["activation"] != "swiglu":
+            raise ConfigError(source, "onnx", "a decoder imports with RoPE, causal attention "
+                                              "and a SwiGLU MLP")
+        table_out.update({"input": "embeddings", "norm": "rmsnorm", "attention": "causal",
+                          "rope_theta": _rope_theta(g, first["rope"], tokens, hidden // heads),
+                          "bias": first["bias"], "vocab": fields["vocab"]})
+        if first["kv_heads"] != heads:
+            table_out["kv_heads"] = first["kv_heads"]
+    elif pre:
         table_out.update(patch=fields["patch"], channels=fields["channels"])
     else:
         table_out.update({"input": "embeddings", "block": "post_ln", "embed_norm": True,
@@ -343,8 +365,12 @@ def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
     if tokens <= 0:
         raise ConfigError(source, "input_ids", "needs a static sequence length", tokens)
     take("word_embeddings", [word])
-    # the embedding sum: Adds of gathered or constant rows, then a LayerNorm
     h = word.output[0]
+    start = _norm_of(g, h)
+    if start is not None and start.kind == "rmsnorm":  # a decoder: straight into layer 0
+        return h, h, {"hidden": int(hidden), "tokens": int(tokens), "vocab": int(vocab),
+                      "decoder": True}, table
+    # the embedding sum: Adds of gathered or constant rows, then a LayerNorm
     type_vocab = max_positions = 0
     while True:
         users = g.users(h)
@@ -454,6 +480,59 @@ def _bias(lin: tuple[np.ndarray, np.ndarray | None, str, list[Any]]) -> np.ndarr
     return lin[1] if lin[1] is not None else np.zeros(lin[0].shape[1], np.float32)
 
 
+@dataclass
+class _Norm:
+    """A normalisation applied to one value: a LayerNormalization node, or
+    RMSNorm's decomposition (Pow 2, ReduceMean, Add eps, Sqrt, Reciprocal or
+    Div, Mul, Mul gamma)."""
+
+    kind: str  # "layernorm" | "rmsnorm"
+    nodes: list[Any]
+    out: str
+    gamma: np.ndarray
+    beta: np.ndarray | None
+    eps: float
+
+
+def _norm_of(g: _Graph, x: str) -> _Norm | None:
+    """The norm a consumer of `x` starts, or None."""
+    for n in g.users(x):
+        if n.op_type == "LayerNormalization":
+            scale, shift = _ln(g, n)
+            return _Norm("layernorm", [n], n.output[0], scale, shift, _eps(n))
+        if n.op_type == "Pow":
+            two = g.value(n.input[1])
+            if two is None or float(two.reshape(-1)[0]) != 2.0:
+                continue
+            chain, v = [n], n.output[0]
+            for kind in ("ReduceMean", "Add", "Sqrt", ("Reciprocal", "Div")):
+                nxt = g.users(v)
+                if len(nxt) != 1 or nxt[0].op_type not in (kind if isinstance(kind, tuple)
+                                                            else (kind,)):
+                    break
+                chain.append(nxt[0])
+                v = nxt[0].output[0]
+            else:
+                eps_c = next((g.value(i) for i in chain[2].input if g.value(i) is not None),
+                             None)
+                times = [u for u in g.users(v) if u.op_type == "Mul"
+                         and g.back(next(i for i in u.input if i != v), ())[0]
+                         == g.back(x, ())[0]]
+                if eps_c is None or len(times) != 1:
+                    continue
+                gmul = g.users(times[0].output[0])
+                gamma = None
+                if len(gmul) == 1 and gmul[0].op_type == "Mul":
+                    consts = [c for i in gmul[0].input if (c := g.value(i)) is not None]
+                    gamma = consts[0] if consts else None
+                if gamma is None:
+                    continue
+                eps = float(f"{float(eps_c.reshape(-1)[0]):.6g}")
+                return _Norm("rmsnorm", [*chain, times[0], gmul[0]], gmul[0].output[0],
+                             gamma, None, eps)
+    return None
+
+
 def _ln(g: _Graph, n: Any) -> tuple[np.ndarray, np.ndarray]:
     gamma = g.value(n.input[1])
     beta = g.value(n.input[2]) if len(n.input) > 2 else None
@@ -494,8 +573,8 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
     for n in g.nodes:
         if n.op_type != "MatMul" or g.value(n.input[1]) is not None:
             continue
-        a, _ = g.back(n.input[0], VIEW + ("Mul", "Div"))
-        b, _ = g.back(n.input[1], VIEW + ("Mul", "Div"))
+        a, _, _ = _source(g, n.input[0])
+        b, _, _ = _source(g, n.input[1])
         if a in by_out and b in by_out:
             score = n
         elif b in by_out and (probs := _probs(g, n.input[0])) is not None:
@@ -503,10 +582,12 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
     if score is None or pv is None:
         raise g.bad(g.users(h)[0], "expected attention: q, k and v linears feeding a score "
                                    "MatMul, Softmax and a probabilities MatMul")
-    q_name, q_nodes = g.back(score.input[0], VIEW + ("Mul", "Div"))
-    k_name, k_nodes = g.back(score.input[1], VIEW + ("Mul", "Div"))
-    v_name, v_nodes = g.back(pv.input[1], VIEW + ("Mul", "Div"))
+    q_name, q_nodes, rope = _source(g, score.input[0])
+    k_name, k_nodes, k_rope = _source(g, score.input[1])
+    v_name, v_nodes, _ = _source(g, pv.input[1])
     q, k, v = by_out[q_name], by_out[k_name], by_out[v_name]
+    if (rope is None) != (k_rope is None):
+        raise g.bad(score, "expected RoPE on both q and k, or on neither")
     # the scaling: constants multiplied into q and k (or dividing the scores)
     scale = 1.0
     for n in q_nodes + k_nodes:
@@ -517,7 +598,7 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
     # scores -> (scale) -> (+ mask) -> Softmax
     x = score.output[0]
     chain = [score]
-    mask = False
+    mask = causal = False
     while True:
         users = g.users(x)
         if len(users) != 1:
@@ -535,8 +616,11 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
             zero = g.value(other)
             if zero is not None and not np.any(zero):
                 pass  # a mask of zeros (the dynamo exporter's, for no mask)
+            elif zero is not None and _is_causal(zero):
+                causal = True
             elif not _from_inputs(g, other) or zero is not None:
-                raise g.bad(n, "expected an additive mask computed from the inputs")
+                raise g.bad(n, "expected an additive mask computed from the inputs, or a "
+                               "causal one")
             else:
                 mask = True
         else:
@@ -571,41 +655,124 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
         merged = n.output[0]
     if pre_norm is None:  # post-LN: norm(x + f(x))
         res1, ln1 = _residual_norm(g, o[2], h)
-        mlp_in, stream = ln1.output[0], ln1.output[0]
+        mlp_in, stream = ln1.out, ln1.out
     else:  # pre-LN: x + f(norm(x)); the second norm feeds the MLP
         ln1 = pre_norm
         res1, ln_mlp = _residual_norm(g, o[2], h)
-        mlp_in, stream = ln_mlp.output[0], res1.output[0]
-    fc1 = next((x for x in (_linear(g, u) for u in g.users(mlp_in)) if x is not None), None)
-    if fc1 is None:
-        raise g.bad(g.producer[mlp_in], "expected the MLP's first linear after a LayerNorm")
-    act_nodes, activation, fc2_node = _activation(g, fc1[2])
+        mlp_in, stream = ln_mlp.out, res1.output[0]
+    firsts = [x for x in (_linear(g, u) for u in g.users(mlp_in)) if x is not None]
+    if not firsts:
+        raise g.bad(g.producer[mlp_in], "expected the MLP's first linear after a norm")
+    gate = up = None
+    if len(firsts) == 2:  # SwiGLU: silu(x W_gate) * (x W_up)
+        gate = next((f for f in firsts if any(u.op_type == "Sigmoid" for u in g.users(f[2]))),
+                    None)
+        up = next((f for f in firsts if f is not gate), None)
+        if gate is None or up is None:
+            raise g.bad(g.producer[mlp_in], "expected a gated MLP (SiLU gate and up "
+                                            "projection)")
+        act_nodes, activation, fc2_node = _swiglu(g, gate[2], up[2])
+        fc1 = gate
+    else:
+        fc1 = firsts[0]
+        act_nodes, activation, fc2_node = _activation(g, fc1[2])
     fc2 = _linear(g, fc2_node)
     assert fc2 is not None
     if pre_norm is None:
         res2, ln2 = _residual_norm(g, fc2[2], stream)
-        out = ln2.output[0]
+        out = ln2.out
     else:
         res2, ln2 = _residual(g, fc2[2], stream), ln_mlp
         out = res2.output[0]
-    take(f"{role} q", q[3] + q_nodes)
-    take(f"{role} k", k[3] + k_nodes)
+    take(f"{role} q", q[3] + q_nodes + (rope[2] if rope is not None else []))
+    take(f"{role} k", k[3] + k_nodes + (k_rope[2] if k_rope is not None else []))
     take(f"{role} v", v[3] + v_nodes)
     take(f"{role} attention", chain + [pv] + guard + merge_nodes)
     take(f"{role} o", o[3] + [res1])
-    take(f"{role} ln1", [ln1])
-    take(f"{role} fc1", fc1[3])
+    take(f"{role} ln1", ln1.nodes)
+    take(f"{role} {'gate, up' if up is not None else 'fc1'}",
+         fc1[3] + (up[3] if up is not None else []))
     take(f"{role} {activation}", act_nodes)
-    take(f"{role} fc2", fc2[3] + [res2])
-    take(f"{role} ln2", [ln2])
-    g1, b1 = _ln(g, ln1)
-    g2, b2 = _ln(g, ln2)
-    layer = {"w_q": q[0], "b_q": _bias(q), "w_k": k[0], "b_k": _bias(k), "w_v": v[0],
-             "b_v": _bias(v), "w_o": o[0], "b_o": _bias(o), "ln1.gamma": g1, "ln1.beta": b1,
-             "w_fc1": fc1[0], "b_fc1": _bias(fc1), "w_fc2": fc2[0], "b_fc2": _bias(fc2),
-             "ln2.gamma": g2, "ln2.beta": b2}
+    take(f"{role} {'down' if up is not None else 'fc2'}", fc2[3] + [res2])
+    take(f"{role} ln2", ln2.nodes)
+    layer = {"w_q": q[0], "w_k": k[0], "w_v": v[0], "w_o": o[0], "ln1.gamma": ln1.gamma,
+             "ln2.gamma": ln2.gamma}
+    has = {n: x[1] is not None for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
+                                             ("fc1", fc1), ("fc2", fc2), ("up", up))
+           if x is not None}
+    if ln1.beta is not None and ln2.beta is not None:
+        layer.update({"ln1.beta": ln1.beta, "ln2.beta": ln2.beta})
+    if up is not None:  # the gated MLP: gate, up, down
+        layer.update(w_gate=fc1[0], w_up=up[0], w_down=fc2[0])
+    else:
+        layer.update(w_fc1=fc1[0], w_fc2=fc2[0])
+    if has["q"] and has["k"] and has["v"] and not any(
+            b for n, b in has.items() if n not in ("q", "k", "v")):
+        bias = "qkv"  # Qwen's: the q, k and v projections only
+        layer.update(b_q=_bias(q), b_k=_bias(k), b_v=_bias(v))
+    elif any(has.values()):  # a bias an exporter dropped was zero
+        bias = "all"
+        layer.update(b_q=_bias(q), b_k=_bias(k), b_v=_bias(v), b_o=_bias(o))
+        if up is None:
+            layer.update(b_fc1=_bias(fc1), b_fc2=_bias(fc2))
+    else:
+        bias = "none"
     return layer, {"heads": heads, "mlp": fc1[0].shape[1], "activation": activation,
-                   "mask": mask, "out": out, "eps": _eps(ln1)}
+                   "mask": mask, "out": out, "eps": ln1.eps, "norm": ln1.kind,
+                   "kv_heads": k[0].shape[1] // (hidden // heads), "rope": rope,
+                   "bias": bias, "causal": causal}
+
+
+TRACE = VIEW + ("Mul", "Div", "Expand")  # scaling and GQA's repeat of k/v heads
+
+
+def _rope_at(g: _Graph, add: Any) -> tuple[str, list[Any], np.ndarray, np.ndarray] | None:
+    """(x, nodes, cos, sin) when `add` is RoPE's rotate-half form
+    x * cos + concat(-x[..., d/2:], x[..., :d/2]) * sin."""
+    if add.op_type != "Add":
+        return None
+    parts = [p for i in add.input if (p := g.producer.get(i)) is not None]
+    if len(parts) != 2 or any(p.op_type != "Mul" for p in parts):
+        return None
+    direct: tuple[Any, str, np.ndarray] | None = None
+    rot: tuple[Any, Any, np.ndarray] | None = None
+    for p in parts:
+        data = [i for i in p.input if g.value(i) is None]
+        const = [c for i in p.input if (c := g.value(i)) is not None]
+        src = g.producer.get(data[0]) if len(data) == 1 else None
+        if len(const) != 1:
+            return None
+        if src is not None and src.op_type == "Concat":
+            rot = (p, src, const[0])
+        else:
+            direct = (p, data[0] if data else "", const[0])
+    if direct is None or rot is None:
+        return None
+    mul_r, cat, sin = rot
+    neg = g.producer.get(cat.input[0])
+    if neg is None or neg.op_type != "Neg":
+        return None
+    slices = [g.producer.get(neg.input[0]), g.producer.get(cat.input[1])]
+    if any(x is None or x.op_type != "Slice" or x.input[0] != direct[1] for x in slices):
+        return None
+    return direct[1], [add, direct[0], mul_r, cat, neg, *slices], direct[2], sin
+
+
+def _source(g: _Graph, name: str) -> tuple[str, list[Any], Any]:
+    """Follow an attention operand back through views, scaling, k/v head
+    repeats and RoPE to the linear it came from: (value, nodes passed, rope
+    as (cos, sin, its nodes) or None)."""
+    nodes: list[Any] = []
+    rope = None
+    while True:
+        v, passed = g.back(name, TRACE + ("Unsqueeze",))
+        nodes += passed
+        n = g.producer.get(v)
+        hit = _rope_at(g, n) if n is not None else None
+        if hit is None:
+            return v, nodes, rope
+        name, more, cos, sin = hit
+        rope = (cos, sin, more)
 
 
 def _probs(g: _Graph, name: str) -> tuple[Any, list[Any]] | None:
@@ -640,11 +807,31 @@ def _residual(g: _Graph, x: str, skip: str) -> Any:
 def _residual_norm(g: _Graph, x: str, skip: str) -> tuple[Any, Any]:
     add = _residual(g, x, skip)
     nxt = g.users(add.output[0])
-    norm = next((n for n in nxt if n.op_type == "LayerNormalization"), None)
+    norm = _norm_of(g, add.output[0])
+    del nxt
     if norm is None:
-        raise g.bad(add, "expected LayerNormalization after the residual Add (post-LN: only "
+        raise g.bad(add, "expected a norm after the residual Add (post-LN: only "
                          "BERT-style blocks import so far)")
     return add, norm
+
+
+def _swiglu(g: _Graph, gate: str, up: str) -> tuple[list[Any], str, Any]:
+    """silu(gate) * up: Sigmoid(gate) * gate, times up; the down linear's node."""
+    sig = next((u for u in g.users(gate) if u.op_type == "Sigmoid"), None)
+    if sig is None:
+        raise g.bad(g.producer[gate], "expected the SiLU gate (Sigmoid and Mul)")
+    silu = next((u for u in g.users(sig.output[0]) if u.op_type == "Mul"
+                 and gate in [g.back(i, ())[0] for i in u.input]), None)
+    if silu is None:
+        raise g.bad(sig, "expected Mul(gate, Sigmoid(gate))")
+    prod = next((u for u in g.users(silu.output[0]) if u.op_type == "Mul"
+                 and up in [g.back(i, ())[0] for i in u.input]), None)
+    if prod is None:
+        raise g.bad(silu, "expected the gate times the up projection")
+    down = next((u for u in g.users(prod.output[0]) if _linear(g, u) is not None), None)
+    if down is None:
+        raise g.bad(prod, "expected the down projection")
+    return [sig, silu, prod], "swiglu", down
 
 
 def _activation(g: _Graph, x: str) -> tuple[list[Any], str, Any]:
@@ -685,6 +872,37 @@ def _activation(g: _Graph, x: str) -> tuple[list[Any], str, Any]:
     if fc2 is None or not form:
         raise g.bad(g.producer[x], "expected a GELU and the MLP's second linear")
     return nodes, form, fc2
+
+
+def _rope_theta(g: _Graph, rope: tuple[np.ndarray, np.ndarray, list[Any]], tokens: int,
+                dh: int) -> float:
+    """The base of RoPE tables [.., T, dh] (rotate-half: both halves alike),
+    from position 1's angles; the tables must be rope_tables(T, dh, theta)."""
+    from planner.ir.ops.rope import rope_tables
+
+    cos, sin = (np.asarray(t, np.float64).reshape(-1, dh) for t in rope[:2])
+    if cos.shape[0] != tokens or not np.allclose(cos[:, :dh // 2], cos[:, dh // 2:]):
+        raise g.bad(rope[2][0], f"expected rotate-half RoPE tables [{tokens}, {dh}]")
+    # frequency 1 = theta^(-2/dh): the slope of its unwrapped angle over the positions
+    ang = np.unwrap(np.arctan2(sin[:, 1], cos[:, 1]))
+    slope = float(np.dot(np.arange(tokens), ang) / np.dot(np.arange(tokens), np.arange(tokens)))
+    theta = float(f"{slope ** (-dh / 2):.4g}")
+    mine = rope_tables(tokens, dh, theta)
+    if not (np.allclose(mine[0], cos[:, : dh // 2], atol=1e-4)
+            and np.allclose(mine[1], sin[:, : dh // 2], atol=1e-4)):
+        raise g.bad(rope[2][0], f"RoPE tables are not those of base {theta:g}")
+    return theta
+
+
+def _is_causal(m: np.ndarray) -> bool:
+    """True for an additive [.., T, T] mask that hides exactly the keys after
+    each query (very negative above the diagonal, zero on and below it)."""
+    if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
+        return False
+    t = m.shape[-1]
+    above = np.triu(np.ones((t, t), bool), 1)
+    sq = m.reshape(-1, t, t)
+    return bool(np.all(sq[:, ~above] == 0) and np.all(sq[:, above] <= -1e4))
 
 
 def _from_inputs(g: _Graph, name: str) -> bool:

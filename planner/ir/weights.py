@@ -146,7 +146,7 @@ _DEC_LAYER = {
     "mlp.gate_proj.weight": "w_gate", "mlp.up_proj.weight": "w_up",
     "mlp.down_proj.weight": "w_down",
 }
-_DEC_TOP = {"model.norm.weight": Rule("ln_f.gamma"),
+_DEC_TOP = {"norm.weight": Rule("ln_f.gamma"),  # under `model.` unless a bare model's
             "lm_head.weight": Rule("w_lm_head", "transpose")}
 
 _HF_FUSED = {"head.attention.in_proj_weight": "w_head_", "head.attention.in_proj_bias": "b_head_"}
@@ -189,8 +189,9 @@ def scheme_of(names: list[str], g: Graph) -> str:
     if any(re.match(r"(bert\.)?(encoder\.layer\.|embeddings\.word_embeddings)", n)
            for n in names):
         return "hf-bert"
-    if any(n.startswith(("model.layers.", "model.embed_tokens.")) for n in names):
-        return "hf-decoder"
+    if any(re.match(r"(model\.)?(layers\.\d+\.self_attn\.|embed_tokens\.)", n)
+           for n in names):
+        return "hf-decoder"  # a bare LlamaModel / Qwen2Model saves without `model.`
     return "big_vision"
 
 
@@ -212,14 +213,14 @@ def rule_for(name: str, scheme: str, tied: bool = False) -> tuple[Rule, int | No
     hf = {"hf": ("vision_model.", r"encoder\.layers\.(\d+)\.(.+)", _HF_LAYER, _HF_TOP),
           "hf-vit": ("vit.", r"encoder\.layer\.(\d+)\.(.+)", _VIT_LAYER, _VIT_TOP),
           "hf-bert": ("bert.", r"encoder\.layer\.(\d+)\.(.+)", _BERT_LAYER, _BERT_TOP),
-          "hf-decoder": ("", r"model\.layers\.(\d+)\.(.+)", _DEC_LAYER, _DEC_TOP)}
+          "hf-decoder": ("model.", r"layers\.(\d+)\.(.+)", _DEC_LAYER, _DEC_TOP)}
     if scheme in hf:
         prefix, pattern, layer, top = hf[scheme]
         rest = name.removeprefix(prefix) if prefix else name
         if scheme == "hf-bert" and rest.startswith("cls."):
             return HOST, None  # the pre-training heads
         if scheme == "hf-decoder":
-            if name == "model.embed_tokens.weight":
+            if rest == "embed_tokens.weight":
                 return (Rule("w_lm_head", "transpose") if tied else HOST), None
             if name.endswith("rotary_emb.inv_freq"):
                 return HOST, None  # a derived buffer of older checkpoints
@@ -340,6 +341,8 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
                 raise ConfigError(src, name, f"shape must be {shape}" + (
                     " (or more layers)" if name.startswith("layers.") else ""), a.shape)
             ours[name] = np.ascontiguousarray(a)
+        for name, value in derived_values(g).items():  # computed, not learned (RoPE tables)
+            ours.setdefault(name, np.asarray(value, dtype=F32))
         _missing(src, want, ours, scheme)
         return ours
     layers = {}  # body name -> outer [L, ...] parameter
