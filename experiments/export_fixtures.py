@@ -9,7 +9,8 @@ transformers onnx onnxscript safetensors`), then from the repository root:
 
 Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
 SEQUENCE tokens, a ViT and a SigLIP tower without its MAP head on 32x32
-images in 8x8 patches, a Llama-style decoder with grouped-query attention)
+images in 8x8 patches, Llama- and Qwen2-style decoders with grouped-query
+attention, Qwen2's with q/k/v biases)
 written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
 `save_pretrained`) and one ONNX file per exporter that works on it,
@@ -56,7 +57,8 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
                               output_names=list(outputs),
                               opset_version=opset, dynamo=dynamo)
         except Exception as e:  # an exporter that cannot export this model: say so
-            print(f"{path}: {exporter} exporter failed: {e}", file=sys.stderr)
+            print(f"{path}: {exporter} exporter failed: {str(e).splitlines()[0]}",
+                  file=sys.stderr)
             continue
         whole = onnx.load(str(path))  # external data (the dynamo exporter's) inline:
         onnx.save(whole, str(path), save_as_external_data=False)  # one file per exporter
@@ -71,6 +73,8 @@ def main() -> None:
         BertModel,
         LlamaConfig,
         LlamaModel,
+        Qwen2Config,
+        Qwen2Model,
         SiglipVisionConfig,
         SiglipVisionModel,
         ViTConfig,
@@ -96,6 +100,16 @@ def main() -> None:
                                    num_attention_heads=4, num_key_value_heads=2,
                                    intermediate_size=128, max_position_embeddings=64)).eval()
     export(llama, (ids,), ["input_ids"], ROOT / "tiny-llama", ("last_hidden_state",))
+    qwen = Qwen2Model(Qwen2Config(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2,
+                                  intermediate_size=128, max_position_embeddings=64,
+                                  rope_theta=1000000.0)).eval()
+    with torch.no_grad():  # transformers initialises biases to zero: make them count
+        for layer in qwen.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                         layer.self_attn.v_proj):
+                proj.bias.normal_(0.0, 0.02)
+    export(qwen, (ids,), ["input_ids"], ROOT / "tiny-qwen2", ("last_hidden_state",))
 
 
 if __name__ == "__main__":

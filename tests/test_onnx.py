@@ -21,6 +21,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "models" / "tiny-bert"
 VIT = FIXTURE.parent / "tiny-vit"
 SIGLIP = FIXTURE.parent / "tiny-siglip"
 LLAMA = FIXTURE.parent / "tiny-llama"
+QWEN = FIXTURE.parent / "tiny-qwen2"
 EXPORTERS = ("torchscript", "dynamo")
 
 
@@ -77,9 +78,9 @@ def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
 
 @pytest.mark.parametrize("fixture, exporter", [
     (FIXTURE, "torchscript"), (FIXTURE, "dynamo"), (VIT, "torchscript"), (VIT, "dynamo"),
-    (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo")],
+    (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo"), (QWEN, "dynamo")],
     ids=["bert-ts", "bert-dynamo", "vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo",
-         "llama-dynamo"])
+         "llama-dynamo", "qwen2-dynamo"])
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
 def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
                                      floor: float, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,8 +108,8 @@ def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.parametrize("fixture, exporter", [
     (VIT, "torchscript"), (VIT, "dynamo"), (SIGLIP, "torchscript"), (SIGLIP, "dynamo"),
-    (LLAMA, "dynamo")], ids=["vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo",
-                             "llama-dynamo"])
+    (LLAMA, "dynamo"), (QWEN, "dynamo")],
+    ids=["vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo", "llama-dynamo", "qwen2-dynamo"])
 def test_onnx_and_checkpoint_plan_alike_too(fixture: Path, exporter: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A ViT, a SigLIP tower without its head and a Llama-style decoder:
@@ -116,7 +117,7 @@ def test_onnx_and_checkpoint_plan_alike_too(fixture: Path, exporter: str,
     class token folded into the first position row; SiglipVisionModel's; a
     bare LlamaModel's, at the export's 32 tokens) give one package."""
     got = []
-    tokens = ["--tokens", "32"] if fixture == LLAMA else []
+    tokens = ["--tokens", "32"] if fixture in (LLAMA, QWEN) else []
     for argv in ([str(_onnx(exporter, fixture))],
                  [str(fixture), *tokens, "--weights", str(fixture / "model.safetensors")]):
         assert main(["plan", *argv, "--device", "tiny", "--json", "--quiet"]) == 0
@@ -200,6 +201,9 @@ def test_the_decoder_import(capsys: pytest.CaptureFixture[str]) -> None:
         "norm": "rmsnorm", "activation": "swiglu", "attention": "causal",
         "rope_theta": 10000.0, "kv_heads": 2, "bias": "none", "pool": "none"}
     assert m.weights["layers.w_k"].shape == (2, 64, 32)
+    qwen = onnx_model(_onnx("dynamo", QWEN))  # Qwen2: q/k/v biases only, base 1e6
+    assert (qwen.table["bias"], qwen.table["rope_theta"]) == ("qkv", 1e6)
+    assert "layers.b_q" in qwen.weights and "layers.b_o" not in qwen.weights
     assert sorted(r for r in m.provenance if r.startswith("layer 0")) == sorted(
         f"layer 0 {p}" for p in ("q", "k", "v", "attention", "o", "ln1", "gate, up",
                                  "swiglu", "down", "ln2"))
