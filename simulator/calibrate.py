@@ -306,6 +306,15 @@ def _fact_footprint(e: Entry) -> dict[str, int]:
     return out
 
 
+def _fact_latency(e: Entry) -> dict[str, int]:
+    """52 events to a receiver, "+2 events per physical row" (the note)."""
+    out = _value("arrival_latency_cycles")(e)
+    found = re.search(r"\+(\d+) events per physical row", str(e.get("note", "")))
+    if found:
+        out["arrival_latency_row_cycles"] = int(found.group(1))
+    return out
+
+
 def _value(key: str, words: int = 1) -> Callable[[Entry], dict[str, int]]:
     def read(e: Entry) -> dict[str, int]:
         v = e.get("cycles") if e.get("cycles") is not None else e.get("value")
@@ -326,6 +335,7 @@ FACTS: dict[str, Callable[[Entry], dict[str, int]]] = {
     "target-exchange-bw": _values("exchange_in_bytes_per_cycle", "exchange_out_bytes_per_cycle"),
     "target-exchange-controls": _fact_controls,
     "send-max-words": _value("send_max_bytes", 4),
+    "multicast-arrival-latency": _fact_latency,
     "fit-repeat-patch-per-word": _value("patch_word_cycles"),
     "target-local-copy-call": _value("copy_call"),
     "target-memcpy-bw": _value("copy_bytes_per_cycle"),

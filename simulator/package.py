@@ -43,10 +43,11 @@ from kernels.abi import (
     STEP_REPEAT_BEGIN,
 )
 from simulator.device import Device
+from simulator.xschedule import SCHEDULE_ARRAYS, schedule_arrays
 from tilecommon.errors import PackageInvalid
 from tilecommon.files import atomic_dir, read_npz
 
-VERSION = 1
+VERSION = 2  # 2: the exchange schedule (x_send, step_piece, q_*, step_xcycles)
 MANIFEST_FILE = "package.json"
 ARRAYS_FILE = "arrays.npz"
 
@@ -69,6 +70,13 @@ ARRAY_SPEC: dict[str, tuple[str, tuple[int, ...]]] = {
     "x_dst_tile": ("X", ()),
     "x_dst_addr": ("X", ()),
     "x_bytes": ("X", ()),
+    "x_send": ("X", ()),
+    "step_piece": ("S+1", ()),
+    "step_xcycles": ("S", ()),
+    "q_send": ("Q", ()),
+    "q_offset": ("Q", ()),
+    "q_bytes": ("Q", ()),
+    "q_start": ("Q", ()),
     "buf_tile": ("B", ()),
     "buf_addr": ("B", ()),
     "buf_bytes": ("B", ()),
@@ -105,12 +113,18 @@ _SYMBOL_SOURCE = {
     "S": "step_kind",
     "V": "v_tile",
     "X": "x_src_tile",
+    "Q": "q_send",
     "B": "buf_tile",
     "P": "p_target",
     "T": "table_values",
     "I": "io_tensor",
 }
-_CSR = (("step_vtx", "V"), ("step_xfer", "X"), ("p_table", "T"))
+_CSR = (("step_vtx", "V"), ("step_xfer", "X"), ("step_piece", "Q"), ("p_table", "T"))
+# the schedule's index and range rules, checked at construction so that an
+# engine never indexes out of range (what they mean: simulator.verify)
+_SCHEDULE_RANGES = (("x_send", 0, "X"), ("q_send", 0, "X"), ("q_offset", 0, 1 << 40),
+                    ("q_bytes", 1, 1 << 40), ("q_start", 0, 1 << 40),
+                    ("step_xcycles", 0, 1 << 40))
 
 
 @dataclass(frozen=True)
@@ -201,7 +215,13 @@ class Package:
         object.__setattr__(self, "device", dev)
         object.__setattr__(self, "io", io)
         object.__setattr__(self, "buffer_names", _names(self.buffer_names))
-        object.__setattr__(self, "arrays", _checked_arrays(self.arrays, dev.tiles))
+        arrays = self.arrays
+        if isinstance(arrays, dict) and not set(SCHEDULE_ARRAYS) & set(arrays):
+            # built by hand: the transfers get the scheduler's schedule
+            unscheduled = {k: v for k, v in ARRAY_SPEC.items() if k not in SCHEDULE_ARRAYS}
+            arrays = _checked_arrays(arrays, dev.tiles, unscheduled)
+            arrays = {**arrays, **schedule_arrays(dev, arrays)}
+        object.__setattr__(self, "arrays", _checked_arrays(arrays, dev.tiles))
         object.__setattr__(self, "_hash", [])
         object.__setattr__(self, "provenance", _provenance(self.provenance, self.n_steps))
         if len(self.buffer_names) != self.n_buffers:
@@ -384,17 +404,19 @@ def _hash_content(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> st
     return h.hexdigest()
 
 
-def _checked_arrays(arrays: dict[str, Any], tiles: int) -> dict[str, np.ndarray]:
+def _checked_arrays(arrays: dict[str, Any], tiles: int,
+                   spec: dict[str, tuple[str, tuple[int, ...]]] = ARRAY_SPEC,
+                   ) -> dict[str, np.ndarray]:
     if not isinstance(arrays, dict):
         raise PackageInvalid(f"arrays: must be a dict, got {type(arrays).__name__}")
-    missing = sorted(set(ARRAY_SPEC) - set(arrays))
+    missing = sorted(set(spec) - set(arrays))
     extra = sorted(set(arrays) - set(ARRAY_SPEC))
     if missing:
         raise PackageInvalid(f"arrays: missing {missing}")
     if extra:
         raise PackageInvalid(f"arrays: unknown {extra}")
     out: dict[str, np.ndarray] = {}
-    for name in ARRAY_SPEC:
+    for name in spec:
         a = arrays[name]
         if not isinstance(a, np.ndarray):
             raise PackageInvalid(f"array {name}: must be a numpy array, got {type(a).__name__}")
@@ -404,9 +426,9 @@ def _checked_arrays(arrays: dict[str, Any], tiles: int) -> dict[str, np.ndarray]
         view.flags.writeable = False
         out[name] = view
     sizes = {sym: int(out[src].shape[0]) if out[src].ndim else -1
-             for sym, src in _SYMBOL_SOURCE.items()}
+             for sym, src in _SYMBOL_SOURCE.items() if src in out}
     sizes["tiles"] = tiles
-    for name, (sym, tail) in ARRAY_SPEC.items():
+    for name, (sym, tail) in spec.items():
         base = sym.removesuffix("+1")
         n = sizes[base] + (1 if sym.endswith("+1") else 0)
         want = (n, *tail)
@@ -415,11 +437,20 @@ def _checked_arrays(arrays: dict[str, Any], tiles: int) -> dict[str, np.ndarray]
                 f"array {name}: shape must be {want} ({sym} = {n}), got {out[name].shape}"
             )
     for name, sym in _CSR:
+        if name not in spec:
+            continue
         offs = out[name]
         if offs[0] != 0 or offs[-1] != sizes[sym] or np.any(np.diff(offs) < 0):
             raise PackageInvalid(
                 f"array {name}: CSR offsets must rise from 0 to {sym} = {sizes[sym]}"
             )
+    for name, lo, hi in _SCHEDULE_RANGES if "q_send" in spec else ():
+        top = sizes[hi] if isinstance(hi, str) else hi
+        bad = np.flatnonzero((out[name] < lo) | (out[name] >= top))
+        if bad.size:
+            i = int(bad[0])
+            raise PackageInvalid(f"array {name}[{i}] = {int(out[name][i])}: must lie in "
+                                 f"[{lo}, {top})")
     return out
 
 

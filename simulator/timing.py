@@ -45,6 +45,46 @@ def device_scalars(dev: Device) -> np.ndarray:
                      c.patch_word_cycles], dtype=np.int64)
 
 
+def endpoint_bound(dev: Device, bytes_in: np.ndarray, bytes_out: np.ndarray,
+                   receives: np.ndarray | int = 0, sends: np.ndarray | int = 0) -> int:
+    """The endpoint bound of one exchange step's transfer window from its
+    per-tile loads (module docstring): max over tiles of max(in, out).  The
+    planner's estimate of an exchange (its catalogue and tile-load model) and
+    the yardstick the schedule is measured against (the schedule's window is
+    never shorter: simulator.xschedule)."""
+    c = dev.costs
+    cin = np.maximum(-(-np.asarray(bytes_in) // c.exchange_in_bytes_per_cycle),
+                     np.asarray(receives) * c.receive_cycles)
+    cout = np.maximum(-(-np.asarray(bytes_out) // c.exchange_out_bytes_per_cycle),
+                      np.asarray(sends) * c.send_cycles)
+    return int(np.maximum(cin, cout).max(initial=0))
+
+
+def package_bounds(pkg: Package) -> np.ndarray:
+    """int64 [S]: `endpoint_bound` of every exchange step of `pkg` at its
+    unpatched (iteration-0) addresses (0 elsewhere)."""
+    a, dev = pkg.arrays, pkg.device
+    out = np.zeros(pkg.n_steps, dtype=np.int64)
+    if pkg.n_transfers == 0:
+        return out
+    c, tiles = dev.costs, pkg.tiles
+    step = np.repeat(np.arange(pkg.n_steps, dtype=np.int64), np.diff(a["step_xfer"]))
+    nb = a["x_bytes"]
+    din = step * tiles + a["x_dst_tile"]
+    # a send: each distinct (step, src tile, src address, bytes)
+    send = np.unique(np.stack([step, a["x_src_tile"], a["x_src_addr"], nb]), axis=1)
+    dout = send[0] * tiles + send[1]
+    n = pkg.n_steps * tiles
+    b_in = np.bincount(din, weights=nb, minlength=n).astype(np.int64)
+    r_in = np.bincount(din, minlength=n)
+    b_out = np.bincount(dout, weights=send[3], minlength=n).astype(np.int64)
+    s_out = np.bincount(dout, weights=-(-send[3] // c.send_max_bytes), minlength=n)
+    cin = np.maximum(-(-b_in // c.exchange_in_bytes_per_cycle), r_in * c.receive_cycles)
+    cout = np.maximum(-(-b_out // c.exchange_out_bytes_per_cycle),
+                      s_out.astype(np.int64) * c.send_cycles)
+    return np.maximum(cin, cout).reshape(pkg.n_steps, tiles).max(axis=1)
+
+
 def loop_patch_words(pkg: Package) -> np.ndarray:
     """int64 [steps]: at each REPEAT_BEGIN, the words its counter patches on
     the tile with the most of them (0 elsewhere; module docstring)."""

@@ -27,7 +27,10 @@ buffer of the first violation found, in this order:
    one tensor buffer (parameter, activation, scratch, exchange-landing) of its
    tile live at that step and starts on its natural alignment
    (`access.region_granule`); within a step no byte has two writers or a
-   writer and a reader from different vertices/transfers.
+   writer and a reader from different vertices/transfers;
+7. the exchange schedule (`simulator.xschedule`): each send's bytes covered
+   exactly once by its pieces, no send lane and no receive port booked twice
+   at once, every booking over by the step's `step_xcycles`.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ from simulator.verify_scan import (
     XS_LEN,
     scan_accesses,
 )
+from simulator.xschedule import V_NONE, describe, package_leaders, violations
 from tilecommon.errors import PackageInvalid
 from tilecommon.jit import kjit
 
@@ -90,9 +94,27 @@ def verify(pkg: Package) -> None:
     _check_io(pkg, access_index(pkg, idx))
     _check_accesses(pkg, idx)
     _check_footprint(pkg)  # after the accesses: an overrun is named as one, not by its table
+    _check_schedule(pkg)
+
+
+def _check_schedule(pkg: Package) -> None:
+    """7. The exchange schedule (simulator.xschedule): every send's bytes
+    covered once by its pieces, no lane or port booked twice at once, every
+    booking over by its step's `step_xcycles`."""
+    bad = schedule_violations(pkg)
+    steps = np.flatnonzero(bad[:, 0] != V_NONE)
+    if steps.size:
+        s = int(steps[0])
+        raise PackageInvalid(describe(bad[s], s))
 
 
 # ---- 1. structure ------------------------------------------------------------
+
+
+@per_package
+def schedule_violations(pkg: Package) -> np.ndarray:
+    """`simulator.xschedule.violations` of a package (once per package)."""
+    return violations(pkg.device, pkg.arrays)
 
 
 def _fail_at(what: str, mask: np.ndarray, values: np.ndarray | None = None) -> None:
@@ -148,6 +170,42 @@ def check_structure(pkg: Package) -> None:
     _fail_at("v_kernel: unknown kernel id, vertex", ~np.isin(a["v_kernel"], known), a["v_kernel"])
     _fail_at("x_bytes: transfer bytes must be >= 1, transfer", a["x_bytes"] < 1, a["x_bytes"])
     _check_patch_structure(pkg)
+    _check_schedule_structure(pkg)
+
+
+def _check_schedule_structure(pkg: Package) -> None:
+    """The exchange schedule's shape (simulator.xschedule): each transfer's
+    send is a leader of its own step with the same source tile, address,
+    bytes and source patch, and no two transfers of a send land on one tile;
+    pieces belong to EXCHANGE steps and name a send of their step."""
+    a = pkg.arrays
+    kind, xptr, pptr = a["step_kind"], a["step_xfer"], a["step_piece"]
+    npc = np.diff(pptr)
+    _fail_at("step_piece: a non-EXCHANGE step owns schedule pieces, step",
+             (kind != STEP_EXCHANGE) & (npc > 0))
+    _fail_at("step_xcycles: must be 0 outside EXCHANGE steps, step",
+             (kind != STEP_EXCHANGE) & (a["step_xcycles"] != 0), a["step_xcycles"])
+    lead = a["x_send"]
+    n = lead.size
+    x_step = item_steps(xptr, np.arange(n))
+    _fail_at("x_send: the send of a transfer is not a leader (x_send[l] == l) of its step, "
+             "transfer", (x_step[lead] != x_step) | (lead[lead] != lead), lead)
+    want = package_leaders(a, sources=True)
+    # a member shares its leader's source (tile, address, bytes and patch)
+    _fail_at("x_send: a transfer shares a send with a transfer of another source, "
+             "transfer", want[lead] != want, lead)
+    pair = lead * pkg.tiles + a["x_dst_tile"]
+    if pair.size:
+        u, first, cnt = np.unique(pair, return_index=True, return_counts=True)
+        if (cnt > 1).any():
+            k = int(np.flatnonzero(cnt > 1)[0])
+            raise PackageInvalid(
+                f"x_send: two transfers of the send led by transfer {int(u[k] // pkg.tiles)} "
+                f"land on tile {int(u[k] % pkg.tiles)}")
+    q_step = item_steps(pptr, np.arange(a["q_send"].size))
+    qs = a["q_send"]
+    _fail_at("q_send: a piece names a transfer that is not a send of its step, piece",
+             (x_step[qs] != q_step) | (lead[qs] != qs), qs)
 
 
 def _check_patch_structure(pkg: Package) -> None:

@@ -57,6 +57,9 @@ F_NO_BUFFER = 10  # an operand region is not inside one live tensor buffer (deta
 F_SRC_BUFFER = 11  # a transfer source is not inside one live tensor buffer (detail = bytes)
 F_DST_BUFFER = 12  # a transfer destination is not inside one live tensor buffer (detail)
 F_PATCH = 13  # two patches rewrite one argument (item = the later patch, detail = the first)
+# the exchange schedule is violated (simulator.xschedule: tile, address = cycle or byte
+# offset, item = piece or send, detail = violation kind)
+F_SCHEDULE = 14
 FAULT_NAMES = {
     F_RANGE: "out-of-range access",
     F_MISALIGNED: "misaligned access",
@@ -71,6 +74,7 @@ FAULT_NAMES = {
     F_SRC_BUFFER: "transfer source outside every live tensor buffer",
     F_DST_BUFFER: "transfer destination outside every live tensor buffer",
     F_PATCH: "two patches rewrite one argument",
+    F_SCHEDULE: "exchange schedule violated",
 }
 # the faults that skip the vertex or transfer they name (memory safety): the
 # others are reported and the item still runs

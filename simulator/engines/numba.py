@@ -69,6 +69,7 @@ from simulator.engines.base import (
     F_NO_REGIONS,
     F_RACE,
     F_RANGE,
+    F_SCHEDULE,
     F_UNINIT,
     FAULT_COLS,
     MAX_FAULTS,
@@ -127,7 +128,7 @@ from simulator.timing import (
     device_scalars,
     loop_patch_words,
 )
-from simulator.verify import access_index, buffer_overlap, patch_index
+from simulator.verify import access_index, buffer_overlap, patch_index, schedule_violations
 from tilecommon.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 
 # compute steps with at least this many vertices are costed and checked on all
@@ -185,6 +186,8 @@ class Program(NamedTuple):
     loop_patch: np.ndarray
     b_ptr: np.ndarray  # the access index (verify.access_index): tile -> first row
     b_table: np.ndarray  # ... its rows (simulator.access B_* columns)
+    step_xcycles: np.ndarray  # the exchange schedule's window per step
+    x_sched: np.ndarray  # [S, 4] its first violation per step (simulator.xschedule)
 
 
 class Outputs(NamedTuple):
@@ -216,7 +219,8 @@ def program_arrays(pkg: Package) -> tuple[Program, bool]:
         a["x_src_tile"], a["x_src_addr"], a["x_dst_tile"], a["x_dst_addr"], a["x_bytes"],
         vp_ptr, vp_list, xp_ptr, xp_list,
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
-        a["p_table"], a["table_values"], loop_patch_words(pkg), b_ptr, b_table), overlap
+        a["p_table"], a["table_values"], loop_patch_words(pkg), b_ptr, b_table,
+        a["step_xcycles"], schedule_violations(pkg)), overlap
 
 
 def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True) -> EngineOutput:
@@ -655,7 +659,6 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             # once); a timing-only step's transfers mostly hit the rows found
             # last time (xrow) or are clean (xok)
             xpar = numerics and n >= parallel_min
-            c_in = np.int64(0)
             if xpar:  # per-tile counts by chunk in xhist, flagged transfers in xcnt
                 xserial += 1  # stamps the rows of sources (exchange_ends)
                 xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
@@ -665,7 +668,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                 if xcnt[:chunks, C_FLAGGED].sum() > 0:  # their faults, in order
                     report_flagged(i0, i1, s, loop, it, prog, x_src, x_dst, xflag, xrow, xhint,
                                    faults, counters)
-                c_in = in_cycles_hist(xhist, chunks, bytes_in, devv)
+                in_cycles_hist(xhist, chunks, bytes_in, devv)  # bytes in per tile
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
                     xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s], xrow,
@@ -680,7 +683,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                     acc[d] += nb
                     n_in[d] += 1
                     bytes_in[d] += nb
-                c_in = in_cycles(acc, n_in, mark, touched, n_touched, devv)
+                in_cycles(acc, n_in, mark, touched, n_touched, devv)  # resets the scratch
             xseen[s] = True
             t1 = ticks()
             prof[P_XFER] += t1 - t0
@@ -696,13 +699,16 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                                            packed)
                 else:
                     packed = send_segments(x_src_tile[i0:i1], x_src, n, order, start, cur)
+                # the sends' multicast marks (xout) and bytes out per tile; the
+                # step's cycles are the schedule's window
                 if n >= parallel_min:
-                    c_out = out_cycles_parallel(i0, order, tmp, start, x_src, x_bytes, xout,
+                    out_cycles_parallel(i0, order, tmp, start, x_src, x_bytes, xout,
                                                 bytes_out, devv, packed, per_tile)
                 else:
-                    c_out = out_cycles(i0, order, tmp, start, x_src, x_bytes, xout, bytes_out,
+                    out_cycles(i0, order, tmp, start, x_src, x_bytes, xout, bytes_out,
                                        devv, packed)
-                step_c = max(c_out, c_in) + devv[DV_SYNC]
+                # the schedule's window (the endpoint counts above give bytes out)
+                step_c = prog.step_xcycles[s] + devv[DV_SYNC]
             if xcyc[s] < 0 and xp_ptr[i0] == xp_ptr[i1]:
                 xcyc[s] = step_c
             if xrow_of[s] >= 0 and depth > 0 and xcyc[s] >= 0:
@@ -743,6 +749,9 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                 prof[P_XCOPY] += ticks() - t3
         else:
             step_c = np.int64(0)
+        if kind == STEP_EXCHANGE and prog.x_sched[s, 0] != 0:  # after the step's own faults
+            fault(faults, counters, F_SCHEDULE, s, prog.x_sched[s, 1], prog.x_sched[s, 2], loop,
+                  it, prog.x_sched[s, 3], prog.x_sched[s, 0])
         cycles_per_step[s] += step_c
         total += step_c
         s += 1

@@ -104,6 +104,7 @@ from simulator.engines.base import (
     F_NO_REGIONS,
     F_RACE,
     F_RANGE,
+    F_SCHEDULE,
     F_SRC_BUFFER,
     F_UNINIT,
     F_XFER_RANGE,
@@ -114,6 +115,7 @@ from simulator.engines.base import (
 )
 from simulator.package import Package
 from simulator.verify import access_index
+from simulator.xschedule import V_COVER, V_LANE, V_LATE, V_PORT
 
 Proc = Generator[simpy.Event, Any, None]
 
@@ -168,6 +170,37 @@ def execute(pkg: Package, image: MemoryImage | None = None) -> EngineOutput:
     return _Machine(pkg, image).run()
 
 
+class _Bookings:
+    """The lanes and ports of one exchange step as its pieces take them, and
+    the first schedule violation seen (smallest (kind, tile, cycle, item))."""
+
+    def __init__(self) -> None:
+        self.lanes: dict[int, list[tuple[int, int, int]]] = {}  # tile -> (start, end, piece)
+        self.ports: dict[int, list[tuple[int, int, int]]] = {}
+        self.ends: list[tuple[int, int, int]] = []  # (tile, end, piece) of every booking
+        self.covered: dict[int, list[tuple[int, int]]] = {}  # send -> (offset, bytes)
+        self.first: tuple[int, int, int, int] | None = None
+
+    def flag(self, kind: int, tile: int, cycle: int, item: int) -> None:
+        row = (kind, tile, cycle, item)
+        if self.first is None or row < self.first:
+            self.first = row
+
+    def take(self, kind: int, table: dict[int, list[tuple[int, int, int]]], tile: int,
+             start: int, end: int, q: int) -> None:
+        """Book [start, end) on `tile`'s lane or port for piece q; a booking
+        still running then is a double booking, named by the later of the two
+        in (start, piece) order."""
+        # bookings come in time order: one over by `start` can clash with none
+        held = [b for b in table.get(tile, ()) if b[1] > start]
+        for b0, _, bq in held:
+            later = max((b0, bq), (start, q))
+            self.flag(kind, tile, later[0], later[1])
+        held.append((start, end, q))
+        table[tile] = held
+        self.ends.append((tile, end, q))
+
+
 class _Machine:
     """State of one event-level run (module docstring)."""
 
@@ -182,6 +215,11 @@ class _Machine:
         self.loop_overhead = c.loop_overhead_cycles
         self.send_cycles, self.send_max, self.recv_cycles = (c.send_cycles, c.send_max_bytes,
                                                              c.receive_cycles)
+        self.latency, self.latency_row = c.arrival_latency_cycles, c.arrival_latency_row_cycles
+        self.tiles_per_row = c.tiles_per_row
+        self.members: dict[int, list[int]] = {}  # send leader -> its transfers
+        for x, lead in enumerate(pkg.arrays["x_send"].tolist()):
+            self.members.setdefault(lead, []).append(x)
         # patched words of each loop on its busiest tile, counted here from the patches
         self.loop_patch = self._loop_patch_words(pkg)
         self.patch_cycles = c.patch_word_cycles
@@ -333,7 +371,7 @@ class _Machine:
         yield self.env.timeout(self.sync)
         sends: dict[int, list[int]] = {}  # source tile -> bytes of its distinct sends
         seen: set[tuple[int, int, int]] = set()
-        receives: dict[int, list[tuple[int, int, np.ndarray | None]]] = {}  # dst, bytes, data
+        receives_in_order: list[tuple[int, int, int, np.ndarray | None]] = []
         accesses: dict[int, list[_Access]] = {}
         items = []
         for x in range(int(a["step_xfer"][s]), int(a["step_xfer"][s + 1])):
@@ -352,21 +390,46 @@ class _Machine:
             if (st, src, nb) not in seen:
                 seen.add((st, src, nb))
                 sends.setdefault(st, []).append(nb)
-            receives.setdefault(dt, []).append((dst, nb, data))
+            receives_in_order.append((x, dt, dst, data))
             self.c.bytes_in[dt] += nb
             self.c.transfers += 1
         race = self._race(s, loop, it, accesses)
         if race is not None:
             self._record(race)
-        ports = []
         for t in sorted(sends):
             self.c.bytes_out[t] += sum(sends[t])
-            ports.append(self.env.process(self._out_port(sends[t])))
-        for t in sorted(receives):
-            ports.append(self.env.process(self._in_port(t, receives[t])))
-        yield simpy.AllOf(self.env, ports)  # the exchange ends when every port is idle
+        t0 = int(self.env.now)
+        book = _Bookings()
+        pieces = range(int(a["step_piece"][s]), int(a["step_piece"][s + 1]))
+        procs = [self.env.process(self._piece(q, t0, book)) for q in pieces]
+        yield simpy.AllOf(self.env, procs)
+        window = int(a["step_xcycles"][s])
+        # every send covered once: its pieces' bytes, in offset order
+        for x in range(int(a["step_xfer"][s]), int(a["step_xfer"][s + 1])):
+            if int(a["x_send"][x]) == x:
+                at = 0
+                for off, nb in sorted(book.covered.get(x, [])):
+                    if off != at:
+                        break
+                    at = off + nb
+                if at != int(a["x_bytes"][x]) or len(book.covered.get(x, [])) == 0:
+                    book.flag(V_COVER, int(a["x_src_tile"][x]), min(at, int(a["x_bytes"][x])), x)
+        for tile, end, q in book.ends:
+            if end > window:
+                book.flag(V_LATE, tile, end, q)
+        if book.first is not None:
+            kind, tile, cycle, item = book.first
+            self._record((F_SCHEDULE, s, tile, cycle, loop, it, item, kind))
+        if self.env.now < t0 + window:  # the transfer window is the schedule's
+            yield self.env.timeout(t0 + window - self.env.now)
+        for _, dt, dst, data in receives_in_order:
+            if data is not None:  # written when the window closes, in transfer order
+                into = self.tiles[dt]
+                off = dst - into.base
+                into.mem[off:off + data.size] = data
+                into.written[off:off + data.size] = True
 
-    # ---- tiles and ports ---------------------------------------------------------
+    # ---- tiles, lanes and ports --------------------------------------------------------
 
     def _tile(self, t: int) -> Proc:
         """Tile t: runs the vertices it is handed, back to back, forever."""
@@ -381,28 +444,32 @@ class _Machine:
                     self._execute_vertex(work, t, v, args)
             work.done.succeed()
 
-    def _out_port(self, sends: list[int]) -> Proc:
-        sent = control = done = 0
-        for nb in sends:
-            sent += nb
-            control += -(-nb // self.send_max) * self.send_cycles
-            at = max(-(-sent // self.out_bw), control)
-            yield self.env.timeout(at - done)
-            done = at
+    def _piece(self, q: int, t0: int, book: _Bookings) -> Proc:
+        """Piece q: leaves its sender's lane at its start and is heard by every
+        receiver of its send after that receiver's latency."""
+        a = self.a
+        lead, nb, off = int(a["q_send"][q]), int(a["q_bytes"][q]), int(a["q_offset"][q])
+        yield self.env.timeout(int(a["q_start"][q]))
+        st = int(a["x_src_tile"][lead])
+        start = int(self.env.now) - t0
+        lane = max(-(-nb // self.out_bw), -(-nb // self.send_max) * self.send_cycles)
+        book.take(V_LANE, book.lanes, st, start, start + lane, q)
+        book.covered.setdefault(lead, []).append((off, nb))
+        arrivals = [self.env.process(self._arrive(q, st, int(a["x_dst_tile"][x]), nb, off, t0,
+                                                  book))
+                    for x in self.members[lead]]
+        yield simpy.AllOf(self.env, arrivals)
 
-    def _in_port(self, t: int, items: list[tuple[int, int, np.ndarray | None]]) -> Proc:
-        got = control = done = 0
-        for dst, nb, data in items:
-            got += nb
-            control += self.recv_cycles
-            at = max(-(-got // self.in_bw), control)
-            yield self.env.timeout(at - done)
-            done = at
-            if data is not None:
-                tile = self.tiles[t]
-                off = dst - tile.base
-                tile.mem[off:off + data.size] = data
-                tile.written[off:off + data.size] = True
+    def _arrive(self, q: int, st: int, dt: int, nb: int, off: int, t0: int,
+                book: _Bookings) -> Proc:
+        rows = abs(st // self.tiles_per_row - dt // self.tiles_per_row)
+        yield self.env.timeout(self.latency + self.latency_row * rows)
+        port = -(-nb // self.in_bw)
+        if off == 0:
+            port = max(port, self.recv_cycles)
+        start = int(self.env.now) - t0
+        book.take(V_PORT, book.ports, dt, start, start + port, q)
+        yield self.env.timeout(port)
 
     # ---- numerics and checks -------------------------------------------------------
 
