@@ -15,8 +15,8 @@ fitted by least squares on per-step features of each package:
 | loop_overhead_cycles | REPEAT_END: executions (iterations) |
 
 The features come from the simulator itself: one timing-only run on the
-package's device with sync, setup, loop overhead and transfer controls set to
-0 and 1 byte/cycle exchange (its cycles per step are the work and byte
+package's device with sync, setup, loop overhead, transfer controls and arrival
+latency set to 0 and 1 byte/cycle exchange (its cycles per step are the work and byte
 features; the Repeat patch cycles it still charges are a known offset), plus
 step executions from the package arrays.  The model is linear while transfers
 are payload-bound (a tile whose send or receive controls outlast its payload
@@ -49,7 +49,6 @@ Writes artifacts/calibrate.txt (the tables) and artifacts/calibrate.png
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from kernels.abi import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
 from simulator import Package, load_package, run
 from simulator.device import Device
 from simulator.hardware import load_hardware_result
+from simulator.testing import rescheduled
 from simulator.trace import step_executions
 from tilecommon.tables import table
 
@@ -72,11 +72,17 @@ PARAMS = ("compute_scale", "exchange_fixed_cycles", "exchange_cycles_per_byte",
 # the SYNTHETIC device: c600 with these constants changed (no control cost: linear)
 PERTURBED = {"sync_cycles": 760, "exchange_setup_cycles": 40,
              "exchange_in_bytes_per_cycle": 3, "exchange_out_bytes_per_cycle": 3,
-             "loop_overhead_cycles": 35, "send_cycles": 0, "receive_cycles": 0}
+             "loop_overhead_cycles": 35, "send_cycles": 0, "receive_cycles": 0,
+             "arrival_latency_cycles": 0, "arrival_latency_row_cycles": 0}
+# the package's own device made linear in the constants: no control cost, no
+# arrival latency (the scheduled window is then its payload cycles)
+LINEAR = {"send_cycles": 0, "receive_cycles": 0, "arrival_latency_cycles": 0,
+          "arrival_latency_row_cycles": 0}
 # the feature run: every linear constant at 0 (bytes at 1 per cycle)
 FEATURE_DEVICE = {"sync_cycles": 0, "exchange_setup_cycles": 0, "loop_overhead_cycles": 0,
                   "exchange_in_bytes_per_cycle": 1, "exchange_out_bytes_per_cycle": 1,
-                  "send_cycles": 0, "receive_cycles": 0}
+                  "send_cycles": 0, "receive_cycles": 0, "arrival_latency_cycles": 0,
+                  "arrival_latency_row_cycles": 0}
 NOISE = 0.01  # relative std of the multiplicative noise of the second, noisy fit
 SEED = 0  # of that noise
 SEED_HW_CYCLES = 988890  # seed: one siglip-so400m layer, another system's baseline package
@@ -96,8 +102,9 @@ def constants(dev: Device) -> np.ndarray:
 
 
 def on_device(pkg: Package, **changes: int) -> Package:
-    """`pkg` with some device cost constants changed (same program)."""
-    return dataclasses.replace(pkg, device=pkg.device.with_costs(**changes))
+    """`pkg` with some device cost constants changed (same program, its
+    exchange scheduled afresh for the changed fabric)."""
+    return rescheduled(pkg, device=pkg.device.with_costs(**changes))
 
 
 def features(pkg: Package) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +179,7 @@ def synthetic(packages: Sequence[Package]) -> tuple[str, Fit, list[int]]:
     feats, ys, nominal, model_err = [], [], [], []
     truth = None
     for pkg in packages:
-        linear = on_device(pkg, send_cycles=0, receive_cycles=0)
+        linear = on_device(pkg, **LINEAR)
         f, offset = features(linear)
         feats.append(f)
         perturbed = on_device(pkg, **PERTURBED)

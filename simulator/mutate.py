@@ -349,6 +349,78 @@ def output_moved(pkg: Package) -> Package:
     return _set(pkg, "io_addr", i, int(pkg["buf_addr"][b]))
 
 
+# ---- exchange schedule mutations ----------------------------------------------------------
+
+
+def _pieces_outside_loops(pkg: Package) -> Iterator[tuple[int, int]]:
+    """(piece, step) of the schedule's pieces in exchange steps outside loops."""
+    depth = _loop_depth(pkg)
+    ptr = pkg["step_piece"]
+    for q in range(pkg["q_send"].shape[0]):
+        s = _step_of(ptr, q)
+        if depth[s] == 0:
+            yield q, s
+
+
+def _set_pieces(pkg: Package, keep: np.ndarray) -> Package:
+    """The package with only the pieces `keep` (bool [Q]) in its schedule."""
+    step = np.repeat(np.arange(pkg.n_steps), np.diff(pkg["step_piece"]))
+    counts = np.bincount(step[keep], minlength=pkg.n_steps)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return pkg.with_arrays(step_piece=ptr, q_send=pkg["q_send"][keep],
+                           q_offset=pkg["q_offset"][keep], q_bytes=pkg["q_bytes"][keep],
+                           q_start=pkg["q_start"][keep])
+
+
+def schedule_piece_dropped(pkg: Package) -> Package:
+    """One piece of a send left out of the schedule (its words never sent)."""
+    for q, _ in _pieces_outside_loops(pkg):
+        keep = np.ones(pkg["q_send"].shape[0], dtype=bool)
+        keep[q] = False
+        return _set_pieces(pkg, keep)
+    raise NotApplicable("no schedule piece outside loops")
+
+
+def schedule_start_moved(pkg: Package) -> Package:
+    """A piece started at the end of its step's transfer window (it ends after it)."""
+    for q, s in _pieces_outside_loops(pkg):
+        return _set(pkg, "q_start", q, int(pkg["step_xcycles"][s]))
+    raise NotApplicable("no schedule piece outside loops")
+
+
+def schedule_port_double_booked(pkg: Package) -> Package:
+    """A piece moved so that one of its receivers hears it while it still
+    hears another piece (a sender whose only piece it is: no lane clash)."""
+    from simulator.xschedule import fabric, latency
+
+    fab = fabric(pkg.device)
+    src, dst, lead_of = pkg["x_src_tile"], pkg["x_dst_tile"], pkg["x_send"]
+    ptr = pkg["step_piece"]
+    for s in np.flatnonzero(_loop_depth(pkg) == 0).tolist():
+        p0, p1 = int(ptr[s]), int(ptr[s + 1])
+        if p1 - p0 < 2:
+            continue
+        leads = pkg["q_send"][p0:p1]
+        senders = src[leads]
+        hears: dict[int, list[int]] = {}  # receiver tile -> pieces it hears
+        x0, x1 = int(pkg["step_xfer"][s]), int(pkg["step_xfer"][s + 1])
+        for x in range(x0, x1):
+            for q in np.flatnonzero(leads == lead_of[x]).tolist():
+                hears.setdefault(int(dst[x]), []).append(p0 + q)
+        for d, qs in sorted(hears.items()):
+            for qa in qs:
+                for qb in qs:
+                    sb = int(src[pkg["q_send"][qb]])
+                    if qa == qb or (senders == sb).sum() != 1:
+                        continue
+                    sa = int(src[pkg["q_send"][qa]])
+                    t = int(pkg["q_start"][qa]) + int(latency(fab, sa, d)) - int(
+                        latency(fab, sb, d))
+                    if t >= 0 and t != int(pkg["q_start"][qb]):
+                        return _set(pkg, "q_start", qb, t)
+    raise NotApplicable("no receiver outside loops hearing two senders")
+
+
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("vertex-dead-output", "a matmul writes a buffer not yet live", vertex_dead_output),
     Mutation("vertex-dead-input", "a matmul reads a buffer already dead", vertex_dead_input),
@@ -387,6 +459,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("output-moved", "an output block read from the code buffer", output_moved),
     Mutation("output-uncovered", "an output block one row short (elements no block covers)",
              output_uncovered),
+    Mutation("schedule-piece-dropped", "a piece of a send left out of the exchange schedule",
+             schedule_piece_dropped),
+    Mutation("schedule-start-moved", "a piece started at the end of its step's window",
+             schedule_start_moved),
+    Mutation("schedule-port-double-booked", "a receiver hearing two pieces at once",
+             schedule_port_double_booked),
 )
 
 

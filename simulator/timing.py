@@ -1,14 +1,19 @@
-"""The package-level timing constants both engines use (docs/contracts.md §3).
+"""The package-level timing constants both engines use (docs/contracts.md §3),
+and the planner's estimate of an exchange.
 
-- EXCHANGE step: `sync_cycles + exchange_setup_cycles` + the max over tiles
-  of max(in cycles, out cycles), where a tile's
+- EXCHANGE step: `sync_cycles + exchange_setup_cycles` + the step's scheduled
+  transfer window (`step_xcycles`, simulator.xschedule).  The window is never
+  shorter than the step's **endpoint bound** (`endpoint_bound`): the max over
+  tiles of max(in cycles, out cycles), where a tile's
       in  = max(ceil(bytes in / in_bw),  receives * receive_cycles)
       out = max(ceil(bytes out / out_bw), send instructions * send_cycles)
   bytes in / receives count every transfer landing on the tile; bytes out and
   sends count each distinct (src tile, src addr, bytes) once (a multicast
   leaves its tile once), and a send of b bytes takes ceil(b / send_max_bytes)
   instructions.  The payload streams while the supervisor issues the control
-  instructions, so each direction costs the larger of the two.
+  instructions, so each direction costs the larger of the two.  The planner
+  estimates an exchange as the bound plus one arrival latency
+  (`exchange_estimate`).
 - REPEAT_END: `loop_overhead_cycles` per iteration, and before each jump back
   `patch_word_cycles` x the patched words of the loop on its busiest tile
   (`loop_patch_words`).  A patched word is an address word of the tile's code
@@ -45,7 +50,7 @@ def device_scalars(dev: Device) -> np.ndarray:
                      c.patch_word_cycles], dtype=np.int64)
 
 
-def endpoint_bound(dev: Device, bytes_in: np.ndarray, bytes_out: np.ndarray,
+def endpoint_bound(dev: Device, bytes_in: np.ndarray | int, bytes_out: np.ndarray | int,
                    receives: np.ndarray | int = 0, sends: np.ndarray | int = 0) -> int:
     """The endpoint bound of one exchange step's transfer window from its
     per-tile loads (module docstring): max over tiles of max(in, out).  The
@@ -58,6 +63,16 @@ def endpoint_bound(dev: Device, bytes_in: np.ndarray, bytes_out: np.ndarray,
     cout = np.maximum(-(-np.asarray(bytes_out) // c.exchange_out_bytes_per_cycle),
                       np.asarray(sends) * c.send_cycles)
     return int(np.maximum(cin, cout).max(initial=0))
+
+
+def exchange_estimate(dev: Device, bytes_in: np.ndarray | int, bytes_out: np.ndarray | int,
+                      receives: np.ndarray | int = 0, sends: np.ndarray | int = 0) -> int:
+    """The planner's cycles for one exchange step: sync and setup, the
+    `endpoint_bound`, and (when anything moves) the arrival latency of a
+    receiver on the sender's row (the scheduled window's last arrival is at
+    least that late)."""
+    bound = endpoint_bound(dev, bytes_in, bytes_out, receives, sends)
+    return dev.exchange_fixed_cycles + bound + (dev.costs.arrival_latency_cycles if bound else 0)
 
 
 def package_bounds(pkg: Package) -> np.ndarray:

@@ -98,9 +98,24 @@ def verify(pkg: Package) -> None:
 
 
 def _check_schedule(pkg: Package) -> None:
-    """7. The exchange schedule (simulator.xschedule): every send's bytes
-    covered once by its pieces, no lane or port booked twice at once, every
-    booking over by its step's `step_xcycles`."""
+    """7. The exchange schedule (simulator.xschedule): the transfers of a send
+    share source tile, address, bytes and patch and land on distinct tiles;
+    every send's bytes covered once by its pieces, no lane or port booked
+    twice at once, every booking over by its step's `step_xcycles`."""
+    a = pkg.arrays
+    lead = a["x_send"]
+    want = package_leaders(a, sources=True)
+    # a member shares its leader's source (tile, address, bytes and patch)
+    _fail_at("x_send: a transfer shares a send with a transfer of another source, "
+             "transfer", want[lead] != want, lead)
+    pair = lead * pkg.tiles + a["x_dst_tile"]
+    if pair.size:
+        u, cnt = np.unique(pair, return_counts=True)
+        if (cnt > 1).any():
+            k = int(np.flatnonzero(cnt > 1)[0])
+            raise PackageInvalid(
+                f"x_send: two transfers of the send led by transfer {int(u[k] // pkg.tiles)} "
+                f"land on tile {int(u[k] % pkg.tiles)}")
     bad = schedule_violations(pkg)
     steps = np.flatnonzero(bad[:, 0] != V_NONE)
     if steps.size:
@@ -174,10 +189,9 @@ def check_structure(pkg: Package) -> None:
 
 
 def _check_schedule_structure(pkg: Package) -> None:
-    """The exchange schedule's shape (simulator.xschedule): each transfer's
-    send is a leader of its own step with the same source tile, address,
-    bytes and source patch, and no two transfers of a send land on one tile;
-    pieces belong to EXCHANGE steps and name a send of their step."""
+    """The exchange schedule's indices (simulator.xschedule): each transfer's
+    send is a leader of its own step; pieces belong to EXCHANGE steps and
+    name a send of their step (what a send may group: `_check_schedule`)."""
     a = pkg.arrays
     kind, xptr, pptr = a["step_kind"], a["step_xfer"], a["step_piece"]
     npc = np.diff(pptr)
@@ -190,18 +204,6 @@ def _check_schedule_structure(pkg: Package) -> None:
     x_step = item_steps(xptr, np.arange(n))
     _fail_at("x_send: the send of a transfer is not a leader (x_send[l] == l) of its step, "
              "transfer", (x_step[lead] != x_step) | (lead[lead] != lead), lead)
-    want = package_leaders(a, sources=True)
-    # a member shares its leader's source (tile, address, bytes and patch)
-    _fail_at("x_send: a transfer shares a send with a transfer of another source, "
-             "transfer", want[lead] != want, lead)
-    pair = lead * pkg.tiles + a["x_dst_tile"]
-    if pair.size:
-        u, first, cnt = np.unique(pair, return_index=True, return_counts=True)
-        if (cnt > 1).any():
-            k = int(np.flatnonzero(cnt > 1)[0])
-            raise PackageInvalid(
-                f"x_send: two transfers of the send led by transfer {int(u[k] // pkg.tiles)} "
-                f"land on tile {int(u[k] % pkg.tiles)}")
     q_step = item_steps(pptr, np.arange(a["q_send"].size))
     qs = a["q_send"]
     _fail_at("q_send: a piece names a transfer that is not a send of its step, piece",

@@ -43,16 +43,17 @@ latency of its last arrival and by the gaps where a sender waits for a busy
 receiver.
 
 **The scheduler** (`schedule`, jitted, deterministic): per step, sends are
-taken round-robin over their source tiles (the k-th send of every tile, in
-tile order, before any tile's (k+1)-th), each booked at the earliest cycle
-at which its lane and every receiver's port (shifted by that receiver's
-latency) are free for it, gaps left by earlier sends included (each lane and
-port keeps its bookings as sorted, merged intervals).  Appending at the end
-of each resource instead (no gaps reused) came out 4.7x the endpoint bound
-on siglip-so400m-map 1 layer, this 1.25x; ordering sends by the load of
-their busiest resource instead of round-robin changed nothing (1.256x).  Sends longer than one
-instruction are also tried as instruction-sized pieces taken round-robin the
-same way; the step keeps whichever is shorter (whole sends on a tie).
+booked widest first (members x bytes: a multicast needs every member's port
+at once, so the wide ones go while the ports are empty; ties round-robin
+over their source tiles, the k-th send of every tile before any tile's
+(k+1)-th), each at the earliest cycle at which its lane and every receiver's
+port (shifted by that receiver's latency) are free for it, gaps left by
+earlier sends included (each lane and port keeps its bookings as sorted,
+merged intervals).  Sends longer than one instruction are also tried as
+instruction-sized pieces in the same order; the step keeps the shorter
+schedule (whole sends on a tie).  On siglip-so400m-map 1 layer the windows
+add up to 1.16x the endpoint bounds; round-robin alone gave 1.25x, and
+appending at the end of each lane and port (no gaps reused) 4.7x.
 
 **The check** (`violations`, used by `simulator.verify` and, per step, by
 the Numba engine; the SimPy engine re-derives it from its own events): the
@@ -318,9 +319,9 @@ def _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab, ti
 
 
 @kjit
-def _units(lead, nbytes, src_tile, fab, split, tiles):  # type: ignore[no-untyped-def]
+def _units(lead, ptr, mem, nbytes, src_tile, fab, split, tiles):  # type: ignore[no-untyped-def]
     """The units of one mode (whole sends, or instruction-sized pieces) and
-    their round-robin order over source tiles."""
+    the order they are booked in (module docstring)."""
     ng = lead.shape[0]
     smax = fab[FB_SEND_MAX]
     n = 0
@@ -347,7 +348,13 @@ def _units(lead, nbytes, src_tile, fab, split, tiles):  # type: ignore[no-untype
     for k in range(n):
         u = by_tile[k]
         rank[u] = 0 if k == 0 or utile[by_tile[k - 1]] != utile[u] else rank[by_tile[k - 1]] + 1
-    uorder = np.argsort(rank * tiles + utile, kind="mergesort")
+    # largest first: members x bytes (a multicast books every member's port
+    # at once, so the wide ones go while ports are empty), then round-robin
+    area = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        area[k] = (ptr[ug[k] + 1] - ptr[ug[k]]) * ub[k]
+    rr = rank * tiles + utile
+    uorder = np.argsort(-area * (rr.max() + 1) + rr, kind="mergesort")
     return ug, uoff, ub, uorder
 
 
@@ -377,7 +384,8 @@ def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles):  # type: ig
             long_send = long_send or nbytes[lead[g]] > smax
         best = np.int64(-1)
         for split in range(2 if long_send else 1):
-            ug, uoff, ub, uorder = _units(lead, nbytes, src_tile, fab, split == 1, tiles)
+            ug, uoff, ub, uorder = _units(lead, ptr, mem, nbytes, src_tile, fab, split == 1,
+                                          tiles)
             start = np.empty(ug.shape[0], dtype=np.int64)
             h = _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab,
                            tiles, start)

@@ -49,7 +49,7 @@ def test_synthetic_fit_recovers_perturbed_constants(packages: list[Package],
 
 def test_features_reproduce_the_nominal_simulation(packages: list[Package]) -> None:
     for pkg in packages:
-        linear = calibrate.on_device(pkg, send_cycles=0, receive_cycles=0)
+        linear = calibrate.on_device(pkg, **calibrate.LINEAR)
         f, offset = calibrate.features(linear)
         sim = run(linear, numerics=False).cycles_per_step
         assert np.array_equal(f @ calibrate.constants(pkg.device) + offset, sim)

@@ -19,6 +19,7 @@ from simulator.engines.base import (
     F_OUTPUT,
     F_PATCH,
     F_RACE,
+    F_SCHEDULE,
     F_SRC_BUFFER,
 )
 from simulator.mutate import MUTATIONS, mutation
@@ -40,6 +41,8 @@ EXPECTED = {
     "transfer-from-code": F_SRC_BUFFER, "transfer-race": F_RACE,
     "patch-stride": F_NO_BUFFER, "patch-table-entry": F_NO_BUFFER, "output-moved": F_OUTPUT,
     "patch-twice": F_PATCH, "output-uncovered": F_OUTPUT,
+    "schedule-piece-dropped": F_SCHEDULE, "schedule-start-moved": F_SCHEDULE,
+    "schedule-port-double-booked": F_SCHEDULE,
 }
 NUMERICS_ONLY = (F_RACE, F_OUTPUT)  # seen only when bytes are tracked
 

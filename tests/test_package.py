@@ -139,7 +139,7 @@ def test_wrong_version_is_rejected(pkg: Package, tmp_path: Path) -> None:
     m = json.loads((path / MANIFEST_FILE).read_text())
     m["version"] = 99
     (path / MANIFEST_FILE).write_text(json.dumps(m))
-    with pytest.raises(PackageInvalid, match="'version': expected 1, got 99"):
+    with pytest.raises(PackageInvalid, match="'version': expected 2, got 99"):
         load_package(path)
 
 

@@ -167,11 +167,12 @@ def test_cli_verify_reports_invalid_package_in_one_line(ksplit, tmp_path,
 def test_cli_simulate_exits_1_on_faults(ksplit, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     from planner.cli import main
     from simulator import save_package
+    from simulator.testing import rescheduled
 
     pkg = ksplit[0]
     nb = pkg["x_bytes"].copy()
     nb[0] -= 8
-    path = save_package(pkg.with_arrays(x_bytes=nb), tmp_path / "short")
+    path = save_package(rescheduled(pkg, x_bytes=nb), tmp_path / "short")
     assert main(["simulate", str(path)]) == 1
     out = capsys.readouterr().out
     assert "faults 1" in out and "read of never-written memory at step 2" in out

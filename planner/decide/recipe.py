@@ -12,7 +12,6 @@ are the modules of planner.decide.families.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +20,7 @@ from planner.decide.layout import canonical_col_cuts, canonical_rows_per_owner, 
 from planner.ir.graph import DTYPE_BYTES, Graph, Op
 from simulator.cost import kernel_cycles
 from simulator.device import Device
+from simulator.timing import exchange_estimate
 
 # grid extents tried per matmul dimension (then clipped to the dimension)
 GRID_STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -104,9 +104,9 @@ def reduce_cycles(m: int, n: int, k: int, out_dt: str, device: Device,
 
 
 def exchange_cycles(nbytes: int, device: Device) -> int:
-    """One exchange phase landing `nbytes` on the busiest tile."""
-    return device.exchange_fixed_cycles + math.ceil(
-        nbytes / device.costs.exchange_in_bytes_per_cycle)
+    """One exchange phase landing `nbytes` on the busiest tile
+    (`simulator.timing.exchange_estimate`)."""
+    return exchange_estimate(device, nbytes, 0)
 
 
 # ------------------------------------------------------------ canonical layouts

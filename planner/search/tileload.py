@@ -39,6 +39,7 @@ import numpy as np
 
 from planner.lowering.lowered import Lowered, Step
 from simulator.device import Device
+from simulator.timing import exchange_estimate
 
 PARTS = ("compute", "bytes_in", "bytes_out")
 
@@ -97,10 +98,7 @@ def step_cycles(loads: list[PhaseLoad], exchange: bool, device: Device) -> int:
             total[p] += getattr(ld, p)
     if not exchange:
         return int(total["compute"].max(initial=0))
-    cin, cout = device.costs.exchange_in_bytes_per_cycle, device.costs.exchange_out_bytes_per_cycle
-    bytes_in, bytes_out = total["bytes_in"], total["bytes_out"]
-    worst = np.maximum(-(-bytes_in // cin), -(-bytes_out // cout)).max(initial=0)
-    return device.exchange_fixed_cycles + int(worst)
+    return exchange_estimate(device, total["bytes_in"], total["bytes_out"])
 
 
 def shifted(load: PhaseLoad, parts: tuple[str, ...], by: int) -> PhaseLoad:

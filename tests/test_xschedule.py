@@ -1,0 +1,169 @@
+"""The exchange schedule (simulator.xschedule): what the scheduler books, that
+verify proves it, and that both engines time exchange steps from it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator import load_device, run, verify
+from simulator.device import Device
+from simulator.package import Package
+from simulator.testing import PackageBuilder
+from simulator.timing import package_bounds
+from simulator.xschedule import (
+    V_COVER,
+    V_LANE,
+    V_LATE,
+    V_NONE,
+    V_PORT,
+    fabric,
+    latency,
+    schedule_arrays,
+    violations,
+)
+from tilecommon.errors import PackageInvalid
+
+
+@pytest.fixture(scope="module")
+def dev() -> Device:
+    return load_device("tiny")
+
+
+def _exchange(dev: Device, transfers: list[tuple[int, int, int, int, int]]) -> Package:
+    """One exchange step of `transfers` (src tile, src addr, dst tile, dst
+    addr, bytes) between 64 KiB buffers on every tile they name."""
+    b = PackageBuilder(dev)
+    base = dev.memory_base + 16384
+    for t in sorted({t for x in transfers for t in (x[0], x[2])}):
+        b.buffer(f"buf{t}", t, base, 16384)
+    b.exchange(*[(s, base + sa, d, base + da, n) for s, sa, d, da, n in transfers])
+    return b.build()
+
+
+def _window(pkg: Package) -> int:
+    return int(pkg["step_xcycles"][pkg["step_kind"] == 1][0])
+
+
+def test_a_multicast_is_one_transmission_each_receiver_hears_after_its_latency(
+        dev: Device) -> None:
+    rows = dev.with_costs(tiles_per_row=4)  # tiles 1, 5, 9: rows 0, 1, 2
+    pkg = _exchange(rows, [(0, 0, 1, 0, 1000), (0, 0, 5, 0, 1000), (0, 0, 9, 0, 1000)])
+    verify(pkg)
+    assert pkg["x_send"].tolist() == [0, 0, 0]  # one send, heard by all three
+    assert pkg["q_send"].tolist() == [0] and pkg["q_start"].tolist() == [0]
+    c = rows.costs
+    assert (c.arrival_latency_cycles, c.arrival_latency_row_cycles) == (52, 2)
+    # the farthest receiver (two rows away) hears the last of 250 words at 56 + 250
+    assert _window(pkg) == 56 + 250
+    for engine in ("numba", "simpy"):
+        assert run(pkg, numerics=False, engine=engine).cycles == \
+            rows.exchange_fixed_cycles + 56 + 250
+
+
+def test_a_receiver_listens_to_one_sender_at_a_time(dev: Device) -> None:
+    pkg = _exchange(dev, [(0, 0, 2, 0, 400), (1, 0, 2, 400, 400)])
+    verify(pkg)
+    assert sorted(pkg["q_start"].tolist()) == [0, 100]  # the second waits for the port
+    assert _window(pkg) == 52 + 200
+    bound = int(package_bounds(pkg).max())
+    assert bound == 200 and _window(pkg) >= bound
+
+
+def test_the_window_of_the_engine_test_step(dev: Device) -> None:
+    """The six transfers of tests/test_engine.py's exchange step: tile 5
+    receiving 2001 bytes is the longest port (501 cycles), 52 cycles away."""
+    pkg = _exchange(dev, [(0, 0, 1, 0, 1000), (0, 0, 2, 0, 1000), (0, 0, 3, 0, 1000),
+                          (0, 2000, 4, 0, 300), (4, 1024, 5, 8, 2001),
+                          (5, 3000, 3, 2000, 100)])
+    verify(pkg)
+    assert pkg["x_send"].tolist() == [0, 0, 0, 3, 4, 5]
+    assert _window(pkg) == 52 + 501
+
+
+def test_a_second_transfer_to_a_tile_is_a_send_of_its_own(dev: Device) -> None:
+    pkg = _exchange(dev, [(0, 0, 1, 0, 64), (0, 0, 1, 64, 64), (0, 0, 2, 0, 64)])
+    verify(pkg)
+    assert pkg["x_send"].tolist() == [0, 1, 0]
+
+
+def test_every_booking_is_disjoint_and_inside_the_window(dev: Device) -> None:
+    """The planner's vit-micro on tiny: lanes and ports from the stored
+    schedule, booked by hand here."""
+    from planner import PipelineConfig, load_model, plan
+
+    pkg = plan(load_model("vit-micro"), dev, PipelineConfig(optimization_steps=0)).package
+    a, fab = pkg.arrays, fabric(dev)
+    assert (violations(dev, a)[:, 0] == V_NONE).all()
+    step_of = np.repeat(np.arange(pkg.n_steps), np.diff(a["step_piece"]))
+    members: dict[int, list[int]] = {}
+    for x, lead in enumerate(a["x_send"].tolist()):
+        members.setdefault(lead, []).append(x)
+    busy: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for q in range(a["q_send"].size):
+        s, lead, nb = int(step_of[q]), int(a["q_send"][q]), int(a["q_bytes"][q])
+        t0, st = int(a["q_start"][q]), int(a["x_src_tile"][lead])
+        lane = max(-(-nb // 4), -(-nb // 256) * 2)
+        busy.setdefault(("lane", s, st), []).append((t0, t0 + lane))
+        for x in members[lead]:
+            d = int(a["x_dst_tile"][x])
+            arr = t0 + int(latency(fab, st, d))
+            port = -(-nb // 4)
+            if a["q_offset"][q] == 0:
+                port = max(port, 3)
+            busy.setdefault(("port", s, d), []).append((arr, arr + port))
+    for (_, s, _), spans in busy.items():
+        spans.sort()
+        assert all(e0 <= b1 for (_, e0), (b1, _) in zip(spans, spans[1:], strict=False))
+        assert spans[-1][1] <= a["step_xcycles"][s]
+    bounds = package_bounds(pkg)
+    ex = a["step_kind"] == 1
+    assert (a["step_xcycles"][ex] >= bounds[ex]).all()
+    again = schedule_arrays(dev, a)
+    for k, v in again.items():
+        np.testing.assert_array_equal(v, a[k], err_msg=k)  # deterministic
+
+
+@pytest.mark.parametrize("change, kind", [
+    ("drop", V_COVER), ("lane", V_LANE), ("port", V_PORT), ("late", V_LATE)])
+def test_violations_name_the_first_broken_booking(dev: Device, change: str, kind: int) -> None:
+    pkg = _exchange(dev, [(0, 0, 2, 0, 400), (1, 0, 3, 0, 400), (0, 400, 3, 400, 400)])
+    a = dict(pkg.arrays)
+    q = a["q_start"].copy()
+    lead = a["q_send"]
+    if change == "drop":
+        keep = lead != 2
+        a.update(q_send=lead[keep], q_offset=a["q_offset"][keep], q_bytes=a["q_bytes"][keep],
+                 q_start=q[keep])
+        a["step_piece"] = np.array([0, int(keep.sum())], dtype=np.int64)
+    elif change == "lane":  # tile 0's second send on top of its first
+        q[lead == 2] = q[lead == 0]
+    elif change == "port":  # tile 1's send to tile 3 on top of tile 0's
+        q[lead == 1] = q[lead == 2]
+    else:
+        q[lead == 1] = a["step_xcycles"][0]
+    if change != "drop":
+        a["q_start"] = q
+    bad = pkg.with_arrays(**{k: a[k] for k in ("q_send", "q_offset", "q_bytes", "q_start",
+                                                "step_piece")})
+    row = violations(dev, bad.arrays)[0]
+    assert row[0] == kind, row
+    with pytest.raises(PackageInvalid, match=r"step 0: .* on tile \d+"):
+        verify(bad)
+
+
+def test_verify_rejects_a_send_shared_by_two_sources(dev: Device) -> None:
+    pkg = _exchange(dev, [(0, 0, 2, 0, 64), (0, 64, 3, 0, 64)])
+    one = np.array([0], dtype=np.int64)
+    bad = pkg.with_arrays(x_send=np.array([0, 0], dtype=np.int64), q_send=one, q_offset=one,
+                          q_bytes=one + 64, q_start=one, step_piece=np.array([0, 1]))
+    with pytest.raises(PackageInvalid, match="x_send: a transfer shares a send"):
+        verify(bad)
+
+
+def test_a_package_refuses_schedule_indices_out_of_range(dev: Device) -> None:
+    pkg = _exchange(dev, [(0, 0, 2, 0, 64)])
+    with pytest.raises(PackageInvalid, match=r"array q_send\[0\] = 5"):
+        pkg.with_arrays(q_send=np.array([5], dtype=np.int64))
+    with pytest.raises(PackageInvalid, match=r"array q_start\[0\] = -1"):
+        pkg.with_arrays(q_start=np.array([-1], dtype=np.int64))
