@@ -43,7 +43,7 @@ golden: $(STAMP)
 # re-run the experiments; each rewrites its block of docs/results.md
 RESULTS := fit_c600 bench_planning bench_optimizer run_sweeps bench_sweep \
            estimate_accuracy bench_simulator crosscheck_engines bench_kernels calibrate mutations \
-           model_families bench_report bench_import
+           model_families bench_report bench_import exchange_schedule
 results: $(STAMP)
 	for e in $(RESULTS); do \
 	  TILEPLAN_RESULTS=docs/results.md $(BIN)/python experiments/$$e.py || exit 1; \

@@ -17,7 +17,10 @@ Tracks (`TrackDescriptor`, uuids below):
   REPEAT_END; "repeat depth d" (uuid 10 + d): one slice per loop iteration;
 - "tile t" (uuid 1000 + t, children of "tiles", uuid 2): a slice per
   compute execution in which the tile is busy, as long as its summed vertex
-  cycles, named by the step's ops;
+  cycles, named by the step's ops; and per exchange execution in which the
+  tile sends or receives, "xchg " + the ops, from its first booking on the
+  schedule to the end of its last (`simulator.xschedule.tile_windows`; the
+  window starts after the sync and the exchange setup);
 - counters "live tensor bytes, fullest tile" (uuid 3) and "live tensor
   bytes, mean tile" (uuid 4): at each step execution (per-tile memory is in
   the report's memory map and in a run's tiles.npz).
@@ -45,6 +48,7 @@ from simulator.hardware import step_ops
 from simulator.package import Package
 from simulator.run import SimResult
 from simulator.trace import _depths, check_length, live_tensor_bytes, step_executions, walk
+from simulator.xschedule import tile_windows
 from tilecommon.files import write_file_atomic
 
 STEPS_UUID, TILES_UUID, LIVE_MAX_UUID, LIVE_MEAN_UUID = 1, 2, 3, 4
@@ -170,6 +174,9 @@ def write_chip_trace(package: Package, sim: SimResult, path: str | os.PathLike[s
     total = int((step_executions(package)
                  * ((kind == STEP_COMPUTE) | (kind == STEP_EXCHANGE))).sum())
     counts = {"slices": 0}
+    x_step, x_tile, x_first, x_end = tile_windows(package.device, package.arrays)
+    x_ptr = np.searchsorted(x_step, np.arange(package.n_steps + 1))
+    x_at = package.device.exchange_fixed_cycles  # the window after sync and setup
 
     def body(f: IO[bytes]) -> int:
         w = _Writer(f, package.device.clock_hz)
@@ -178,7 +185,7 @@ def write_chip_trace(package: Package, sim: SimResult, path: str | os.PathLike[s
             w.track(DEPTH_UUID + d, f"repeat depth {d}")
         w.track(LIVE_MAX_UUID, "live tensor bytes, fullest tile", counter=True)
         w.track(LIVE_MEAN_UUID, "live tensor bytes, mean tile", counter=True)
-        w.track(TILES_UUID, f"tiles ({package.tiles}, compute busy)")
+        w.track(TILES_UUID, f"tiles ({package.tiles}: compute busy, exchange bookings)")
         for t in tiles.tolist():
             w.track(TILE_UUID + t, f"tile {t}", parent=TILES_UUID)
         last = (-1, -1)
@@ -202,6 +209,11 @@ def write_chip_trace(package: Package, sim: SimResult, path: str | os.PathLike[s
             if sp.what == "exchange":
                 w.begin(t0, STEPS_UUID, "sync")
                 w.end(t0 + min(sync, dur), STEPS_UUID)
+                for k in range(int(x_ptr[s]), int(x_ptr[s + 1])):
+                    t = int(x_tile[k])
+                    w.begin(t0 + x_at + int(x_first[k]), TILE_UUID + t, "xchg " + names[s])
+                    w.end(t0 + x_at + int(x_end[k]), TILE_UUID + t)
+                    counts["slices"] += 1
             else:
                 assert sp.busy is not None
                 for t in np.flatnonzero(sp.busy > 0).tolist():

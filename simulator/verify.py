@@ -80,7 +80,7 @@ from simulator.verify_scan import (
     XS_LEN,
     scan_accesses,
 )
-from simulator.xschedule import V_NONE, describe, package_leaders, violations
+from simulator.xschedule import V_NONE, describe, source_patches, violations
 from tilecommon.errors import PackageInvalid
 from tilecommon.jit import kjit
 
@@ -104,10 +104,13 @@ def _check_schedule(pkg: Package) -> None:
     twice at once, every booking over by its step's `step_xcycles`."""
     a = pkg.arrays
     lead = a["x_send"]
-    want = package_leaders(a, sources=True)
+    patch = source_patches(a)
     # a member shares its leader's source (tile, address, bytes and patch)
+    other = np.zeros(lead.size, dtype=bool)
+    for key in (a["x_src_tile"], a["x_src_addr"], a["x_bytes"], patch):
+        other |= key[lead] != key
     _fail_at("x_send: a transfer shares a send with a transfer of another source, "
-             "transfer", want[lead] != want, lead)
+             "transfer", other, lead)
     pair = lead * pkg.tiles + a["x_dst_tile"]
     if pair.size:
         u, cnt = np.unique(pair, return_counts=True)

@@ -49,11 +49,16 @@ over their source tiles, the k-th send of every tile before any tile's
 (k+1)-th), each at the earliest cycle at which its lane and every receiver's
 port (shifted by that receiver's latency) are free for it, gaps left by
 earlier sends included (each lane and port keeps its bookings as sorted,
-merged intervals).  Sends longer than one instruction are also tried as
-instruction-sized pieces in the same order; the step keeps the shorter
-schedule (whole sends on a tie).  On siglip-so400m-map 1 layer the windows
-add up to 1.16x the endpoint bounds; round-robin alone gave 1.25x, and
-appending at the end of each lane and port (no gaps reused) 4.7x.
+merged intervals).  On siglip-so400m-map 1 layer the windows add up to 1.20x
+the endpoint bounds; round-robin alone gave 1.25x, and appending at the end
+of each lane and port (no gaps reused) 4.7x.  A send is booked whole: its
+instructions back to back, one piece.  Cutting long sends into
+instruction-sized pieces booked one by one (the shorter of the two per
+step) brought the total to 1.16x, but each piece is one more send row on
+its sender and one more receive row on every receiver, which the
+exchange-table reservation (made before allocation) does not hold; whole
+sends keep the table the footprint model reserves exactly what is
+scheduled.
 
 **The check** (`violations`, used by `simulator.verify` and, per step, by
 the Numba engine; the SimPy engine re-derives it from its own events): the
@@ -124,70 +129,88 @@ def port_cycles(fab, nbytes, first):  # type: ignore[no-untyped-def]
 # ---- grouping transfers into sends ----------------------------------------------------
 
 
-def send_leaders(x_step: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray,
-                 nbytes: np.ndarray, keys: tuple[np.ndarray, ...],
-                 sources: bool = False) -> np.ndarray:
-    """int64 [X]: the leader of each transfer's send.  Transfers of one step
-    with equal source tile, bytes and `keys` (the source's identity in every
-    iteration: address or buffer and offset, and its patch) are one send,
-    except that a second transfer to a tile already in the send starts a
-    send of its own (a tile hears a transmission once).  With `sources`:
-    instead, the number of each transfer's source (equal for transfers that
-    may share a send)."""
-    n = x_step.size
-    lead = np.arange(n, dtype=np.int64)
-    if n == 0:
-        return lead
-    cols = (*reversed(keys), nbytes, src_tile, x_step)
-    order = np.lexsort(cols)  # stable: program order within a send
-    same = np.ones(n, dtype=bool)
-    same[0] = False
-    for c in cols:
-        sc = c[order]
-        same[1:] &= sc[1:] == sc[:-1]
-    group = np.cumsum(~same) - 1  # group number of order[i]
-    if sources:
-        out = np.empty(n, dtype=np.int64)
-        out[order] = group
-        return out
-    # the k-th transfer of a group to one destination tile goes to send k of
-    # the group: (group, dst) runs in program order number them
-    order2 = np.lexsort((order, dst_tile[order], group))
-    g2, d2 = group[order2], dst_tile[order][order2]
-    new = np.ones(n, dtype=bool)
-    new[1:] = (g2[1:] != g2[:-1]) | (d2[1:] != d2[:-1])
-    run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    rank = np.arange(n) - run_start
-    occ = np.empty(n, dtype=np.int64)
-    occ[order2] = rank
-    x = order  # transfer index of order[i]
-    key = np.lexsort((x, occ[np.arange(n)], group))  # (group, occurrence, program order)
-    gk, ok = group[key], occ[key]
-    first = np.ones(n, dtype=bool)
-    first[1:] = (gk[1:] != gk[:-1]) | (ok[1:] != ok[:-1])
-    leader_pos = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    lead[x[key]] = x[key][leader_pos]
+@kjit
+def _leaders(xptr, src_tile, src_addr, sig, dst_tile, tiles, sources):  # type: ignore[no-untyped-def]
+    """`send_leaders` step by step: a stable sort by (source tile, address,
+    signature), then each run split by repeated destination tiles."""
+    n = src_tile.shape[0]
+    lead = np.arange(n)
+    seen = np.zeros(tiles, dtype=np.int64)
+    for s in range(xptr.shape[0] - 1):
+        i0, i1 = xptr[s], xptr[s + 1]
+        if i1 - i0 < 2:
+            continue
+        p1 = np.argsort(sig[i0:i1], kind="mergesort")
+        k1 = src_tile[i0:i1] * (1 << 40) + src_addr[i0:i1]
+        perm = p1[np.argsort(k1[p1], kind="mergesort")] + i0  # program order within a run
+        sub = np.empty(i1 - i0, dtype=np.int64)
+        r0 = 0
+        while r0 < i1 - i0:
+            x0 = perm[r0]
+            r1 = r0 + 1
+            while r1 < i1 - i0 and src_tile[perm[r1]] == src_tile[x0] and \
+                    src_addr[perm[r1]] == src_addr[x0] and sig[perm[r1]] == sig[x0]:
+                r1 += 1
+            nsub = 0
+            for j in range(r0, r1):
+                x = perm[j]
+                if sources:
+                    lead[x] = x0
+                    continue
+                o = seen[dst_tile[x]]
+                seen[dst_tile[x]] += 1
+                if o == nsub:
+                    sub[nsub] = x
+                    nsub += 1
+                lead[x] = sub[o]
+            for j in range(r0, r1):
+                seen[dst_tile[perm[j]]] = 0
+            r0 = r1
     return lead
 
 
-def package_leaders(arrays: dict[str, np.ndarray], sources: bool = False) -> np.ndarray:
-    """`send_leaders` of a package's transfers: a source is its address and
-    its patch (mode, stride and table address, or none)."""
-    xptr = arrays["step_xfer"]
-    n = int(xptr[-1])
-    x_step = np.repeat(np.arange(xptr.size - 1, dtype=np.int64), np.diff(xptr))
-    mode = np.full(n, -1, dtype=np.int64)
-    stride = np.zeros(n, dtype=np.int64)
-    table = np.full(n, -1, dtype=np.int64)
+def send_leaders(xptr: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray,
+                 nbytes: np.ndarray, src_addr: np.ndarray, patch: np.ndarray, tiles: int,
+                 sources: bool = False) -> np.ndarray:
+    """int64 [X]: the leader of each transfer's send (transfers laid out by
+    the CSR `xptr` over steps).  Transfers of one step with equal source
+    tile, `src_addr` (the source's identity: an address, or a buffer and
+    offset), bytes and `patch` (an id of the source's patch, 0 for none) are
+    one send, except that a second transfer to a tile already in the send
+    starts a send of its own (a tile hears a transmission once); a send's
+    leader is its first transfer.  With `sources`: instead, a number of each
+    transfer's source, equal for the transfers that may share a send."""
+    i64 = np.int64
+    sig = nbytes.astype(i64) + (patch.astype(i64) << 40)
+    return _leaders(xptr.astype(i64, copy=False), src_tile.astype(i64, copy=False),
+                    src_addr.astype(i64, copy=False), sig, dst_tile.astype(i64, copy=False),
+                    i64(tiles), sources)
+
+
+def source_patches(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """int64 [X]: an id of each transfer's source patch (mode, stride and
+    table address), 0 for an unpatched source."""
+    n = arrays["x_src_tile"].shape[0]
+    out = np.zeros(n, dtype=np.int64)
     src = np.flatnonzero(arrays["p_target"] == PATCH_XFER_SRC)
     if src.size:
         i = arrays["p_index"][src]
         ok = (i >= 0) & (i < n)
         i, src = i[ok], src[ok]
-        mode[i], stride[i] = arrays["p_mode"][src], arrays["p_stride"][src]
-        table[i] = arrays["p_table_addr"][src]
-    return send_leaders(x_step, arrays["x_src_tile"], arrays["x_dst_tile"], arrays["x_bytes"],
-                        (arrays["x_src_addr"], mode, stride, table), sources)
+        rows = np.stack([arrays["p_mode"][src], arrays["p_stride"][src],
+                         arrays["p_table_addr"][src]], axis=1)
+        _, ids = np.unique(rows, axis=0, return_inverse=True)
+        out[i] = ids.reshape(-1) + 1
+    return out
+
+
+def package_leaders(arrays: dict[str, np.ndarray], tiles: int,
+                    sources: bool = False) -> np.ndarray:
+    """`send_leaders` of a package's transfers: a source is its address and
+    its patch."""
+    return send_leaders(arrays["step_xfer"], arrays["x_src_tile"], arrays["x_dst_tile"],
+                        arrays["x_bytes"], arrays["x_src_addr"], source_patches(arrays), tiles,
+                        sources)
 
 
 # ---- the scheduler --------------------------------------------------------------------
@@ -319,28 +342,17 @@ def _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab, ti
 
 
 @kjit
-def _units(lead, ptr, mem, nbytes, src_tile, fab, split, tiles):  # type: ignore[no-untyped-def]
-    """The units of one mode (whole sends, or instruction-sized pieces) and
-    the order they are booked in (module docstring)."""
-    ng = lead.shape[0]
-    smax = fab[FB_SEND_MAX]
-    n = 0
-    for g in range(ng):
-        n += (nbytes[lead[g]] + smax - 1) // smax if split else 1
-    ug = np.empty(n, dtype=np.int64)
-    uoff = np.empty(n, dtype=np.int64)
+def _units(lead, ptr, mem, nbytes, src_tile, tiles):  # type: ignore[no-untyped-def]
+    """One unit per send (its bytes whole, from offset 0) and the order the
+    units are booked in (module docstring)."""
+    n = lead.shape[0]
+    ug = np.arange(n)
+    uoff = np.zeros(n, dtype=np.int64)
     ub = np.empty(n, dtype=np.int64)
     utile = np.empty(n, dtype=np.int64)
-    k = 0
-    for g in range(ng):
-        b = nbytes[lead[g]]
-        pieces = (b + smax - 1) // smax if split else 1
-        for p in range(pieces):
-            ug[k] = g
-            uoff[k] = p * smax if split else 0
-            ub[k] = min(smax, b - p * smax) if split else b
-            utile[k] = src_tile[lead[g]]
-            k += 1
+    for g in range(n):
+        ub[g] = nbytes[lead[g]]
+        utile[g] = src_tile[lead[g]]
     # rank of each unit among its tile's units (program order), then the
     # round-robin order (rank, tile)
     by_tile = np.argsort(utile, kind="mergesort")
@@ -361,11 +373,10 @@ def _units(lead, ptr, mem, nbytes, src_tile, fab, split, tiles):  # type: ignore
 @kjit
 def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles):  # type: ignore[no-untyped-def]
     n_steps = xptr.shape[0] - 1
-    smax = fab[FB_SEND_MAX]
     cap = 0
     for x in range(src_tile.shape[0]):
         if leader[x] == x:
-            cap += (nbytes[x] + smax - 1) // smax
+            cap += 1
     q_send = np.empty(cap, dtype=np.int64)
     q_off = np.empty(cap, dtype=np.int64)
     q_bytes = np.empty(cap, dtype=np.int64)
@@ -379,26 +390,17 @@ def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles):  # type: ig
         if i1 == i0:
             continue
         lead, ptr, mem = _members(leader, i0, i1)
-        long_send = False
-        for g in range(lead.shape[0]):
-            long_send = long_send or nbytes[lead[g]] > smax
-        best = np.int64(-1)
-        for split in range(2 if long_send else 1):
-            ug, uoff, ub, uorder = _units(lead, ptr, mem, nbytes, src_tile, fab, split == 1,
-                                          tiles)
-            start = np.empty(ug.shape[0], dtype=np.int64)
-            h = _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab,
-                           tiles, start)
-            if best < 0 or h < best:
-                best = h
-                nq = step_piece[s]
-                for k in range(uorder.shape[0]):
-                    u = uorder[k]
-                    q_send[nq] = lead[ug[u]]
-                    q_off[nq] = uoff[u]
-                    q_bytes[nq] = ub[u]
-                    q_start[nq] = start[u]
-                    nq += 1
+        ug, uoff, ub, uorder = _units(lead, ptr, mem, nbytes, src_tile, tiles)
+        start = np.empty(ug.shape[0], dtype=np.int64)
+        best = _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab,
+                          tiles, start)
+        for k in range(uorder.shape[0]):
+            u = uorder[k]
+            q_send[nq] = lead[ug[u]]
+            q_off[nq] = uoff[u]
+            q_bytes[nq] = ub[u]
+            q_start[nq] = start[u]
+            nq += 1
         step_xc[s] = best
     step_piece[n_steps] = nq
     return (q_send[:nq].copy(), q_off[:nq].copy(), q_bytes[:nq].copy(), q_start[:nq].copy(),
@@ -422,7 +424,7 @@ def schedule_arrays(dev: Device, arrays: dict[str, np.ndarray]) -> dict[str, np.
     """The schedule of a package's transfers (for packages built by hand;
     the planner schedules in its link)."""
     return schedule(dev, arrays["step_xfer"], arrays["x_src_tile"], arrays["x_dst_tile"],
-                    arrays["x_bytes"], package_leaders(arrays))
+                    arrays["x_bytes"], package_leaders(arrays, dev.tiles))
 
 
 # ---- the check ------------------------------------------------------------------------
@@ -556,3 +558,48 @@ def describe(row: np.ndarray, step: int) -> str:
     what = "send" if kind == V_COVER else "piece"
     at = "byte offset" if kind == V_COVER else "cycle"
     return f"step {step}: {V_NAMES[kind]} on tile {tile} ({what} {item}, {at} {cycle})"
+
+
+def tile_windows(dev: Device, arrays: dict[str, np.ndarray],
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each tile's part in each exchange step's schedule: (step, tile, first
+    cycle, end cycle) of the (step, tile) pairs with a booking, from the
+    first booking of its lane or port to the end of the last, in cycles of
+    the step's transfer window; sorted by step, then tile."""
+    a, c = arrays, dev.costs
+    qs = a["q_send"]
+    nq = qs.size
+    empty = np.zeros(0, dtype=np.int64)
+    if nq == 0:
+        return empty, empty, empty, empty
+    q_step = np.repeat(np.arange(a["step_piece"].size - 1, dtype=np.int64),
+                       np.diff(a["step_piece"]))
+    nb, t0 = a["q_bytes"], a["q_start"]
+    lane = np.maximum(-(-nb // c.exchange_out_bytes_per_cycle),
+                      -(-nb // c.send_max_bytes) * c.send_cycles)
+    src = a["x_src_tile"][qs]
+    # every (piece, member) pair: the members of a send, in transfer order
+    members = np.argsort(a["x_send"], kind="stable")
+    lo = np.searchsorted(a["x_send"][members], qs, side="left")
+    hi = np.searchsorted(a["x_send"][members], qs, side="right")
+    per = hi - lo
+    q_of = np.repeat(np.arange(nq), per)
+    x = members[np.repeat(lo, per) + (np.arange(q_of.size) - np.repeat(np.cumsum(per) - per, per))]
+    d = a["x_dst_tile"][x]
+    s_src = src[q_of]
+    rows = c.tiles_per_row
+    arr = t0[q_of] + c.arrival_latency_cycles + c.arrival_latency_row_cycles * np.abs(
+        s_src // rows - d // rows)
+    port = -(-nb[q_of] // c.exchange_in_bytes_per_cycle)
+    port = np.where(a["q_offset"][q_of] == 0, np.maximum(port, c.receive_cycles), port)
+    step = np.concatenate([q_step, q_step[q_of]])
+    tile = np.concatenate([src, d])
+    first = np.concatenate([t0, arr])
+    end = np.concatenate([t0 + lane, arr + port])
+    key = step * dev.tiles + tile
+    u, inv = np.unique(key, return_inverse=True)
+    f = np.full(u.size, np.iinfo(np.int64).max, dtype=np.int64)
+    e = np.zeros(u.size, dtype=np.int64)
+    np.minimum.at(f, inv, first)
+    np.maximum.at(e, inv, end)
+    return u // dev.tiles, u % dev.tiles, f, e

@@ -19,6 +19,8 @@ from simulator import load_device, run
 from simulator.chiptrace import TILE_UUID, TILES_UUID, write_chip_trace
 from simulator.hardware import step_ops
 from simulator.package import Package
+from simulator.trace import step_executions
+from simulator.xschedule import tile_windows
 
 
 def parse(path: Path) -> dict[str, Any]:
@@ -76,12 +78,17 @@ def test_every_tile_and_step_agrees_with_the_simulation(micro: tuple[Package, An
     assert sorted(tiles) == [TILE_UUID + t for t in range(pkg.tiles)] == sorted(
         TILE_UUID + t for t in range(ct.tiles))
     ns = 1e9 / pkg.device.clock_hz
-    busy = np.array([sum(b - a for a, b, _ in got["slices"][TILE_UUID + t])
-                     for t in range(pkg.tiles)])
-    n = np.array([len(got["slices"][TILE_UUID + t]) for t in range(pkg.tiles)])
-    assert int(n.sum()) == ct.tile_slices > 0
+    compute = [[(a, b) for a, b, name in got["slices"][TILE_UUID + t]
+                if not name.startswith("xchg ")] for t in range(pkg.tiles)]
+    busy = np.array([sum(b - a for a, b in c) for c in compute])
+    n = np.array([len(c) for c in compute])
+    xchg = sum(len(got["slices"][TILE_UUID + t]) for t in range(pkg.tiles)) - int(n.sum())
+    assert int(n.sum()) + xchg == ct.tile_slices > 0
     # each slice rounds its two ends to whole ns: at most one ns off per slice
     assert np.all(np.abs(busy - sim.tile_busy * ns) <= n + 1e-6)
+    # an exchange slice per (execution, tile with a booking in its schedule)
+    x_step, x_tile, first, end = tile_windows(pkg.device, pkg.arrays)
+    assert (end > first).all() and xchg == int(step_executions(pkg)[x_step].sum()) > 0
     steps = got["slices"][1]
     assert max(b for _, b, _ in steps) == round(sim.cycles * ns)
     # step slices are named by the graph ops they serve, plus sync and loop overhead
