@@ -536,11 +536,19 @@ def make_executor(kind: str, workers: int, scheduler: str | None
         pool = ProcessPoolExecutor(workers, initializer=_init_worker)
 
         def close() -> None:
-            # stop the workers too (a running case would outlive Ctrl-C or SIGTERM)
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            # stop the workers too (a running case would outlive Ctrl-C or SIGTERM);
+            # then shut down without waiting: a worker terminated while it held the
+            # result queue's lock would leave `shutdown(wait=True)` waiting forever
+            procs = list(getattr(pool, "_processes", {}).values())
+            for proc in procs:
                 if proc.is_alive():
                     proc.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
+            for proc in procs:
+                proc.join(timeout=5)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(timeout=5)
+            pool.shutdown(wait=False, cancel_futures=True)
 
         return pool, close
     if kind != "dask":

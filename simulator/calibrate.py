@@ -89,6 +89,8 @@ KEPT_SOURCES: dict[str, str] = {
     "transpose_group": "fit-transposed-unpack: 100 per row group",
     "transpose_pair": "fit-transposed-unpack: 90 per column pair",
     "loop_overhead_cycles": "not measured: the first model's value",
+    "tiles_per_row": "no published tile-to-row map: an assumption (92 rows of 16 tiles), "
+                     "which multicast-arrival-latency's +2 per row is applied to",
     "step_code_bytes": "a sync and a branch per compute step",
     "loop_code_bytes": "loop counter setup, branch and patch-helper call per Repeat",
 }
