@@ -1,4 +1,4 @@
-"""The fuzzer (experiments/fuzz.py): 200 random small models on random devices
+"""The fuzzer (experiments/fuzz.py): 120 random small models on random devices
 end as verified, fault-free, reference-matching packages or as typed
 BuildFailure / ConfigError; and the fuzzer itself can see a bug."""
 
@@ -9,12 +9,13 @@ import pytest
 from experiments import fuzz
 
 
-def test_200_cases_of_seed_1() -> None:
-    counts, bugs = fuzz.fuzz(200, seed=1, workers=1, progress=False)
+def test_120_cases_of_seed_1() -> None:
+    # 120 (was 200): the suite's budget; seed 1's first 120 reach every outcome
+    counts, bugs = fuzz.fuzz(120, seed=1, workers=1, progress=False)
     assert not bugs, "\n".join(f"{fuzz.draw(1, i).describe()}\n{d}" for i, d in bugs[:3])
-    assert sum(counts.values()) == 200
+    assert sum(counts.values()) == 120
     # the generator reaches every outcome, mostly packages that run
-    assert counts["ok"] >= 120 and counts["build-failure"] >= 1 and counts["config-error"] >= 1
+    assert counts["ok"] >= 100 and counts["build-failure"] >= 1 and counts["config-error"] >= 1
 
 
 def test_cases_are_reproducible_one_by_one() -> None:
