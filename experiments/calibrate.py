@@ -61,8 +61,8 @@ from kernels.abi import STEP_COMPUTE, STEP_EXCHANGE, STEP_REPEAT_END
 from simulator import Package, load_package, run
 from simulator.device import Device
 from simulator.hardware import load_hardware_result
-from simulator.testing import rescheduled
 from simulator.trace import step_executions
+from simulator.xschedule import rescheduled
 from tilecommon.tables import table
 
 DEVICE = "c600"

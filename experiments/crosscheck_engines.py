@@ -12,12 +12,18 @@ image, engine, outputs), best of REPEATS; one untimed run of both engines on
 the first package comes first, so Numba compilation is not counted.  "agree" is "yes" only if
 every compared field is identical.
 
-Reproduce:  .venv/bin/python experiments/crosscheck_engines.py
-Writes artifacts/crosscheck_engines.txt (the table).
+With --siglip27: the 27-layer siglip-so400m-map package as `tileplan plan`
+makes it (c600, 8 optimization steps), run once by each engine without
+numerics (the memory image of 27 layers is beside the point: the question is
+cycles), every timing field compared.
+
+Reproduce:  .venv/bin/python experiments/crosscheck_engines.py [--siglip27]
+Writes artifacts/crosscheck_engines.txt (or crosscheck_engines_27.txt).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -112,5 +118,36 @@ def main(cases: tuple[tuple[str, str, int], ...] = CASES, out_dir: Path = OUT_DI
     return table
 
 
+def siglip27(out_dir: Path = OUT_DIR) -> str:
+    """Both engines, timing only, on the planned 27-layer siglip-so400m-map."""
+    setup()
+    g = planner.load_model("siglip-so400m-map")
+    pkg = planner.plan(g, load_device("c600"), planner.PipelineConfig()).package
+    runs = {}
+    for engine in ("numba", "simpy"):
+        t0 = time.perf_counter()
+        runs[engine] = (run(pkg, numerics=False, engine=engine), time.perf_counter() - t0)
+        print(f"{engine}: {runs[engine][0].cycles} cycles in {runs[engine][1]:.1f} s", flush=True)
+    (fast, t_fast), (slow, t_slow) = runs["numba"], runs["simpy"]
+    diff = [d for d in differences(fast, slow) if d != "outputs"]
+    agree = "yes" if not diff else "NO: " + ",".join(diff)
+    rows = [("siglip-so400m-map", "c600", 27, pkg.content_hash()[:12], fast.vertex_invocations,
+             pkg.n_transfers, fast.cycles, slow.cycles, agree, f"{t_fast:.1f}", f"{t_slow:.0f}")]
+    table = (table_text(("model", "device", "layers", "package", "vertices", "transfers",
+                         "numba cycles", "simpy cycles", "agree", "numba s", "simpy s"), rows)
+             + "\nvertices = vertex invocations (Repeat iterations counted); transfers = package "
+               "transfers; timing only; "
+               "agree = cycles, cycles per step, per-tile busy and bytes in/out, faults\n")
+    print(table)
+    publish("crosscheck_engines_27", "Both engines on the 27-layer package", table, out_dir)
+    return table
+
+
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--siglip27", action="store_true",
+                    help="the planned 27-layer siglip-so400m-map, timing only")
+    if ap.parse_args().siglip27:
+        siglip27()
+    else:
+        main()

@@ -26,6 +26,7 @@ import numpy as np
 from kernels.abi import PATCH_ARITH, REGION_COLS
 from simulator.package import Package
 from tilecommon.jit import kjit, kjit_inline
+from tilecommon.search import bisect_right
 
 R_ADDR = 0
 R_OUTER = 1
@@ -107,34 +108,6 @@ B_FIRST = 3  # live steps first..last
 B_LAST = 4
 B_ID = 5  # buffer index in the package
 B_LEN = 6
-
-
-@kjit
-def bisect_right(values, start, stop, x):  # type: ignore[no-untyped-def]
-    """The first index i in [start, stop) with values[i] > x (`stop` if none);
-    values[start:stop] ascending."""
-    a, b = start, stop
-    while a < b:
-        m = (a + b) // 2
-        if values[m] <= x:
-            a = m + 1
-        else:
-            b = m
-    return a
-
-
-@kjit
-def bisect_left(values, start, stop, x):  # type: ignore[no-untyped-def]
-    """The first index i in [start, stop) with values[i] >= x (`stop` if none);
-    values[start:stop] ascending."""
-    a, b = start, stop
-    while a < b:
-        m = (a + b) // 2
-        if values[m] < x:
-            a = m + 1
-        else:
-            b = m
-    return a
 
 
 @kjit

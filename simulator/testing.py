@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +44,6 @@ from kernels.abi import (
 from simulator.device import Device
 from simulator.package import IoTensor, Package
 from simulator.verify import required_bytes
-from simulator.xschedule import SCHEDULE_ARRAYS
 
 Args = dict[int, int] | Sequence[int]
 
@@ -431,13 +429,3 @@ def repeat_reference(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarr
             np.float16)
         hist.append(acc)
     return acc.astype(np.float32), np.stack(hist).astype(np.float32)
-
-
-def rescheduled(pkg: Package, device: Device | None = None, **changes: np.ndarray) -> Package:
-    """`pkg` with the arrays `changes` (and on `device`), its exchange
-    scheduled afresh (simulator.xschedule): for tests that change transfers
-    or the fabric and mean the schedule to follow."""
-    arrays = {**pkg.arrays, **changes}
-    for k in SCHEDULE_ARRAYS:
-        arrays.pop(k)
-    return dataclasses.replace(pkg, device=device or pkg.device, arrays=arrays)

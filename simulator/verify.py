@@ -80,7 +80,13 @@ from simulator.verify_scan import (
     XS_LEN,
     scan_accesses,
 )
-from simulator.xschedule import V_NONE, describe, source_patches, violations
+from simulator.xschedule import (
+    V_NONE,
+    describe,
+    repeated_members,
+    source_patches,
+    violations,
+)
 from tilecommon.errors import PackageInvalid
 from tilecommon.jit import kjit
 
@@ -111,14 +117,10 @@ def _check_schedule(pkg: Package) -> None:
         other |= key[lead] != key
     _fail_at("x_send: a transfer shares a send with a transfer of another source, "
              "transfer", other, lead)
-    pair = lead * pkg.tiles + a["x_dst_tile"]
-    if pair.size:
-        u, cnt = np.unique(pair, return_counts=True)
-        if (cnt > 1).any():
-            k = int(np.flatnonzero(cnt > 1)[0])
-            raise PackageInvalid(
-                f"x_send: two transfers of the send led by transfer {int(u[k] // pkg.tiles)} "
-                f"land on tile {int(u[k] % pkg.tiles)}")
+    rep = repeated_members(a["step_xfer"], lead, a["x_dst_tile"], pkg.tiles)
+    if rep is not None:
+        raise PackageInvalid(
+            f"x_send: two transfers of the send led by transfer {rep[0]} land on tile {rep[1]}")
     bad = schedule_violations(pkg)
     steps = np.flatnonzero(bad[:, 0] != V_NONE)
     if steps.size:

@@ -44,7 +44,6 @@ from simulator.access import (
     B_ADDR,
     B_END,
     R_LEN,
-    bisect_left,
     find_race,
     find_row,
     granule_of,
@@ -53,6 +52,7 @@ from simulator.access import (
     tile_order_into,
 )
 from tilecommon.jit import kjit
+from tilecommon.search import bisect_left
 
 # `_overlapping_write` when no other transfer's destination overlaps a read
 NO_OVERLAP, OWN_OVERLAP = -1, -2

@@ -21,9 +21,9 @@ from simulator.testing import (
     ksplit_matmul,
     repeat_program,
     repeat_reference,
-    rescheduled,
 )
 from simulator.timing import loop_patch_words
+from simulator.xschedule import rescheduled
 
 TRIPS = 5
 

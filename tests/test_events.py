@@ -34,9 +34,9 @@ from simulator.testing import (
     ksplit_matmul,
     repeat_program,
     repeat_reference,
-    rescheduled,
 )
 from simulator.timing import loop_patch_words
+from simulator.xschedule import rescheduled
 from tilecommon.errors import ConfigError
 
 TRIPS = 4

@@ -167,7 +167,7 @@ def test_cli_verify_reports_invalid_package_in_one_line(ksplit, tmp_path,
 def test_cli_simulate_exits_1_on_faults(ksplit, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     from planner.cli import main
     from simulator import save_package
-    from simulator.testing import rescheduled
+    from simulator.xschedule import rescheduled
 
     pkg = ksplit[0]
     nb = pkg["x_bytes"].copy()

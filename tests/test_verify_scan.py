@@ -218,7 +218,7 @@ def test_exchange_source_race_only_in_a_later_iteration() -> None:
 def test_bisection_agrees_with_the_standard_library() -> None:
     import bisect
 
-    from simulator.access import bisect_left, bisect_right
+    from tilecommon.search import bisect_left, bisect_right
 
     rng = np.random.default_rng(3)
     for _ in range(200):

@@ -18,8 +18,11 @@ from simulator.xschedule import (
     V_NONE,
     V_PORT,
     fabric,
+    forget,
     latency,
+    schedule,
     schedule_arrays,
+    source_patches,
     violations,
 )
 from tilecommon.errors import PackageInvalid
@@ -119,9 +122,71 @@ def test_every_booking_is_disjoint_and_inside_the_window(dev: Device) -> None:
     bounds = package_bounds(pkg)
     ex = a["step_kind"] == 1
     assert (a["step_xcycles"][ex] >= bounds[ex]).all()
+    forget()  # the scheduler itself, not its memo
     again = schedule_arrays(dev, a)
     for k, v in again.items():
         np.testing.assert_array_equal(v, a[k], err_msg=k)  # deterministic
+
+
+def test_a_step_scheduled_before_is_reused_where_it_recurs(dev: Device) -> None:
+    """The memo is keyed by a step's content, not its place: the same
+    transfers in another step (and at other transfer indices) get the
+    schedule the scheduler gives them afresh."""
+    pkg = _exchange(dev, [(0, 0, 2, 0, 400), (1, 0, 3, 0, 400), (0, 400, 3, 400, 400),
+                          (0, 0, 1, 0, 64)])
+    a = pkg.arrays
+    n = a["x_src_tile"].size
+    twice = {k: np.concatenate([a[k], a[k]]) for k in ("x_src_tile", "x_dst_tile", "x_bytes")}
+    xptr = np.array([0, n, 2 * n], dtype=np.int64)
+    lead = np.concatenate([a["x_send"], a["x_send"] + n])
+    forget()
+    fresh = schedule(dev, xptr, twice["x_src_tile"], twice["x_dst_tile"], twice["x_bytes"], lead)
+    again = schedule(dev, xptr, twice["x_src_tile"], twice["x_dst_tile"], twice["x_bytes"], lead)
+    for k in fresh:
+        np.testing.assert_array_equal(again[k], fresh[k], err_msg=k)
+    sp = fresh["step_piece"]
+    assert sp.tolist() == [0, 4, 8]
+    np.testing.assert_array_equal(fresh["q_send"][4:], fresh["q_send"][:4] + n)
+    np.testing.assert_array_equal(fresh["q_start"][4:], fresh["q_start"][:4])
+    # a fabric with other latencies is another key
+    far = dev.with_costs(arrival_latency_cycles=90)
+    moved = schedule(far, xptr, twice["x_src_tile"], twice["x_dst_tile"], twice["x_bytes"], lead)
+    assert (moved["step_xcycles"] == fresh["step_xcycles"] + 38).all()
+
+
+def test_a_step_found_valid_is_checked_again_once_its_schedule_changes(dev: Device) -> None:
+    pkg = _exchange(dev, [(0, 0, 2, 0, 400), (1, 0, 3, 0, 400), (0, 400, 3, 400, 400)])
+    assert violations(dev, pkg.arrays)[0, 0] == V_NONE  # now remembered as valid
+    q = pkg["q_start"].copy()
+    q[pkg["q_send"] == 1] = q[pkg["q_send"] == 2]  # the port of tile 3 twice
+    assert violations(dev, pkg.with_arrays(q_start=q).arrays)[0, 0] == V_PORT
+
+
+def test_transfers_share_a_patch_id_exactly_when_their_source_patches_agree() -> None:
+    from kernels.abi import PATCH_XFER_DST, PATCH_XFER_SRC
+
+    src, dst = PATCH_XFER_SRC, PATCH_XFER_DST
+    rows = [  # target, transfer, mode, stride, table address
+        (src, 0, 1, 64, 0), (src, 1, 1, 64, 0), (src, 2, 1, 128, 0), (src, 3, 2, 64, 0),
+        (src, 4, 1, 64, 512), (dst, 5, 1, 64, 0), (src, 6, 1, 128, 0)]
+    a = {"x_src_tile": np.zeros(8, dtype=np.int64)}
+    for k, col in zip(("p_target", "p_index", "p_mode", "p_stride", "p_table_addr"),
+                      zip(*rows, strict=True), strict=True):
+        a[k] = np.array(col, dtype=np.int64)
+    ids = source_patches(a).tolist()
+    assert ids[5] == ids[7] == 0  # a destination patch, no patch
+    assert ids[0] == ids[1] and ids[2] == ids[6]
+    assert len({ids[0], ids[2], ids[3], ids[4]}) == 4 and 0 not in (ids[0], ids[2], ids[3], ids[4])
+
+
+def test_verify_names_a_send_heard_twice_on_one_tile(dev: Device) -> None:
+    pkg = _exchange(dev, [(0, 0, 1, 0, 64), (0, 0, 1, 64, 64), (0, 0, 2, 0, 64)])
+    zero = np.array([0], dtype=np.int64)
+    bad = pkg.with_arrays(x_send=np.zeros(3, dtype=np.int64), q_send=zero, q_offset=zero,
+                          q_bytes=zero + 64, q_start=zero, step_piece=np.array([0, 1]))
+    with pytest.raises(PackageInvalid, match="two transfers of the send led by transfer 0 "
+                                             "land on tile 1"):
+        verify(bad)
 
 
 @pytest.mark.parametrize("change, kind", [

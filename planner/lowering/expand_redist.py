@@ -43,8 +43,8 @@ import numpy as np
 from kernels import abi
 from planner.decide.layout import Layout
 from planner.lowering.program import NARGS, Program, Ref, Transfer, Vertex, Xfers
-from simulator.access import bisect_left, bisect_right
 from tilecommon.jit import kjit
+from tilecommon.search import bisect_left, bisect_right
 
 # (buf, offset, iter_stride, seq): where a cell lives; seq for ping-pong carries
 Loc = tuple[int, int, int, tuple[tuple[int, int], ...]]
