@@ -49,7 +49,7 @@ CASES: tuple[tuple[str, str, int], ...] = (
 )
 SMALL_CASES: tuple[tuple[str, str, int], ...] = (("vit-micro", "tiny", 1),)
 FIELDS = ("cycles", "cycles_per_step", "tile_busy", "tile_bytes_in", "tile_bytes_out",
-          "outputs", "faults")
+          "tile_send_busy", "tile_receive_busy", "outputs", "faults")
 
 
 def differences(fast: SimResult, slow: SimResult) -> list[str]:
@@ -57,7 +57,7 @@ def differences(fast: SimResult, slow: SimResult) -> list[str]:
     diff = []
     if fast.cycles != slow.cycles:
         diff.append("cycles")
-    for name in FIELDS[1:5]:
+    for name in FIELDS[1:7]:
         if not np.array_equal(getattr(fast, name), getattr(slow, name)):
             diff.append(name)
     same_out = sorted(fast.outputs) == sorted(slow.outputs) and all(

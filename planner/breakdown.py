@@ -95,7 +95,9 @@ def tile_balance(tile_busy: np.ndarray) -> dict[str, float]:
             "imbalance": float(busy.max()) / mean, "tiles": int(busy.size)}
 
 
-TILE_ARRAYS = ("busy_cycles", "bytes_in", "bytes_out", "code_bytes", "exchange_table_bytes",
+TILE_ARRAYS = ("busy_cycles", "bytes_in", "bytes_out", "send_busy_cycles",
+               "receive_busy_cycles", "code_bytes",
+               "exchange_table_bytes",
                "support_bytes", "tensor_range_bytes", "peak_parameter_bytes",
                "peak_activation_bytes", "peak_scratch_bytes", "peak_landing_bytes",
                "peak_tensor_bytes")
@@ -103,7 +105,8 @@ TILE_ARRAYS = ("busy_cycles", "bytes_in", "bytes_out", "code_bytes", "exchange_t
 
 def tile_arrays(pkg: Package, sim: Any) -> dict[str, np.ndarray]:
     """int64 [tiles] per name of TILE_ARRAYS (a run's tiles.npz): compute busy
-    cycles and exchange bytes in / out of simulation `sim`; the fixed regions
+    cycles, exchange bytes in / out and the exchange cycles its send lane and
+    its receive port are booked of simulation `sim`; the fixed regions
     (code, exchange tables, support) and the tensor range the allocator gave
     each tile; the peak over steps of live tensor bytes of each buffer kind,
     and of all tensor kinds together (the peaks of the kinds may fall at
@@ -126,7 +129,9 @@ def tile_arrays(pkg: Package, sim: Any) -> dict[str, np.ndarray]:
 
     kinds = (BUF_PARAMETER, BUF_ACTIVATION, BUF_SCRATCH, BUF_LANDING)
     out = {"busy_cycles": sim.tile_busy, "bytes_in": sim.tile_bytes_in,
-           "bytes_out": sim.tile_bytes_out, "code_bytes": a["fp_code"],
+           "bytes_out": sim.tile_bytes_out, "send_busy_cycles": sim.tile_send_busy,
+           "receive_busy_cycles": sim.tile_receive_busy,
+           "code_bytes": a["fp_code"],
            "exchange_table_bytes": a["fp_xtable"], "support_bytes": a["fp_support"],
            "tensor_range_bytes": a["fp_tensor"],
            **{f"peak_{name}_bytes": peak((k,)) for name, k in zip(

@@ -88,7 +88,9 @@ class SimResult:
     cycles_per_step: np.ndarray  # int64 [S], summed over Repeat iterations
     tile_busy: np.ndarray  # int64 [tiles], summed vertex cycles
     tile_bytes_in: np.ndarray  # int64 [tiles]
-    tile_bytes_out: np.ndarray  # int64 [tiles], multicast counted once per step
+    tile_bytes_out: np.ndarray  # int64 [tiles], each send of the schedule once per step
+    tile_send_busy: np.ndarray  # int64 [tiles], exchange cycles its send lane is booked
+    tile_receive_busy: np.ndarray  # int64 [tiles], ... its receive port
     outputs: dict[str, np.ndarray]  # logical float32 arrays (empty without numerics)
     faults: tuple[Fault, ...]  # at most engine.MAX_FAULTS (+ output faults)
     n_faults: int  # all faults, including those not kept
@@ -156,7 +158,9 @@ def run(
                "outputs: read": time.perf_counter() - t0}
     return SimResult(
         cycles=out.cycles, cycles_per_step=out.cycles_per_step, tile_busy=out.tile_busy,
-        tile_bytes_in=out.tile_bytes_in, tile_bytes_out=out.tile_bytes_out, outputs=outputs,
+        tile_bytes_in=out.tile_bytes_in, tile_bytes_out=out.tile_bytes_out,
+        tile_send_busy=out.tile_send_busy, tile_receive_busy=out.tile_receive_busy,
+        outputs=outputs,
         faults=tuple(faults), n_faults=n_faults, vertex_invocations=out.vertex_invocations,
         clock_hz=pkg.device.clock_hz, profile=profile,
     )

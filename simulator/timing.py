@@ -36,18 +36,16 @@ from simulator.device import Device
 from simulator.package import Package
 
 # engine scalar array layout (`device_scalars`)
-DV_BASE, DV_SIZE, DV_IN_BW, DV_OUT_BW, DV_SYNC, DV_LOOP, DV_SEND, DV_SEND_MAX, DV_RECV, \
-    DV_PATCH = range(10)
+DV_BASE, DV_SIZE, DV_SYNC, DV_LOOP, DV_PATCH = range(5)
 
 
 def device_scalars(dev: Device) -> np.ndarray:
-    """int64 [10]: the constants the engine loop reads (DV_* indices); DV_SYNC
-    holds sync + exchange setup."""
+    """int64 [5]: the constants the engine loop reads (DV_* indices); DV_SYNC
+    holds sync + exchange setup (an exchange step's transfer window is its
+    schedule's, simulator.xschedule)."""
     c = dev.costs
-    return np.array([dev.memory_base, dev.memory_size, c.exchange_in_bytes_per_cycle,
-                     c.exchange_out_bytes_per_cycle, c.sync_cycles + c.exchange_setup_cycles,
-                     c.loop_overhead_cycles, c.send_cycles, c.send_max_bytes, c.receive_cycles,
-                     c.patch_word_cycles], dtype=np.int64)
+    return np.array([dev.memory_base, dev.memory_size, c.sync_cycles + c.exchange_setup_cycles,
+                     c.loop_overhead_cycles, c.patch_word_cycles], dtype=np.int64)
 
 
 def endpoint_bound(dev: Device, bytes_in: np.ndarray | int, bytes_out: np.ndarray | int,

@@ -728,12 +728,46 @@ def describe(row: np.ndarray, step: int) -> str:
     return f"step {step}: {V_NAMES[kind]} on tile {tile} ({what} {item}, {at} {cycle})"
 
 
+def transfer_busy(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """int64 [X] each: the cycles its send holds the sender's lane (on the
+    send's leader; 0 on the other members: a multicast leaves its tile once)
+    and the cycles the transfer holds its receiver's port, over all the
+    pieces of its send (the booking rules of the module docstring)."""
+    a, c = arrays, dev.costs
+    qs, nb = a["q_send"], a["q_bytes"]
+    lane = np.maximum(-(-nb // c.exchange_out_bytes_per_cycle),
+                      -(-nb // c.send_max_bytes) * c.send_cycles)
+    port = -(-nb // c.exchange_in_bytes_per_cycle)
+    port = np.where(a["q_offset"] == 0, np.maximum(port, c.receive_cycles), port)
+    x_lane = np.zeros(a["x_send"].size, dtype=np.int64)
+    x_port = np.zeros_like(x_lane)
+    np.add.at(x_lane, qs, lane)
+    np.add.at(x_port, qs, port)
+    return x_lane, x_port[a["x_send"]]
+
+
 def tile_windows(dev: Device, arrays: dict[str, np.ndarray],
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each tile's part in each exchange step's schedule: (step, tile, first
     cycle, end cycle) of the (step, tile) pairs with a booking, from the
     first booking of its lane or port to the end of the last, in cycles of
     the step's transfer window; sorted by step, then tile."""
+    step, tile, first, end = _bookings(dev, arrays)
+    if not step.size:
+        return step, step, step, step
+    key = step * dev.tiles + tile
+    u, inv = np.unique(key, return_inverse=True)
+    f = np.full(u.size, np.iinfo(np.int64).max, dtype=np.int64)
+    e = np.zeros(u.size, dtype=np.int64)
+    np.minimum.at(f, inv, first)
+    np.maximum.at(e, inv, end)
+    return u // dev.tiles, u % dev.tiles, f, e
+
+
+def _bookings(dev: Device, arrays: dict[str, np.ndarray],
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every booking of the schedule: (step, tile, start, end), lanes first
+    (piece order), then ports (piece, member order)."""
     a, c = arrays, dev.costs
     qs = a["q_send"]
     nq = qs.size
@@ -760,14 +794,5 @@ def tile_windows(dev: Device, arrays: dict[str, np.ndarray],
         s_src // rows - d // rows)
     port = -(-nb[q_of] // c.exchange_in_bytes_per_cycle)
     port = np.where(a["q_offset"][q_of] == 0, np.maximum(port, c.receive_cycles), port)
-    step = np.concatenate([q_step, q_step[q_of]])
-    tile = np.concatenate([src, d])
-    first = np.concatenate([t0, arr])
-    end = np.concatenate([t0 + lane, arr + port])
-    key = step * dev.tiles + tile
-    u, inv = np.unique(key, return_inverse=True)
-    f = np.full(u.size, np.iinfo(np.int64).max, dtype=np.int64)
-    e = np.zeros(u.size, dtype=np.int64)
-    np.minimum.at(f, inv, first)
-    np.maximum.at(e, inv, end)
-    return u // dev.tiles, u % dev.tiles, f, e
+    return (np.concatenate([q_step, q_step[q_of]]), np.concatenate([src, d]),
+            np.concatenate([t0, arr]), np.concatenate([t0 + lane, arr + port]))

@@ -69,6 +69,8 @@ def _assert_agree(fast: SimResult, slow: SimResult) -> None:
     np.testing.assert_array_equal(slow.tile_busy, fast.tile_busy)
     np.testing.assert_array_equal(slow.tile_bytes_in, fast.tile_bytes_in)
     np.testing.assert_array_equal(slow.tile_bytes_out, fast.tile_bytes_out)
+    np.testing.assert_array_equal(slow.tile_send_busy, fast.tile_send_busy)
+    np.testing.assert_array_equal(slow.tile_receive_busy, fast.tile_receive_busy)
     assert slow.vertex_invocations == fast.vertex_invocations
     assert sorted(slow.outputs) == sorted(fast.outputs)
     for name, arr in fast.outputs.items():

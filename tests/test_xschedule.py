@@ -232,3 +232,22 @@ def test_a_package_refuses_schedule_indices_out_of_range(dev: Device) -> None:
         pkg.with_arrays(q_send=np.array([5], dtype=np.int64))
     with pytest.raises(PackageInvalid, match=r"array q_start\[0\] = -1"):
         pkg.with_arrays(q_start=np.array([-1], dtype=np.int64))
+
+
+def test_each_tiles_lane_and_port_bookings_are_its_send_and_receive_busy(dev: Device) -> None:
+    """Tile 0 multicasts 1000 bytes to tiles 1 and 2 (its lane 250 cycles,
+    each port 250) while tile 1 sends 400 to tile 0 (lane and port 100):
+    both engines count each tile's booked cycles, the multicast once on its
+    sender."""
+    from simulator.xschedule import transfer_busy
+
+    pkg = _exchange(dev, [(0, 0, 1, 0, 1000), (0, 0, 2, 0, 1000), (1, 8192, 0, 4096, 400)])
+    verify(pkg)
+    x_lane, x_port = transfer_busy(dev, pkg.arrays)
+    assert x_lane.tolist() == [250, 0, 100] and x_port.tolist() == [250, 250, 100]
+    for engine in ("numba", "simpy"):
+        res = run(pkg, numerics=False, engine=engine)
+        assert res.tile_send_busy[:3].tolist() == [250, 100, 0], engine
+        assert res.tile_receive_busy[:3].tolist() == [100, 250, 250], engine
+        assert res.tile_bytes_out[:3].tolist() == [1000, 400, 0]
+        assert int(res.tile_send_busy[3:].sum() + res.tile_receive_busy[3:].sum()) == 0

@@ -119,7 +119,9 @@ class EngineOutput:
     cycles_per_step: np.ndarray  # int64 [S], summed over iterations
     tile_busy: np.ndarray  # int64 [tiles], summed vertex cycles
     tile_bytes_in: np.ndarray  # int64 [tiles]
-    tile_bytes_out: np.ndarray  # int64 [tiles], multicast counted once
+    tile_bytes_out: np.ndarray  # int64 [tiles], each send of the schedule once
+    tile_send_busy: np.ndarray  # int64 [tiles], exchange cycles its send lane is booked
+    tile_receive_busy: np.ndarray  # int64 [tiles], ... its receive port
     faults: np.ndarray  # int64 [min(n_faults, MAX_FAULTS), FAULT_COLS]
     n_faults: int
     vertex_invocations: int

@@ -95,26 +95,20 @@ from simulator.engines.numba_exchange import (
     C_ENDS,
     C_FLAGGED,
     C_SELF,
-    C_WIDE,
     RACE_PARTS,
     X_CHUNKS,
+    bytes_in_hist,
     copy_parallel,
     copy_serial,
     ends_serial,
     exchange_ends,
     exchange_race,
-    in_cycles,
-    in_cycles_hist,
     keep_exchange_row,
     mark_copied,
-    out_cycles,
-    out_cycles_parallel,
     patch_value,
     race_rows_parallel,
     race_rows_serial,
     report_flagged,
-    send_segments,
-    send_segments_parallel,
     x_chunks,
     xfer_one,
     xfer_pass_parallel,
@@ -129,6 +123,7 @@ from simulator.timing import (
     loop_patch_words,
 )
 from simulator.verify import access_index, buffer_overlap, patch_index, schedule_violations
+from simulator.xschedule import transfer_busy
 from tilecommon.jit import kjit, kjit_host, kjit_inline, kjit_parallel
 
 # compute steps with at least this many vertices are costed and checked on all
@@ -188,6 +183,9 @@ class Program(NamedTuple):
     b_table: np.ndarray  # ... its rows (simulator.access B_* columns)
     step_xcycles: np.ndarray  # the exchange schedule's window per step
     x_sched: np.ndarray  # [S, 4] its first violation per step (simulator.xschedule)
+    x_lead: np.ndarray  # bool [X]: the transfer leads its send (bytes out once per send)
+    x_lane: np.ndarray  # int64 [X]: cycles its send holds the sender's lane (on leaders)
+    x_port: np.ndarray  # int64 [X]: cycles it holds its receiver's port (xschedule.transfer_busy)
 
 
 class Outputs(NamedTuple):
@@ -197,6 +195,8 @@ class Outputs(NamedTuple):
     tile_busy: np.ndarray  # int64 [tiles]
     bytes_in: np.ndarray  # int64 [tiles]
     bytes_out: np.ndarray  # int64 [tiles]
+    xsend: np.ndarray  # int64 [tiles]: exchange cycles its send lane is booked
+    xrecv: np.ndarray  # int64 [tiles]: ... its receive port
     faults: np.ndarray  # int64 [MAX_FAULTS, FAULT_COLS]
     counters: np.ndarray  # int64 [4]: C_*
     prof: np.ndarray  # int64 [PROFILE_LEN]: ticks per P_* phase
@@ -220,7 +220,8 @@ def program_arrays(pkg: Package) -> tuple[Program, bool]:
         vp_ptr, vp_list, xp_ptr, xp_list,
         a["p_target"], a["p_arg"], a["p_loop"], a["p_mode"], a["p_base"], a["p_stride"],
         a["p_table"], a["table_values"], loop_patch_words(pkg), b_ptr, b_table,
-        a["step_xcycles"], schedule_violations(pkg)), overlap
+        a["step_xcycles"], schedule_violations(pkg),
+        a["x_send"] == np.arange(a["x_send"].size), *transfer_busy(pkg.device, a)), overlap
 
 
 def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True) -> EngineOutput:
@@ -237,6 +238,7 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
         starts = sx[:-1][sx[1:] > sx[:-1]]
         stage_bytes = max(1, int(np.add.reduceat(a["x_bytes"], starts).max()))
     out = Outputs(np.zeros(pkg.n_steps, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
+                  np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros(pkg.tiles, dtype=np.int64), np.zeros(pkg.tiles, dtype=np.int64),
                   np.zeros((MAX_FAULTS, FAULT_COLS), dtype=np.int64),
                   np.zeros(4, dtype=np.int64), np.zeros(PROFILE_LEN, dtype=np.int64))
@@ -262,6 +264,7 @@ def execute(pkg: Package, image: MemoryImage | None = None, checks: bool = True)
     return EngineOutput(
         cycles=int(counters[C_CYCLES]), cycles_per_step=out.cycles_per_step,
         tile_busy=out.tile_busy, tile_bytes_in=out.bytes_in, tile_bytes_out=out.bytes_out,
+        tile_send_busy=out.xsend, tile_receive_busy=out.xrecv,
         faults=out.faults[: min(n_f, MAX_FAULTS)].copy(), n_faults=n_f,
         vertex_invocations=int(counters[C_VERTICES]), transfers=int(counters[C_TRANSFERS]),
         profile=profile_seconds(out.prof, per_tick),
@@ -468,11 +471,11 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     prof = out.prof
     t_start = ticks()
     bytes_in, bytes_out, counters = out.bytes_in, out.bytes_out, out.counters
+    xsend, xrecv, x_lane, x_port = out.xsend, out.xrecv, prog.x_lane, prog.x_port
     parallel_min, checks = opts[OPT_PARALLEL_MIN], opts[OPT_CHECKS] != 0
     n_steps = step_kind.shape[0]
     n_tiles = tile_busy.shape[0]
     acc = np.zeros(n_tiles, dtype=np.int64)
-    n_in = np.zeros(n_tiles, dtype=np.int64)  # receives per tile in an exchange step
     touched = np.zeros(n_tiles, dtype=np.int64)
     mark = np.zeros(n_tiles, dtype=np.bool_)
     ctr = np.zeros(max(n_steps, 1), dtype=np.int64)
@@ -502,8 +505,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     vr = np.zeros((MAX_REGIONS, R_LEN), dtype=np.int64)
     race = np.zeros(3, dtype=np.int64)
     vcyc = np.full(v_tile.shape[0], -1, dtype=np.int64)  # cycles of unpatched vertices
-    xcyc = np.full(max(n_steps, 1), -1, dtype=np.int64)  # cycles of unpatched exchanges
-    xout = scratch.xout  # counts on the out side (written with the step's cycles, then cached)
+    x_lead = prog.x_lead  # bytes out: each send of the schedule once
     # [start, end) of the buffer each region / transfer end was found in last
     # time (int32: addresses of one tile's memory); empty until found
     vbuf = np.zeros(v_tile.shape[0] * 16, dtype=np.int32)
@@ -524,15 +526,10 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     race_any = np.zeros(RACE_PARTS, dtype=np.bool_)  # race_rows_parallel's scratch
     xserial = np.int64(0)
     exact = opts[OPT_OVERLAP] != 0
-    # an exchange step's sends by source tile (send_segments, out_cycles)
-    order, tmp = scratch.order, scratch.tmp
-    start = np.empty(n_tiles + 1, dtype=np.int64)
-    cur = np.empty(n_tiles, dtype=np.int64)
-    per_tile = np.empty(n_tiles, dtype=np.int64)
     xbits = scratch.xbits  # check_ends per transfer (written by the step's image checks)
     # per chunk of a parallel exchange pass: per-tile counts, flagged transfers
-    xhist = np.empty((X_CHUNKS, 3, n_tiles), dtype=np.int64)
-    xcnt = np.empty((X_CHUNKS, 4), dtype=np.int64)
+    xhist = np.empty((X_CHUNKS, n_tiles), dtype=np.int64)
+    xcnt = np.empty((X_CHUNKS, 3), dtype=np.int64)
     xok = scratch.xok  # unpatched transfers checked clean (cleared by numba_scratch.take)
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
@@ -550,6 +547,8 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                 n_rows += 1
     agg_in = np.zeros((max(n_rows, 1) if not numerics else 1, n_tiles), dtype=np.int64)
     agg_out = np.zeros_like(agg_in)
+    agg_sb = np.zeros_like(agg_in)  # lane and port cycles per tile
+    agg_rb = np.zeros_like(agg_in)
     xclean = np.zeros(max(n_steps, 1), dtype=np.bool_)  # replayable (rows kept)
     total = np.int64(0)
     s = 0
@@ -648,8 +647,10 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             for t in range(n_tiles):
                 bytes_in[t] += agg_in[r, t]
                 bytes_out[t] += agg_out[r, t]
+                xsend[t] += agg_sb[r, t]
+                xrecv[t] += agg_rb[r, t]
             counters[C_TRANSFERS] += step_xfer[s + 1] - step_xfer[s]
-            step_c = xcyc[s]
+            step_c = prog.step_xcycles[s] + devv[DV_SYNC]  # the schedule's window
             prof[P_XCYCLES] += ticks() - t0
         elif kind == STEP_EXCHANGE:
             i0, i1 = step_xfer[s], step_xfer[s + 1]
@@ -659,7 +660,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             # once); a timing-only step's transfers mostly hit the rows found
             # last time (xrow) or are clean (xok)
             xpar = numerics and n >= parallel_min
-            if xpar:  # per-tile counts by chunk in xhist, flagged transfers in xcnt
+            if xpar:  # bytes in per tile by chunk in xhist, flagged transfers in xcnt
                 xserial += 1  # stamps the rows of sources (exchange_ends)
                 xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s],
                                    xrow, xok, faults, counters, checks, image, skip, xbits,
@@ -668,52 +669,25 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
                 if xcnt[:chunks, C_FLAGGED].sum() > 0:  # their faults, in order
                     report_flagged(i0, i1, s, loop, it, prog, x_src, x_dst, xflag, xrow, xhint,
                                    faults, counters)
-                in_cycles_hist(xhist, chunks, bytes_in, devv)  # bytes in per tile
+                bytes_in_hist(xhist, chunks, bytes_in)
             else:  # inline here: through a call taking `prog` this loop ran 14x slower
                 for x in range(i0, i1):
                     xfer_one(x, x - i0, s, loop, it, prog, ctr, x_src, x_dst, xflag, xseen[s], xrow,
                              xhint, xok, faults, counters, checks, True)
                     skip[x - i0] = (xflag[x - i0] & 1) != 0
-                    nb = x_bytes[x]
-                    d = x_dst_tile[x]
-                    if not mark[d]:
-                        mark[d] = True
-                        touched[n_touched] = d
-                        n_touched += 1
-                    acc[d] += nb
-                    n_in[d] += 1
-                    bytes_in[d] += nb
-                in_cycles(acc, n_in, mark, touched, n_touched, devv)  # resets the scratch
+                    bytes_in[x_dst_tile[x]] += x_bytes[x]
             xseen[s] = True
             t1 = ticks()
             prof[P_XFER] += t1 - t0
-            if xcyc[s] >= 0:  # no patched transfer: same cycles and multicast groups
-                step_c = xcyc[s]
-                for x in range(i0, i1):
-                    if xout[x]:
-                        bytes_out[x_src_tile[x]] += x_bytes[x]
-            else:
-                if xpar:
-                    packed = xcnt[:x_chunks(n), C_WIDE].sum() == 0
-                    send_segments_parallel(x_src_tile[i0:i1], x_src, n, order, start, xhist,
-                                           packed)
-                else:
-                    packed = send_segments(x_src_tile[i0:i1], x_src, n, order, start, cur)
-                # the sends' multicast marks (xout) and bytes out per tile; the
-                # step's cycles are the schedule's window
-                if n >= parallel_min:
-                    out_cycles_parallel(i0, order, tmp, start, x_src, x_bytes, xout,
-                                                bytes_out, devv, packed, per_tile)
-                else:
-                    out_cycles(i0, order, tmp, start, x_src, x_bytes, xout, bytes_out,
-                                       devv, packed)
-                # the schedule's window (the endpoint counts above give bytes out)
-                step_c = prog.step_xcycles[s] + devv[DV_SYNC]
-            if xcyc[s] < 0 and xp_ptr[i0] == xp_ptr[i1]:
-                xcyc[s] = step_c
-            if xrow_of[s] >= 0 and depth > 0 and xcyc[s] >= 0:
-                xclean[s] = keep_exchange_row(i0, i1, xrow_of[s], x_src_tile, x_dst_tile,
-                                              x_bytes, xflag, xout, agg_in, agg_out)
+            for x in range(i0, i1):  # each send once; lanes and ports as booked
+                if x_lead[x]:
+                    bytes_out[x_src_tile[x]] += x_bytes[x]
+                xsend[x_src_tile[x]] += x_lane[x]
+                xrecv[x_dst_tile[x]] += x_port[x]
+            step_c = prog.step_xcycles[s] + devv[DV_SYNC]  # the schedule's window
+            if xrow_of[s] >= 0 and depth > 0 and xp_ptr[i0] == xp_ptr[i1]:
+                xclean[s] = keep_exchange_row(i0, i1, xrow_of[s], prog, xflag, agg_in, agg_out,
+                                              agg_sb, agg_rb)
             counters[C_TRANSFERS] += n
             t2 = ticks()
             prof[P_XCYCLES] += t2 - t1

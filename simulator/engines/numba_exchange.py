@@ -1,15 +1,14 @@
 """The exchange step of the Numba engine (simulator.engines.numba runs the
 loop): its transfers' patched addresses and run-time buffer checks, its
-cycles (simulator.timing), the numerics checks of its transfers and their
+bytes in and out (its cycles are the exchange schedule's window,
+simulator.xschedule), the numerics checks of its transfers and their
 copies in the memory image.
 
 A large step runs each per-transfer pass on the machine's cores, in chunks
 of consecutive transfers (every write goes to the transfer's own entries;
 faults are recorded as bits and reported afterwards, in program order):
 the patches and buffer checks, with numerics the image checks
-(`check_ends`: the image is not written before the copies); the cycles
-after one counting sort of the transfers by source tile (each tile's sends
-sorted and de-duplicated on its own, `out_cycles_parallel`); the race check
+(`check_ends`: the image is not written before the copies); the race check
 in this thread; then the copies, when the step is race-free (its transfers
 then touch disjoint bytes, so their order cannot change a result), as
 row-slice loops (vectorized), and their destinations marked written by
@@ -36,7 +35,6 @@ from simulator.access import (
     granule_of,
     live_buffer,
     patched,
-    sort_segment,
 )
 from simulator.engines.base import (
     F_DST_BUFFER,
@@ -47,7 +45,6 @@ from simulator.engines.base import (
     F_XFER_RANGE,
 )
 from simulator.engines.numba_data import PARALLEL_CHUNKS, PARTS, fault, part_of
-from simulator.timing import DV_IN_BW, DV_OUT_BW, DV_RECV, DV_SEND, DV_SEND_MAX
 from tilecommon.jit import kjit, kjit_inline, kjit_parallel
 
 
@@ -115,12 +112,10 @@ def xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xh
             xok[x] = True
 
 
-PACK = 32  # send_segments: a transfer's source address above its step index
-# chunks of a parallel exchange pass: a row of per-tile counts each
+# chunks of a parallel exchange pass: a row of per-tile bytes in each
 # (`xhist`), so few; the thread pool hands each core consecutive chunks
 X_CHUNKS = 8
-H_IN_BYTES, H_IN_N, H_SRC = 0, 1, 2  # xhist channels
-C_FLAGGED, C_WIDE, C_ENDS, C_SELF = 0, 1, 2, 3  # xcnt columns
+C_FLAGGED, C_ENDS, C_SELF = 0, 1, 2  # xcnt columns
 
 
 @kjit_parallel
@@ -132,10 +127,9 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
     transfer's own entries or its chunk's; the caller reports the flagged
     ones), each transfer's `check_ends` into xbits[j] (the image is not
     written until the step's copies, so they may run here), and per chunk
-    ch: bytes in and receives per destination tile and transfers per source
-    tile (`xhist[ch]`), how many transfers were flagged, how many source
-    addresses do not fit `PACK`, how many have faulty ends and how many
-    overlap themselves (`xcnt[ch]`);
+    ch: bytes in per destination tile (`xhist[ch]`), how many transfers were
+    flagged, how many have faulty ends and how many overlap themselves
+    (`xcnt[ch]`);
     the row of each source not skipped is stamped (`rsrc[row] = serial`:
     exchange_ends; cores may stamp a row at once, with the same value)."""
     n = i1 - i0
@@ -143,8 +137,8 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
     for ch in numba.prange(chunks):
         xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)
         h = xhist[ch]
-        h[:, :] = 0
-        flagged, wide, bad_ends, n_self = 0, 0, 0, 0
+        h[:] = 0
+        flagged, bad_ends, n_self = 0, 0, 0
         for x in range(i0 + ch * n // chunks, i0 + (ch + 1) * n // chunks):
             j = x - i0
             xfer_one(x, j, s, loop, it, prog, ctr, x_src, x_dst, xflag, cached, xrow, xhint,
@@ -155,14 +149,9 @@ def xfer_pass_parallel(i0, i1, s, loop, it, prog, ctr, x_src, x_dst, xflag, cach
             if not skip[j]:
                 rsrc[xrow[2 * x]] = serial
                 n_self += (xbits[j] & E_SELF) != 0
-            d = prog.x_dst_tile[x]
-            h[H_IN_BYTES, d] += prog.x_bytes[x]
-            h[H_IN_N, d] += 1
-            h[H_SRC, prog.x_src_tile[x]] += 1
+            h[prog.x_dst_tile[x]] += prog.x_bytes[x]
             flagged += xflag[j] != 0
-            wide += x_src[j] < 0 or x_src[j] >= 1 << (63 - PACK)
         xcnt[ch, C_FLAGGED] = flagged
-        xcnt[ch, C_WIDE] = wide
         xcnt[ch, C_ENDS] = bad_ends
         xcnt[ch, C_SELF] = n_self
 
@@ -188,42 +177,12 @@ def x_chunks(n):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def in_cycles_hist(xhist, chunks, bytes_in, devv):  # type: ignore[no-untyped-def]
-    """`in_cycles` of a step from the per-chunk counts of `xfer_pass_parallel`,
-    adding each tile's bytes in to `bytes_in`."""
-    c = np.int64(0)
+def bytes_in_hist(xhist, chunks, bytes_in):  # type: ignore[no-untyped-def]
+    """Add each tile's bytes in from the per-chunk counts of
+    `xfer_pass_parallel` to `bytes_in`."""
     for t in range(bytes_in.shape[0]):
-        nb, nr = np.int64(0), np.int64(0)
         for ch in range(chunks):
-            nb += xhist[ch, H_IN_BYTES, t]
-            nr += xhist[ch, H_IN_N, t]
-        if nr > 0:
-            bytes_in[t] += nb
-            c = max(c, (nb + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], nr * devv[DV_RECV])
-    return c
-
-
-@kjit_parallel
-def send_segments_parallel(ktile, keys, n, order, start, xhist, packed):  # type: ignore[no-untyped-def]
-    """`send_segments` over the cores from the per-chunk transfers per
-    source tile of `xfer_pass_parallel` (xhist[:, H_SRC], turned into each
-    chunk's next place per tile): the same order, each chunk's transfers
-    placed after those of the chunks before it.  `packed`: every key fits."""
-    chunks = x_chunks(n)
-    pos = np.int64(0)
-    for t in range(start.shape[0] - 1):
-        start[t] = pos
-        for ch in range(chunks):
-            c = xhist[ch, H_SRC, t]
-            xhist[ch, H_SRC, t] = pos
-            pos += c
-    start[start.shape[0] - 1] = pos
-    for ch in numba.prange(chunks):
-        h = xhist[ch]
-        for j in range(ch * n // chunks, (ch + 1) * n // chunks):
-            t = ktile[j]
-            order[h[H_SRC, t]] = (keys[j] << PACK | j) if packed else j
-            h[H_SRC, t] += 1
+            bytes_in[t] += xhist[ch, t]
 
 
 @kjit_inline
@@ -234,123 +193,21 @@ def patch_value(p, ctr, prog):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def send_segments(ktile, keys, n, order, start, cur):  # type: ignore[no-untyped-def]
-    """Counting sort of a step's transfers 0..n by source tile `ktile`
-    (stable): tile t's come at order[start[t]:start[t + 1]]; `start` has
-    one entry more than there are tiles, `cur` as many as tiles.  An entry
-    is the transfer's source address `keys[j]` << PACK | j, so sorting a
-    segment by value sorts it by address, stably, in place; returns False
-    (and entries j alone) if some address does not fit."""
-    start[:] = 0
-    packed = True
-    for j in range(n):
-        start[ktile[j] + 1] += 1
-        if keys[j] < 0 or keys[j] >= 1 << (63 - PACK):
-            packed = False
-    for t in range(start.shape[0] - 1):
-        start[t + 1] += start[t]
-        cur[t] = start[t]
-    for j in range(n):
-        order[cur[ktile[j]]] = (keys[j] << PACK | j) if packed else j
-        cur[ktile[j]] += 1
-    return packed
-
-
-@kjit_inline
-def tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out, devv,
-                    packed):  # type: ignore[no-untyped-def]
-    """The out side of source tile t in a step (`send_segments`): its
-    transfers sorted by source address, each counted once per distinct
-    (address, bytes) (a multicast is one send; `xout` records which
-    transfer counted), bytes out added to `bytes_out[t]`; returns
-    max(bytes / out bandwidth, sends x send cycles) (0 for no transfers).
-    One exit: it is inlined into a parallel loop."""
-    a, b = start[t], start[t + 1]
-    if packed:
-        j = a + 1  # program order often sends a tile's rows by address already
-        while j < b and order[j] >= order[j - 1]:
-            j += 1
-        if j < b:
-            order[a:b].sort()
-    else:
-        sort_segment(order, a, b, keys, tmp)
-    low = (1 << PACK) - 1
-    nbytes = 0
-    sends = 0
-    run = a  # the first entry with this entry's address
-    last = np.int64(-1)
-    for j in range(a, b):
-        v = order[j]
-        key = v >> PACK if packed else keys[v]
-        if packed:
-            v &= low
-            order[j] = v
-        if key != last:
-            run, last = j, key
-        x = i0 + v
-        dup = False
-        for k in range(run, j):
-            if x_bytes[i0 + order[k]] == x_bytes[x]:
-                dup = True
-                break
-        xout[x] = not dup
-        if not dup:
-            nbytes += x_bytes[x]
-            sends += (x_bytes[x] + devv[DV_SEND_MAX] - 1) // devv[DV_SEND_MAX]
-    bytes_out[t] += nbytes
-    return max((nbytes + devv[DV_OUT_BW] - 1) // devv[DV_OUT_BW], sends * devv[DV_SEND])
-
-
-@kjit
-def out_cycles(i0, order, tmp, start, keys, x_bytes, xout, bytes_out, devv, packed):  # type: ignore[no-untyped-def]
-    """The largest `tile_out_cycles` of a step, tile after tile."""
-    c = np.int64(0)
-    for t in range(start.shape[0] - 1):
-        c = max(c, tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out,
-                                   devv, packed))
-    return c
-
-
-@kjit_parallel
-def out_cycles_parallel(i0, order, tmp, start, keys, x_bytes, xout, bytes_out, devv, packed,
-                        per):  # type: ignore[no-untyped-def]
-    """`out_cycles` over the cores (each tile's sends are its own: its
-    segment of `order`, `bytes_out[t]`, its transfers' `xout`); `per`: a
-    scratch entry per tile."""
-    for t in numba.prange(start.shape[0] - 1):
-        per[t] = tile_out_cycles(t, i0, order, tmp, start, keys, x_bytes, xout, bytes_out,
-                                 devv, packed)
-    return per.max()
-
-
-@kjit
-def in_cycles(acc, n_in, mark, touched, n_touched, devv):  # type: ignore[no-untyped-def]
-    """The in side of a step (bytes in `acc`, receives `n_in` of each
-    touched tile): the largest max(bytes / in bandwidth, receives x receive
-    cycles); resets the per-tile scratch."""
-    c = np.int64(0)
-    for k in range(n_touched):
-        t = touched[k]
-        c = max(c, (acc[t] + devv[DV_IN_BW] - 1) // devv[DV_IN_BW], n_in[t] * devv[DV_RECV])
-        acc[t] = 0
-        n_in[t] = 0
-        mark[t] = False
-    return c
-
-
-@kjit
-def keep_exchange_row(i0, i1, r, x_src_tile, x_dst_tile, x_bytes, xflag, xout, agg_in,
-                      agg_out):  # type: ignore[no-untyped-def]
-    """Row r of `agg_in` / `agg_out`: the per-tile bytes in and out (each
-    multicast once: `xout`) of transfers i0..i1, if none of them was flagged
-    by its checks (`xflag`, by position in the step); False (no row) else."""
+def keep_exchange_row(i0, i1, r, prog, xflag, agg_in, agg_out, agg_sb, agg_rb):  # type: ignore[no-untyped-def]
+    """Row r of `agg_in` / `agg_out` / `agg_sb` / `agg_rb`: the per-tile bytes
+    in and out (each send of the schedule once: `x_lead`) and lane and port
+    cycles of transfers i0..i1, if none of them was flagged by its checks
+    (`xflag`, by position in the step); False (no row) else."""
     for x in range(i0, i1):
         if xflag[x - i0] != 0:
             return False
     for x in range(i0, i1):
-        agg_in[r, x_dst_tile[x]] += x_bytes[x]
-        if xout[x]:
-            agg_out[r, x_src_tile[x]] += x_bytes[x]
+        st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
+        agg_in[r, dt] += prog.x_bytes[x]
+        if prog.x_lead[x]:
+            agg_out[r, st] += prog.x_bytes[x]
+        agg_sb[r, st] += prog.x_lane[x]
+        agg_rb[r, dt] += prog.x_port[x]
     return True
 
 

@@ -33,12 +33,9 @@ class Scratch(NamedTuple):
     x_src: np.ndarray  # int64 [step]: patched source address per transfer
     x_dst: np.ndarray  # int64 [step]: patched destination address
     xflag: np.ndarray  # int8 [step]: check_transfer bits
-    order: np.ndarray  # int64 [step]: send order (send_segments)
-    tmp: np.ndarray  # int64 [step]: its merge scratch
     xbits: np.ndarray  # int8 [step]: check_ends bits
     xrow: np.ndarray  # int32 [2 x transfers]: access-index row of each end
     xok: np.ndarray  # bool [transfers]: checked clean without patches (cleared)
-    xout: np.ndarray  # bool [transfers]: counted on the out side
 
     @property
     def nbytes(self) -> int:
@@ -60,11 +57,9 @@ def take(step: int, transfers: int) -> Scratch:
         kept = Scratch(x_src=np.empty(step, dtype=np.int64),
                        x_dst=np.empty(step, dtype=np.int64),
                        xflag=np.empty(step, dtype=np.int8),
-                       order=np.empty(step, dtype=np.int64), tmp=np.empty(step, dtype=np.int64),
                        xbits=np.empty(step, dtype=np.int8),
                        xrow=np.empty(2 * transfers, dtype=np.int32),
-                       xok=np.empty(transfers, dtype=np.bool_),
-                       xout=np.empty(transfers, dtype=np.bool_))
+                       xok=np.empty(transfers, dtype=np.bool_))
     kept.xok[:transfers] = False
     return kept
 

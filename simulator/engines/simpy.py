@@ -24,16 +24,17 @@ The model (one `simpy.Environment`, time in device cycles):
   done event.  The superstep ends at the **barrier**: `AllOf` the tiles' done
   events, i.e. the max over tiles of their summed vertex cycles.
 - **EXCHANGE**: the sync is a timeout of `sync_cycles + exchange_setup_cycles`;
-  then every source is read (the exchange reads the pre-step state), and per
-  tile an **out port** streams its distinct sends (each `(src tile, src addr,
-  bytes)` once: a multicast leaves its tile once) and an **in port** receives
-  every transfer landing on it.  A port's k-th item completes at the later of
-  ceil(cumulative bytes / bandwidth) and its cumulative control cycles (per
-  send instruction `send_cycles`, a send of b bytes being ceil(b /
-  send_max_bytes) instructions; per receive `receive_cycles`): the payload
-  streams while the supervisor issues the controls.  The in port writes a
-  transfer's bytes into the destination when it completes.  The step ends
-  when all ports are idle.
+  then every source is read (the exchange reads the pre-step state) and each
+  **piece** of the step's static schedule (docs/contracts.md §3) is a
+  process: at its start it books its sender's lane, and one **arrival**
+  process per receiver of its send books that receiver's port after the
+  receiver's latency (52 + 2 x row distance on c600).  A booking that meets
+  one still running, a send whose bytes its pieces do not cover once, or a
+  booking past the window is F_SCHEDULE.  The step lasts the schedule's
+  window; the transfers' bytes are written into their destinations when it
+  closes.  Bytes out count each send once (a multicast leaves its tile
+  once); a tile's send and receive busy cycles are the lengths of its lane's
+  and its port's bookings.
 - **REPEAT_END**: a timeout of `loop_overhead_cycles` per iteration, plus,
   before a jump back, `patch_word_cycles` per patched word of the loop on its
   busiest tile (a multicast send's source patched once, one word per send
@@ -157,6 +158,8 @@ class _Counters:
     busy: np.ndarray
     bytes_in: np.ndarray
     bytes_out: np.ndarray
+    xsend: np.ndarray
+    xrecv: np.ndarray
     faults: list[tuple[int, ...]] = field(default_factory=list)
     n_faults: int = 0
     vertices: int = 0
@@ -180,6 +183,7 @@ class _Bookings:
         self.ends: list[tuple[int, int, int]] = []  # (tile, end, piece) of every booking
         self.covered: dict[int, list[tuple[int, int]]] = {}  # send -> (offset, bytes)
         self.first: tuple[int, int, int, int] | None = None
+        self.held: dict[int, dict[int, int]] = {}  # id(table) -> tile -> cycles booked
 
     def flag(self, kind: int, tile: int, cycle: int, item: int) -> None:
         row = (kind, tile, cycle, item)
@@ -199,6 +203,8 @@ class _Bookings:
         held.append((start, end, q))
         table[tile] = held
         self.ends.append((tile, end, q))
+        booked = self.held.setdefault(id(table), {})
+        booked[tile] = booked.get(tile, 0) + end - start
 
 
 class _Machine:
@@ -225,7 +231,8 @@ class _Machine:
         self.patch_cycles = c.patch_word_cycles
         self.env = simpy.Environment()
         n = pkg.tiles
-        self.c = _Counters(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+        self.c = _Counters(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                           np.zeros(n, np.int64), np.zeros(n, np.int64))
         self.cycles_per_step = np.zeros(pkg.n_steps, dtype=np.int64)
         self.patches = _patch_map(pkg)
         # the buffers an access may lie in, per tile: (addr, end, first, last)
@@ -255,7 +262,8 @@ class _Machine:
         rows = np.array(c.faults, dtype=np.int64).reshape(-1, FAULT_COLS)
         return EngineOutput(
             cycles=int(self.env.now), cycles_per_step=self.cycles_per_step, tile_busy=c.busy,
-            tile_bytes_in=c.bytes_in, tile_bytes_out=c.bytes_out, faults=rows,
+            tile_bytes_in=c.bytes_in, tile_bytes_out=c.bytes_out, tile_send_busy=c.xsend,
+            tile_receive_busy=c.xrecv, faults=rows,
             n_faults=c.n_faults, vertex_invocations=c.vertices, transfers=c.transfers)
 
     # ---- supervisor ------------------------------------------------------------
@@ -369,8 +377,6 @@ class _Machine:
     def _exchange(self, s: int, loop: int, it: int, counter: dict[int, int]) -> Proc:
         a = self.a
         yield self.env.timeout(self.sync)
-        sends: dict[int, list[int]] = {}  # source tile -> bytes of its distinct sends
-        seen: set[tuple[int, int, int]] = set()
         receives_in_order: list[tuple[int, int, int, np.ndarray | None]] = []
         accesses: dict[int, list[_Access]] = {}
         items = []
@@ -387,23 +393,24 @@ class _Machine:
                 for t, addr, w in ((st, src, False), (dt, dst, True)):
                     offs = np.arange(nb, dtype=np.int64) + (addr - self.tiles[t].base)
                     accesses.setdefault(t, []).append(_Access(x, w, offs))
-            if (st, src, nb) not in seen:
-                seen.add((st, src, nb))
-                sends.setdefault(st, []).append(nb)
+            if int(a["x_send"][x]) == x:  # a send leaves its tile once
+                self.c.bytes_out[st] += nb
             receives_in_order.append((x, dt, dst, data))
             self.c.bytes_in[dt] += nb
             self.c.transfers += 1
         race = self._race(s, loop, it, accesses)
         if race is not None:
             self._record(race)
-        for t in sorted(sends):
-            self.c.bytes_out[t] += sum(sends[t])
         t0 = int(self.env.now)
         book = _Bookings()
         pieces = range(int(a["step_piece"][s]), int(a["step_piece"][s + 1]))
         procs = [self.env.process(self._piece(q, t0, book)) for q in pieces]
         yield simpy.AllOf(self.env, procs)
         window = int(a["step_xcycles"][s])
+        for t, cyc in book.held.get(id(book.lanes), {}).items():
+            self.c.xsend[t] += cyc
+        for t, cyc in book.held.get(id(book.ports), {}).items():
+            self.c.xrecv[t] += cyc
         # every send covered once: its pieces' bytes, in offset order
         for x in range(int(a["step_xfer"][s]), int(a["step_xfer"][s + 1])):
             if int(a["x_send"][x]) == x:
