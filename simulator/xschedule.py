@@ -454,8 +454,9 @@ class _StepMemo:
                 self.held -= n
 
 
-# pieces (16 bytes each) of the schedules kept: ~2 builds of siglip-so400m-map
-_SCHEDULES = _StepMemo(2_000_000)
+# pieces (16 bytes each) of the schedules kept: a build of siglip-so400m-map
+# 27 layers has ~0.9 M, and the next build reuses most of them
+_SCHEDULES = _StepMemo(1_200_000)
 _VALID = _StepMemo(4096)  # steps whose schedule the check found valid
 
 
@@ -729,7 +730,7 @@ def describe(row: np.ndarray, step: int) -> str:
 
 
 def transfer_busy(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """int64 [X] each: the cycles its send holds the sender's lane (on the
+    """int32 [X] each: the cycles its send holds the sender's lane (on the
     send's leader; 0 on the other members: a multicast leaves its tile once)
     and the cycles the transfer holds its receiver's port, over all the
     pieces of its send (the booking rules of the module docstring)."""
@@ -743,7 +744,9 @@ def transfer_busy(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarra
     x_port = np.zeros_like(x_lane)
     np.add.at(x_lane, qs, lane)
     np.add.at(x_port, qs, port)
-    return x_lane, x_port[a["x_send"]]
+    # int32: a transfer's cycles are bounded by a tile's memory / 4 (halves
+    # what the engine's Program holds per package: 3.5 M transfers here)
+    return x_lane.astype(np.int32), x_port[a["x_send"]].astype(np.int32)
 
 
 def tile_windows(dev: Device, arrays: dict[str, np.ndarray],

@@ -184,8 +184,8 @@ class Program(NamedTuple):
     step_xcycles: np.ndarray  # the exchange schedule's window per step
     x_sched: np.ndarray  # [S, 4] its first violation per step (simulator.xschedule)
     x_lead: np.ndarray  # bool [X]: the transfer leads its send (bytes out once per send)
-    x_lane: np.ndarray  # int64 [X]: cycles its send holds the sender's lane (on leaders)
-    x_port: np.ndarray  # int64 [X]: cycles it holds its receiver's port (xschedule.transfer_busy)
+    x_lane: np.ndarray  # int32 [X]: cycles its send holds the sender's lane (on leaders)
+    x_port: np.ndarray  # int32 [X]: cycles it holds its receiver's port (xschedule.transfer_busy)
 
 
 class Outputs(NamedTuple):
