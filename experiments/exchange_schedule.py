@@ -12,7 +12,7 @@ step was charged its bound; then the published schedule-over-bound figures of
 the C600 toolchain beside it (simulator/calibration/ipu21.toml, kind
 "exchange": the entries that state both a scheduled horizon and a bound).
 
-Reproduce:  .venv/bin/python experiments/exchange_schedule.py [--layers27]
+Reproduce:  .venv/bin/python experiments/exchange_schedule.py [--no-27]
 Writes artifacts/exchange_schedule.txt.
 """
 
