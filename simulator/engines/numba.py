@@ -103,6 +103,7 @@ from simulator.engines.numba_exchange import (
     ends_serial,
     exchange_ends,
     exchange_race,
+    keep_bytes_in,
     keep_exchange_row,
     mark_copied,
     patch_value,
@@ -534,10 +535,12 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     xhint = np.full(2 * (prog.b_ptr.shape[0] - 1), -1, dtype=np.int64)  # check_transfer hints
     vcost = np.zeros(v_tile.shape[0], dtype=np.int64)  # cycles of each vertex this step
     vflag = np.zeros(v_tile.shape[0], dtype=np.int64)  # its run-time check bits
-    # timing only: an exchange step inside a loop with no patched transfer
-    # whose transfers all checked clean costs, moves and counts the same in
-    # every iteration; its per-tile bytes in / out are kept (one row per such
-    # step) and replayed instead of walking its transfers again
+    # timing only: an exchange step's per-tile bytes out and lane and port
+    # cycles are the same in every execution (patches move addresses, not
+    # tiles or bytes): kept in a row per step by its first execution and
+    # replayed after.  A step inside a loop with no patched transfer whose
+    # transfers all checked clean also keeps its bytes in (`xclean`), and is
+    # then replayed without walking its transfers at all
     xrow_of = np.full(max(n_steps, 1), -1, dtype=np.int64)
     n_rows = 0
     if not numerics:
@@ -550,6 +553,7 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
     agg_sb = np.zeros_like(agg_in)  # lane and port cycles per tile
     agg_rb = np.zeros_like(agg_in)
     xclean = np.zeros(max(n_steps, 1), dtype=np.bool_)  # replayable (rows kept)
+    xkept = np.zeros(max(n_steps, 1), dtype=np.bool_)  # out, lane and port rows kept
     total = np.int64(0)
     s = 0
     while s < n_steps:
@@ -679,15 +683,28 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             xseen[s] = True
             t1 = ticks()
             prof[P_XFER] += t1 - t0
-            for x in range(i0, i1):  # each send once; lanes and ports as booked
-                if x_lead[x]:
-                    bytes_out[x_src_tile[x]] += x_bytes[x]
-                xsend[x_src_tile[x]] += x_lane[x]
-                xrecv[x_dst_tile[x]] += x_port[x]
+            r = xrow_of[s]
+            if xkept[s]:  # each send once; lanes and ports as booked
+                for t in range(n_tiles):
+                    bytes_out[t] += agg_out[r, t]
+                    xsend[t] += agg_sb[r, t]
+                    xrecv[t] += agg_rb[r, t]
+            elif r >= 0:
+                keep_exchange_row(i0, i1, r, prog, agg_out, agg_sb, agg_rb)
+                for t in range(n_tiles):
+                    bytes_out[t] += agg_out[r, t]
+                    xsend[t] += agg_sb[r, t]
+                    xrecv[t] += agg_rb[r, t]
+                xkept[s] = True
+            else:
+                for x in range(i0, i1):
+                    if x_lead[x]:
+                        bytes_out[x_src_tile[x]] += x_bytes[x]
+                    xsend[x_src_tile[x]] += x_lane[x]
+                    xrecv[x_dst_tile[x]] += x_port[x]
             step_c = prog.step_xcycles[s] + devv[DV_SYNC]  # the schedule's window
-            if xrow_of[s] >= 0 and depth > 0 and xp_ptr[i0] == xp_ptr[i1]:
-                xclean[s] = keep_exchange_row(i0, i1, xrow_of[s], prog, xflag, agg_in, agg_out,
-                                              agg_sb, agg_rb)
+            if r >= 0 and depth > 0 and xp_ptr[i0] == xp_ptr[i1]:
+                xclean[s] = keep_bytes_in(i0, i1, r, prog, xflag, agg_in)
             counters[C_TRANSFERS] += n
             t2 = ticks()
             prof[P_XCYCLES] += t2 - t1

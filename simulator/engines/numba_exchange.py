@@ -193,21 +193,28 @@ def patch_value(p, ctr, prog):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def keep_exchange_row(i0, i1, r, prog, xflag, agg_in, agg_out, agg_sb, agg_rb):  # type: ignore[no-untyped-def]
-    """Row r of `agg_in` / `agg_out` / `agg_sb` / `agg_rb`: the per-tile bytes
-    in and out (each send of the schedule once: `x_lead`) and lane and port
-    cycles of transfers i0..i1, if none of them was flagged by its checks
-    (`xflag`, by position in the step); False (no row) else."""
+def keep_exchange_row(i0, i1, r, prog, agg_out, agg_sb, agg_rb):  # type: ignore[no-untyped-def]
+    """Row r of `agg_out` / `agg_sb` / `agg_rb`: the per-tile bytes out (each
+    send of the schedule once: `x_lead`) and lane and port cycles of
+    transfers i0..i1."""
+    for x in range(i0, i1):
+        st = prog.x_src_tile[x]
+        if prog.x_lead[x]:
+            agg_out[r, st] += prog.x_bytes[x]
+        agg_sb[r, st] += prog.x_lane[x]
+        agg_rb[r, prog.x_dst_tile[x]] += prog.x_port[x]
+
+
+@kjit
+def keep_bytes_in(i0, i1, r, prog, xflag, agg_in):  # type: ignore[no-untyped-def]
+    """Row r of `agg_in`: the per-tile bytes in of transfers i0..i1, if none
+    of them was flagged by its checks (`xflag`, by position in the step);
+    False (no row) else."""
     for x in range(i0, i1):
         if xflag[x - i0] != 0:
             return False
     for x in range(i0, i1):
-        st, dt = prog.x_src_tile[x], prog.x_dst_tile[x]
-        agg_in[r, dt] += prog.x_bytes[x]
-        if prog.x_lead[x]:
-            agg_out[r, st] += prog.x_bytes[x]
-        agg_sb[r, st] += prog.x_lane[x]
-        agg_rb[r, dt] += prog.x_port[x]
+        agg_in[r, prog.x_dst_tile[x]] += prog.x_bytes[x]
     return True
 
 
