@@ -10,13 +10,14 @@ reservation, from its arrays), with the device's `[costs]` constants:
   vertices once: every iteration runs the same code), `step_code_bytes` per
   compute step in which the tile has a vertex, `loop_code_bytes` per Repeat
   loop of the program;
-- exchange tables (the encoded send/receive rows of each exchange phase):
-  per send `xt_send_bytes`, plus `xt_send_long_bytes` when it carries more than
-  `xt_long_bytes`; per receive `xt_receive_bytes`, plus `xt_jump_bytes` when
-  its destination does not follow the previous receive of the tile in that
-  phase; `xt_phase_bytes` per phase in which the tile sends or receives.  A
-  send is one distinct (source address, bytes) of a tile in a phase (a
-  multicast is one send); every transfer is a receive on its destination.
+- exchange tables (the encoded send/receive rows of each exchange phase, as
+  the exchange schedule issues them, simulator.xschedule): per send (a piece
+  of the schedule: a multicast is one) `xt_send_bytes`, plus
+  `xt_send_long_bytes` when it carries more than `xt_long_bytes`; per receive
+  (each piece a transfer hears) `xt_receive_bytes`, plus `xt_jump_bytes` when
+  the transfer's destination does not follow the previous receive of the tile
+  in that phase; `xt_phase_bytes` per phase in which the tile sends or
+  receives.
 
 Callers describe the program with flat arrays; `follows` marks the receives
 whose destination continues the previous receive of that tile and phase (the
@@ -52,20 +53,23 @@ def code_bytes(dev: Device, used: np.ndarray, v_tile: np.ndarray, v_kernel: np.n
     return out + runs @ image
 
 
-def xtable_bytes(dev: Device, x_step: np.ndarray, src_tile: np.ndarray, src_key: np.ndarray,
-                 dst_tile: np.ndarray, nbytes: np.ndarray, follows: np.ndarray) -> np.ndarray:
-    """int64 [tiles] exchange-table bytes (module docstring).  `src_key`
-    identifies a transfer's source region within its tile (an address, or a
-    buffer * 2**32 + offset): transfers of one step with equal (src tile,
-    src_key, bytes) are one send."""
+def xtable_bytes(dev: Device, x_step: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray,
+                 follows: np.ndarray, receives: np.ndarray, send_tile: np.ndarray,
+                 send_bytes: np.ndarray) -> np.ndarray:
+    """int64 [tiles] exchange-table bytes (module docstring) of the sends
+    the schedule issues: send row k on tile `send_tile[k]` carrying
+    `send_bytes[k]` (a piece of the schedule: a multicast is one), and
+    `receives[x]` receive rows on transfer x's destination (one per piece of
+    its send)."""
     c = dev.costs
     out = np.zeros(dev.tiles, dtype=np.int64)
     if x_step.size == 0:
         return out
     i64 = np.int64
     _xtable(x_step.astype(i64, copy=False), src_tile.astype(i64, copy=False),
-            src_key.astype(i64, copy=False), dst_tile.astype(i64, copy=False),
-            nbytes.astype(i64, copy=False), follows.astype(np.bool_, copy=False),
+            dst_tile.astype(i64, copy=False), follows.astype(np.bool_, copy=False),
+            receives.astype(i64, copy=False), send_tile.astype(i64, copy=False),
+            send_bytes.astype(i64, copy=False),
             np.array([c.xt_send_bytes, c.xt_send_long_bytes, c.xt_long_bytes,
                       c.xt_receive_bytes, c.xt_jump_bytes, c.xt_phase_bytes], dtype=i64),
             out)
@@ -121,39 +125,21 @@ def _group_order(step, tile):  # type: ignore[no-untyped-def]
 
 
 @kjit
-def _xtable(step, src_tile, src_key, dst_tile, nbytes, follows, xt, out):  # type: ignore[no-untyped-def]
+def _xtable(step, src_tile, dst_tile, follows, receives, send_tile, send_bytes, xt, out):  # type: ignore[no-untyped-def]
     """`xtable_bytes` into `out`; xt = (send, send long, long bytes, receive,
     jump, phase) bytes."""
     n = step.shape[0]
-    # sends: distinct (src_key, bytes) within each (step, src tile) group
+    for k in range(send_tile.shape[0]):
+        out[send_tile[k]] += xt[0]
+        if send_bytes[k] > xt[2]:
+            out[send_tile[k]] += xt[1]
+    # the phase entry of each tile that sends in a step
     order, starts = _group_order(step, src_tile)
     for g in range(starts.shape[0] - 1):
-        a, b = starts[g], starts[g + 1]
-        idx = order[a:b]
-        keys = src_key[idx]
-        byo = np.argsort(keys, kind="mergesort")
-        t = src_tile[idx[0]]
-        r = 0
-        while r < b - a:
-            q = r
-            while q + 1 < b - a and keys[byo[q + 1]] == keys[byo[r]]:
-                q += 1
-            for u in range(r, q + 1):  # distinct sizes among equal keys (a handful)
-                nb = nbytes[idx[byo[u]]]
-                seen = False
-                for w in range(r, u):
-                    if nbytes[idx[byo[w]]] == nb:
-                        seen = True
-                        break
-                if not seen:
-                    out[t] += xt[0]
-                    if nb > xt[2]:
-                        out[t] += xt[1]
-            r = q + 1
-        out[t] += xt[5]  # the tile sends in this phase
+        out[src_tile[order[starts[g]]]] += xt[5]
     # receives; and the phase entry of a tile that only receives in a step
     for x in range(n):
-        out[dst_tile[x]] += xt[3]
+        out[dst_tile[x]] += xt[3] * receives[x]
         if not follows[x]:
             out[dst_tile[x]] += xt[4]
     s_order, s_starts = order, starts

@@ -83,6 +83,7 @@ from simulator.verify_scan import (
 from simulator.xschedule import (
     V_NONE,
     describe,
+    package_leaders,
     repeated_members,
     source_patches,
     violations,
@@ -400,8 +401,10 @@ def _check_patches(pkg: Package, bidx: BufferIndex) -> None:
 
 def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Minimum (code, exchange-table) bytes per tile: the footprint model of
-    simulator.footprint applied to the package's vertices and transfers (a
-    tile holding any buffer is in use)."""
+    simulator.footprint applied to the package's vertices, transfers and
+    exchange schedule (a tile holding any buffer is in use).  Arrays not
+    scheduled yet (a package being built by hand) count the sends the
+    scheduler makes: one piece per send."""
     v_step = np.repeat(np.arange(arrays["step_vtx"].size - 1, dtype=np.int64),
                        np.diff(arrays["step_vtx"]))
     x_step = np.repeat(np.arange(arrays["step_xfer"].size - 1, dtype=np.int64),
@@ -414,8 +417,16 @@ def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarr
     code = code_bytes(dev, used, arrays["v_tile"], arrays["v_kernel"], v_step, loops)
     dst = arrays["x_dst_addr"]
     follows = follows_previous(x_step, arrays["x_dst_tile"], dst, dst + arrays["x_bytes"])
-    xt = xtable_bytes(dev, x_step, arrays["x_src_tile"], arrays["x_src_addr"],
-                      arrays["x_dst_tile"], arrays["x_bytes"], follows)
+    if "q_send" in arrays:
+        qs, q_bytes = arrays["q_send"], arrays["q_bytes"]
+        lead = arrays["x_send"]
+    else:
+        lead = package_leaders(arrays, dev.tiles)
+        qs = np.flatnonzero(lead == np.arange(lead.size))
+        q_bytes = arrays["x_bytes"][qs]
+    pieces = np.bincount(qs, minlength=lead.size)[lead]  # receive rows per transfer
+    xt = xtable_bytes(dev, x_step, arrays["x_src_tile"], arrays["x_dst_tile"], follows, pieces,
+                      arrays["x_src_tile"][qs], q_bytes)
     return code, xt
 
 

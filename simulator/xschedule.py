@@ -203,15 +203,21 @@ def send_leaders(xptr: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray,
 
 def source_patches(arrays: dict[str, np.ndarray]) -> np.ndarray:
     """int64 [X]: an id of each transfer's source patch (mode, stride and
-    table address), 0 for an unpatched source."""
+    table address; the table's index while the tables have no address yet),
+    0 for an unpatched source."""
     n = arrays["x_src_tile"].shape[0]
     out = np.zeros(n, dtype=np.int64)
+    if "p_target" not in arrays:  # a program being assembled, no patches yet
+        return out
     src = np.flatnonzero(arrays["p_target"] == PATCH_XFER_SRC)
     if src.size:
         i = arrays["p_index"][src]
         ok = (i >= 0) & (i < n)
         i, src = i[ok], src[ok]
-        keys = (arrays["p_table_addr"][src], arrays["p_stride"][src], arrays["p_mode"][src])
+        # a table patch is its table's copy on the tile; before the tables are
+        # placed (a package being assembled), the table itself
+        table = arrays["p_table_addr"] if "p_table_addr" in arrays else arrays["p_table"]
+        keys = (table[src], arrays["p_stride"][src], arrays["p_mode"][src])
         order = np.lexsort(keys)
         new = np.zeros(order.size, dtype=bool)  # a row unlike the one before it
         new[:1] = True

@@ -7,18 +7,18 @@ import pytest
 
 import simulator
 from simulator.footprint import follows_previous, xtable_bytes
+from simulator.xschedule import send_leaders
 
 
 def xtable_twin(dev: simulator.Device, x_step: np.ndarray, src_tile: np.ndarray,
-                src_key: np.ndarray, dst_tile: np.ndarray, nbytes: np.ndarray,
-                follows: np.ndarray) -> np.ndarray:
+                dst_tile: np.ndarray, follows: np.ndarray, receives: np.ndarray,
+                send_tile: np.ndarray, send_bytes: np.ndarray) -> np.ndarray:
     """The module docstring's rule, in sorts and uniques."""
     c = dev.costs
     out = np.zeros(dev.tiles, dtype=np.int64)
-    sends = np.unique(np.stack([x_step, src_tile, src_key, nbytes], axis=1), axis=0)
-    np.add.at(out, sends[:, 1], c.xt_send_bytes)
-    np.add.at(out, sends[sends[:, 3] > c.xt_long_bytes, 1], c.xt_send_long_bytes)
-    np.add.at(out, dst_tile, c.xt_receive_bytes)
+    np.add.at(out, send_tile, c.xt_send_bytes)
+    np.add.at(out, send_tile[send_bytes > c.xt_long_bytes], c.xt_send_long_bytes)
+    np.add.at(out, dst_tile, c.xt_receive_bytes * receives)
     np.add.at(out, dst_tile[~follows], c.xt_jump_bytes)
     phases = np.unique(np.concatenate([x_step * dev.tiles + src_tile,
                                        x_step * dev.tiles + dst_tile]))
@@ -52,13 +52,28 @@ def test_xtable_and_follows_match_their_twins(seed: int) -> None:
     follows = follows_previous(step, dst_tile, dst_key, dst_end)
     np.testing.assert_array_equal(follows, follows_twin(step, dst_tile, dst_key, dst_end))
     assert follows.any() and not follows.all()
+    # the scheduler's sends, each cut into one or two pieces (send rows); a
+    # transfer is a receive row per piece of its send
+    xptr = np.searchsorted(step, np.arange(7))
+    lead = send_leaders(xptr, src_tile, dst_tile, nbytes, src_key, np.zeros(n, np.int64),
+                        dev.tiles)
+    sends = np.flatnonzero(lead == np.arange(n))
+    cuts = rng.integers(1, 3, sends.size)
+    send_tile = np.repeat(src_tile[sends], cuts)
+    half = nbytes[sends] // 2
+    send_bytes = np.concatenate([[b] if k == 1 else [h, b - h]
+                                 for b, h, k in zip(nbytes[sends], half, cuts, strict=True)])
+    receives = np.zeros(n, dtype=np.int64)
+    receives[sends] = cuts
+    receives = receives[lead]
+    assert (receives == 2).any()  # cut sends
     np.testing.assert_array_equal(
-        xtable_bytes(dev, step, src_tile, src_key, dst_tile, nbytes, follows),
-        xtable_twin(dev, step, src_tile, src_key, dst_tile, nbytes, follows))
+        xtable_bytes(dev, step, src_tile, dst_tile, follows, receives, send_tile, send_bytes),
+        xtable_twin(dev, step, src_tile, dst_tile, follows, receives, send_tile, send_bytes))
 
 
 def test_empty_program_has_no_tables() -> None:
     dev = simulator.load_device("tiny")
     e = np.zeros(0, dtype=np.int64)
-    assert not xtable_bytes(dev, e, e, e, e, e, np.zeros(0, dtype=bool)).any()
+    assert not xtable_bytes(dev, e, e, e, np.zeros(0, dtype=bool), e, e, e).any()
     assert follows_previous(e, e, e, e).size == 0

@@ -5,10 +5,13 @@ Two entry points, called before and after allocation:
 `reserve(program, sched, device)` sizes what occupies tile memory besides
 tensors:
 - code and exchange tables by the footprint model (simulator.footprint), from
-  the schedule's vertices and transfers; a receive counts as following the
-  previous one only when it lands in the same buffer at the next offset (all
-  that is known before allocation), so the reservation bounds what the
-  package's addresses need;
+  the schedule's vertices and transfers and the exchange's sends
+  (`simulator.xschedule.send_leaders`: a source is its buffer and offset and
+  its patch, all known before allocation; `link` schedules exactly these
+  sends, so the tables hold every row the schedule issues); a receive counts
+  as following the previous one only when it lands in the same buffer at the
+  next offset (all that is known before allocation), so the reservation
+  bounds what the package's addresses need;
 - support = `costs.support_bytes` + Repeat patch tables, on every tile that
   holds a buffer, a vertex or a transfer endpoint.
 
@@ -71,6 +74,7 @@ from planner.lowering.schedule import COMPUTE, EXCHANGE, REPEAT_BEGIN, REPEAT_EN
 from simulator.device import Device
 from simulator.footprint import code_bytes, follows_previous, xtable_bytes
 from simulator.package import IoTensor, Package
+from simulator.xschedule import schedule, send_leaders
 from tilecommon.errors import BuildFailure
 
 _STEP_CODES = {
@@ -94,6 +98,9 @@ class Reservation:
     tables: dict[TableKey, int]
     used: np.ndarray  # bool[tiles]: tile holds anything
     bufs: BufColumns
+    # each transfer's send (its leader, simulator.xschedule.send_leaders): the
+    # exchange tables are sized from these sends, and link schedules them
+    x_send: np.ndarray
 
     def support_addr(self, device: Device) -> np.ndarray:
         """Absolute address of each tile's support buffer."""
@@ -130,22 +137,36 @@ def reserve(program: Program, sched: Schedule, device: Device,
     ts, td = tile_of[x.src_buf], tile_of[x.dst_buf]
     used[ts] = True
     used[td] = True
+    # a source's identity before allocation: its buffer and offset (a table
+    # patch's first entry, as link resolves it) and its patch (an arithmetic
+    # stride, or the table's entries): what the package's sends share
+    src_key = (x.src_buf << 32) + x.src_off
+    patch = np.zeros(src_key.size, dtype=np.int64)
+    arith = np.flatnonzero(x.src_stride != 0)
+    if arith.size:
+        patch[arith] = np.unique(x.src_stride[arith], return_inverse=True)[1].reshape(-1) + 1
+    seq_ids: dict[tuple[tuple[int, int], ...], int] = {}
     for i in x.seq.tolist():
         src, dst = x.refs(i)
         if src.seq:
             _reserve_table(tables, table_bytes, int(ts[i]), src, trips_at(int(x.step[i])))
+            src_key[i] = (src.seq[0][0] << 32) + src.seq[0][1]
+            patch[i] = arith.size + 1 + seq_ids.setdefault(src.seq, len(seq_ids))
         if dst.seq:
             _reserve_table(tables, table_bytes, int(td[i]), dst, trips_at(int(x.step[i])))
+    xptr = np.concatenate([[0], np.cumsum(np.bincount(x.step, minlength=len(sched.steps)))])
+    x_send = send_leaders(xptr, ts, td, x.nbytes, src_key, patch, tiles)
     _check_kernels(v.tile, v.kernel)
     a = device.alignment
     code = _round(code_bytes(device, used, v.tile, v.kernel, v.step, len(sched.loops())), a)
     dst_key = (x.dst_buf << 32) + x.dst_off
     follows = follows_previous(x.step, td, dst_key, dst_key + x.nbytes)
-    xtable = _round(xtable_bytes(device, x.step, ts, (x.src_buf << 32) + x.src_off, td,
-                                 x.nbytes, follows), a)
+    sends = np.flatnonzero(x_send == np.arange(x_send.size))  # one piece per send
+    xtable = _round(xtable_bytes(device, x.step, ts, td, follows, np.ones(x_send.size, np.int64),
+                                 ts[sends], x.nbytes[sends]), a)
     support = np.where(used, _round(device.costs.support_bytes + table_bytes, a),
                        0).astype(np.int64)
-    return Reservation(Overheads(code, xtable, support), tables, used, cols)
+    return Reservation(Overheads(code, xtable, support), tables, used, cols, x_send)
 
 
 
@@ -339,6 +360,8 @@ def link(
     }
     a.update(x_src_tile=x_src_tile, x_src_addr=x_src_addr, x_dst_tile=x_dst_tile,
              x_dst_addr=x_dst_addr, x_bytes=x.nbytes)
+    # the exchange schedule of the sends the tables were sized for
+    a.update(schedule(device, a["step_xfer"], x_src_tile, x_dst_tile, x.nbytes, res.x_send))
     a.update(patches.arrays())
     names, bufs = _memory_map(cols, sched, alloc, res, device)
     a.update(bufs)
