@@ -54,11 +54,11 @@ the endpoint bounds; round-robin alone gave 1.25x, and appending at the end
 of each lane and port (no gaps reused) 4.7x.  A send is booked whole: its
 instructions back to back, one piece.  Cutting long sends into
 instruction-sized pieces booked one by one (the shorter of the two per
-step) brought the total to 1.16x, but each piece is one more send row on
-its sender and one more receive row on every receiver, which the
-exchange-table reservation (made before allocation) does not hold; whole
-sends keep the table the footprint model reserves exactly what is
-scheduled.
+step) brought the total to 1.16x; each piece is one more send row on its
+sender and one more receive row on every receiver (simulator.footprint
+counts the schedule's rows), so cutting belongs where the tables are sized:
+the planner groups the sends before allocation (planner.lowering.link's
+reserve) and could schedule there.
 
 **The check** (`violations`, used by `simulator.verify` and, per step, by
 the Numba engine; the SimPy engine re-derives it from its own events): the
