@@ -684,18 +684,14 @@ def _superstep_loop(prog, desc, devv, numerics, image, stage, out, opts, scratch
             t1 = ticks()
             prof[P_XFER] += t1 - t0
             r = xrow_of[s]
+            if r >= 0 and not xkept[s]:
+                keep_exchange_row(i0, i1, r, prog, agg_out, agg_sb, agg_rb)
+                xkept[s] = True
             if xkept[s]:  # each send once; lanes and ports as booked
                 for t in range(n_tiles):
                     bytes_out[t] += agg_out[r, t]
                     xsend[t] += agg_sb[r, t]
                     xrecv[t] += agg_rb[r, t]
-            elif r >= 0:
-                keep_exchange_row(i0, i1, r, prog, agg_out, agg_sb, agg_rb)
-                for t in range(n_tiles):
-                    bytes_out[t] += agg_out[r, t]
-                    xsend[t] += agg_sb[r, t]
-                    xrecv[t] += agg_rb[r, t]
-                xkept[s] = True
             else:
                 for x in range(i0, i1):
                     if x_lead[x]:
