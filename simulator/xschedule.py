@@ -136,28 +136,73 @@ def port_cycles(fab, nbytes, first):  # type: ignore[no-untyped-def]
 
 
 @kjit
+def _slot(a, b, c, mask):  # type: ignore[no-untyped-def]
+    """A hash of three int64 values, masked to a table slot (int64 arithmetic
+    wraps)."""
+    h = a * np.int64(-7046029254386353131) + b * np.int64(-4658895280553007687) + \
+        c * np.int64(-7723592293110705685)
+    h ^= h >> 31
+    h *= np.int64(-4265267296055464877)
+    h ^= h >> 29
+    return h & mask
+
+
+@kjit
 def _leaders_step(i0, i1, src_tile, src_addr, sig, dst_tile, tiles, sources, lead):  # type: ignore[no-untyped-def]
-    """`send_leaders` of one step's transfers [i0, i1) into `lead`: a stable
-    sort by (source tile, address, signature), then each run split by
-    repeated destination tiles."""
+    """`send_leaders` of one step's transfers [i0, i1) into `lead`: transfers
+    with equal (source tile, address, signature) form a group (numbered in
+    program order through a hash table); a counting sort lays each group
+    out in program order; each group is then split by repeated destination
+    tiles.  O(n): two mergesorts of the step took 0.39 s on the 27-layer
+    siglip-so400m-map's 3.5 M transfers."""
+    n = i1 - i0
+    cap = 1
+    while cap < 2 * n:
+        cap *= 2
+    mask = np.int64(cap - 1)
+    table = np.full(cap, -1, dtype=np.int32)  # slot -> group
+    first = np.empty(n, dtype=np.int64)  # group -> its first transfer
+    grp = np.empty(n, dtype=np.int64)
+    ng = 0
+    for x in range(i0, i1):
+        h = _slot(src_tile[x], src_addr[x], sig[x], mask)
+        while True:
+            g = table[h]
+            if g < 0:
+                table[h] = ng
+                first[ng] = x
+                grp[x - i0] = ng
+                ng += 1
+                break
+            f = first[g]
+            if src_tile[f] == src_tile[x] and src_addr[f] == src_addr[x] and sig[f] == sig[x]:
+                grp[x - i0] = g
+                break
+            h = (h + 1) & mask
+    if sources:
+        for x in range(i0, i1):
+            lead[x] = first[grp[x - i0]]
+        return
+    gptr = np.zeros(ng + 1, dtype=np.int64)
+    for k in range(n):
+        gptr[grp[k] + 1] += 1
+    for g in range(ng):
+        gptr[g + 1] += gptr[g]
+    fill = gptr[:ng].copy()
+    perm = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        perm[fill[grp[k]]] = k + i0
+        fill[grp[k]] += 1
     seen = np.zeros(tiles, dtype=np.int64)
-    p1 = np.argsort(sig[i0:i1], kind="mergesort")
-    k1 = src_tile[i0:i1] * (1 << 40) + src_addr[i0:i1]
-    perm = p1[np.argsort(k1[p1], kind="mergesort")] + i0  # program order within a run
-    sub = np.empty(i1 - i0, dtype=np.int64)
-    r0 = 0
-    while r0 < i1 - i0:
-        x0 = perm[r0]
-        r1 = r0 + 1
-        while r1 < i1 - i0 and src_tile[perm[r1]] == src_tile[x0] and \
-                src_addr[perm[r1]] == src_addr[x0] and sig[perm[r1]] == sig[x0]:
-            r1 += 1
+    sub = np.empty(n, dtype=np.int64)
+    for g in range(ng):
+        r0, r1 = gptr[g], gptr[g + 1]
+        if r1 - r0 == 1:
+            lead[perm[r0]] = perm[r0]
+            continue
         nsub = 0
         for j in range(r0, r1):
             x = perm[j]
-            if sources:
-                lead[x] = x0
-                continue
             o = seen[dst_tile[x]]
             seen[dst_tile[x]] += 1
             if o == nsub:
@@ -166,15 +211,13 @@ def _leaders_step(i0, i1, src_tile, src_addr, sig, dst_tile, tiles, sources, lea
             lead[x] = sub[o]
         for j in range(r0, r1):
             seen[dst_tile[perm[j]]] = 0
-        r0 = r1
 
 
 @kjit
 def _leaders(xptr, src_tile, src_addr, sig, dst_tile, tiles, sources):  # type: ignore[no-untyped-def]
-    """`_leaders_step` of every step.  (Serial: on both cores it took 0.34 s
-    instead of 0.39 s for siglip-so400m-map's 3.5 M transfers, one step
-    holding most of them, and a parallel function may not be entered from
-    the optimizer's worker threads.)"""
+    """`_leaders_step` of every step.  (Serial: one step holds most of
+    siglip-so400m-map's transfers, and a parallel function may not be
+    entered from the optimizer's worker threads.)"""
     lead = np.arange(src_tile.shape[0])
     for s in range(xptr.shape[0] - 1):
         if xptr[s + 1] - xptr[s] > 1:
