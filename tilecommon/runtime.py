@@ -102,11 +102,10 @@ def _tune_memory() -> bool:
     """NumPy's huge-page advice off and glibc's mmap threshold at its maximum,
     trimming off (module docstring); True when glibc took both."""
     if "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
-        try:
-            from numpy._core.multiarray import _set_madvise_hugepage
-        except ImportError:  # numpy < 2
-            from numpy.core.multiarray import _set_madvise_hugepage
-        _set_madvise_hugepage(False)
+        import numpy as np
+
+        core = getattr(np, "_core", None) or np.core  # numpy < 2: np.core
+        core.multiarray._set_madvise_hugepage(False)
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
         return False
     try:
