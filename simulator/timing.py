@@ -56,6 +56,12 @@ def endpoint_bound(dev: Device, bytes_in: np.ndarray | int, bytes_out: np.ndarra
     the yardstick the schedule is measured against (the schedule's window is
     never shorter: simulator.xschedule)."""
     c = dev.costs
+    if all(isinstance(v, int | np.integer) for v in (bytes_in, bytes_out, receives, sends)):
+        # one tile's loads (the catalogue asks ~10⁵ times a plan): plain ints
+        return max(0, -(-int(bytes_in) // c.exchange_in_bytes_per_cycle),
+                   int(receives) * c.receive_cycles,
+                   -(-int(bytes_out) // c.exchange_out_bytes_per_cycle),
+                   int(sends) * c.send_cycles)
     cin = np.maximum(-(-np.asarray(bytes_in) // c.exchange_in_bytes_per_cycle),
                      np.asarray(receives) * c.receive_cycles)
     cout = np.maximum(-(-np.asarray(bytes_out) // c.exchange_out_bytes_per_cycle),

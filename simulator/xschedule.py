@@ -51,14 +51,19 @@ port (shifted by that receiver's latency) are free for it, gaps left by
 earlier sends included (each lane and port keeps its bookings as sorted,
 merged intervals).  On siglip-so400m-map 1 layer the windows add up to 1.20x
 the endpoint bounds; round-robin alone gave 1.25x, and appending at the end
-of each lane and port (no gaps reused) 4.7x.  A send is booked whole: its
-instructions back to back, one piece.  Cutting long sends into
-instruction-sized pieces booked one by one (the shorter of the two per
-step) brought the total to 1.16x; each piece is one more send row on its
-sender and one more receive row on every receiver (simulator.footprint
-counts the schedule's rows), so cutting belongs where the tables are sized:
-the planner groups the sends before allocation (planner.lowering.link's
-reserve) and could schedule there.
+of each lane and port (no gaps reused) 4.7x.  A send is booked whole (its
+instructions back to back, one piece), except that with `piece` > 0 a step
+is also booked with every unicast send longer than `piece` bytes cut into
+pieces of `piece` bytes, each booked at its own earliest cycle (so a piece
+fills a gap its whole send does not fit), and the cut booking is kept when
+it ends the step sooner.  Each piece is one more send row on its sender and
+one more receive row on its receiver (simulator.footprint counts the
+schedule's rows), so the planner schedules where the tables are sized,
+before allocation (planner.lowering.link's reserve, pieces of 4 send
+instructions).  Multicasts stay whole: cutting one costs a receive row on
+every member and a booking of every member's port per piece, for little
+(on siglip-so400m-map 1 layer, unicasts gave 5.9 k of the 6.6 k cycles
+instruction-sized cutting of every send saved, in a fifth of the time).
 
 **The check** (`violations`, used by `simulator.verify` and, per step, by
 the Numba engine; the SimPy engine re-derives it from its own events): the
@@ -426,15 +431,45 @@ def _units(lead, ptr, mem, nbytes, src_tile, tiles):  # type: ignore[no-untyped-
 
 
 @kjit
-def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles, todo):  # type: ignore[no-untyped-def]
-    """The schedule of the steps in `todo` (other steps get no pieces)."""
+def _cut_units(ug, uoff, ub, uorder, ptr, piece):  # type: ignore[no-untyped-def]
+    """The units of `_units` with every unicast send longer than `piece`
+    bytes cut into pieces of `piece` bytes (the last one shorter), booked in
+    the same order, a send's pieces in offset order."""
+    n = 0
+    for u in range(ug.shape[0]):
+        n += (ub[u] + piece - 1) // piece if ptr[ug[u] + 1] - ptr[ug[u]] == 1 else 1
+    cg = np.empty(n, dtype=np.int64)
+    coff = np.empty(n, dtype=np.int64)
+    cb = np.empty(n, dtype=np.int64)
+    k = 0
+    for j in range(uorder.shape[0]):
+        u = uorder[j]
+        if ptr[ug[u] + 1] - ptr[ug[u]] > 1 or ub[u] <= piece:
+            cg[k] = ug[u]
+            coff[k] = uoff[u]
+            cb[k] = ub[u]
+            k += 1
+            continue
+        for o in range(0, ub[u], piece):
+            cg[k] = ug[u]
+            coff[k] = o
+            cb[k] = min(piece, ub[u] - o)
+            k += 1
+    return cg, coff, cb, np.arange(n)
+
+
+@kjit
+def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles, todo, piece):  # type: ignore[no-untyped-def]
+    """The schedule of the steps in `todo` (other steps get no pieces); with
+    `piece` > 0, a step whose unicast sends cut into pieces of `piece` bytes
+    (`_cut_units`) finish sooner is scheduled cut."""
     n_steps = xptr.shape[0] - 1
     cap = 0
     for s in range(n_steps):
         if todo[s]:
             for x in range(xptr[s], xptr[s + 1]):
                 if leader[x] == x:
-                    cap += 1
+                    cap += 1 if piece <= 0 else (nbytes[x] + piece - 1) // piece
     q_send = np.empty(cap, dtype=np.int64)
     q_off = np.empty(cap, dtype=np.int64)
     q_bytes = np.empty(cap, dtype=np.int64)
@@ -452,6 +487,14 @@ def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles, todo):  # ty
         start = np.empty(ug.shape[0], dtype=np.int64)
         best = _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab,
                           tiles, start)
+        if piece > 0:
+            cg, coff, cb, corder = _cut_units(ug, uoff, ub, uorder, ptr, piece)
+            if cg.shape[0] > ug.shape[0]:
+                cstart = np.empty(cg.shape[0], dtype=np.int64)
+                cut = _run_units(cg, coff, cb, corder, lead, ptr, mem, src_tile, dst_tile,
+                                 fab, tiles, cstart)
+                if cut < best:
+                    ug, uoff, ub, uorder, start, best = cg, coff, cb, corder, cstart, cut
         for k in range(uorder.shape[0]):
             u = uorder[k]
             q_send[nq] = lead[ug[u]]
@@ -504,7 +547,7 @@ class _StepMemo:
 
 
 # pieces (16 bytes each) of the schedules kept: a build of siglip-so400m-map
-# 27 layers has ~0.9 M, and the next build reuses most of them
+# 27 layers has ~1.0 M, and the next build reuses most of them
 _SCHEDULES = _StepMemo(1_200_000)
 _VALID = _StepMemo(4096)  # steps whose schedule the check found valid
 
@@ -528,22 +571,25 @@ def _digest(fab: np.ndarray, *parts: np.ndarray) -> bytes:
 
 
 def schedule(dev: Device, xptr: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray,
-             nbytes: np.ndarray, leader: np.ndarray) -> dict[str, np.ndarray]:
+             nbytes: np.ndarray, leader: np.ndarray, piece: int = 0) -> dict[str, np.ndarray]:
     """The schedule arrays (module docstring) of transfers laid out by the
-    CSR `xptr` over steps, grouped into sends by `leader`.  A step's
-    schedule depends only on its transfers' tiles, bytes and grouping: one
-    scheduled before (`_SCHEDULES`) is reused."""
+    CSR `xptr` over steps, grouped into sends by `leader`; with `piece` > 0,
+    a step is scheduled with its long unicast sends cut into pieces of
+    `piece` bytes when that ends it sooner.  A step's schedule depends only
+    on its transfers' tiles, bytes and grouping: one scheduled before
+    (`_SCHEDULES`) is reused."""
     i64 = np.int64
     xptr, src_tile, dst_tile, nbytes, leader = (
         a.astype(i64, copy=False) for a in (xptr, src_tile, dst_tile, nbytes, leader))
     fab = fabric(dev)
+    key_fab = np.append(fab, i64(piece))
     n_steps = xptr.size - 1
     keys: dict[int, bytes] = {}
     known: dict[int, Any] = {}
     todo = np.zeros(n_steps, dtype=np.bool_)
     for s in np.flatnonzero(np.diff(xptr)).tolist():
         i0, i1 = xptr[s], xptr[s + 1]
-        keys[s] = _digest(fab, src_tile[i0:i1], dst_tile[i0:i1], nbytes[i0:i1],
+        keys[s] = _digest(key_fab, src_tile[i0:i1], dst_tile[i0:i1], nbytes[i0:i1],
                           leader[i0:i1] - i0)
         hit = _SCHEDULES.get(keys[s])
         if hit is None:
@@ -551,7 +597,7 @@ def schedule(dev: Device, xptr: np.ndarray, src_tile: np.ndarray, dst_tile: np.n
         else:
             known[s] = hit
     qs, qo, qb, qt, sp, sx = _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab,
-                                       i64(dev.tiles), todo)
+                                       i64(dev.tiles), todo, i64(piece))
     parts: list[tuple[np.ndarray, ...]] = []
     for s in keys:
         i0 = xptr[s]
@@ -560,10 +606,10 @@ def schedule(dev: Device, xptr: np.ndarray, src_tile: np.ndarray, dst_tile: np.n
             parts.append((rel + i0, off, nb, start))
         else:
             p0, p1 = sp[s], sp[s + 1]
-            piece = (qs[p0:p1], qo[p0:p1], qb[p0:p1], qt[p0:p1])
-            parts.append(piece)
-            _SCHEDULES.put(keys[s], ((piece[0] - i0).astype(np.int32), piece[1].astype(np.int32),
-                                     piece[2].astype(np.int32), piece[3].astype(np.int32),
+            got = (qs[p0:p1], qo[p0:p1], qb[p0:p1], qt[p0:p1])
+            parts.append(got)
+            _SCHEDULES.put(keys[s], ((got[0] - i0).astype(np.int32), got[1].astype(np.int32),
+                                     got[2].astype(np.int32), got[3].astype(np.int32),
                                      int(sx[s])), p1 - p0)
     counts = np.zeros(n_steps + 1, dtype=i64)
     counts[1:][list(keys)] = [p[0].size for p in parts]

@@ -128,6 +128,45 @@ def test_every_booking_is_disjoint_and_inside_the_window(dev: Device) -> None:
         np.testing.assert_array_equal(v, a[k], err_msg=k)  # deterministic
 
 
+def test_a_long_unicast_cut_into_pieces_fills_a_gap_its_whole_send_cannot(
+        dev: Device) -> None:
+    """Tile 2 multicasts three 256-byte sends (64 cycles each, booked first:
+    wider); the first and the third reach tile 1, whose port is then busy
+    over [52, 116) and [180, 244).  Tile 0's 512-byte unicast to tile 1 (128
+    cycles) fits the 64-cycle gap between only when cut: whole, it waits
+    for the port until 244 (window 372); in two instruction-sized pieces, the
+    first fills the gap at 116 and the second follows at 244 (window 308).
+    Both engines time the cut schedule."""
+    import dataclasses
+
+    pkg = _exchange(dev, [(2, 0, 1, 0, 256), (2, 0, 3, 0, 256), (2, 0, 4, 0, 256),
+                          (2, 0, 5, 0, 256), (2, 256, 6, 0, 256), (2, 256, 7, 0, 256),
+                          (2, 256, 8, 0, 256), (2, 256, 9, 0, 256), (2, 512, 1, 256, 256),
+                          (2, 512, 10, 0, 256), (2, 512, 11, 0, 256), (2, 512, 12, 0, 256),
+                          (0, 0, 1, 512, 512)])
+    a = pkg.arrays
+    assert _window(pkg) == 372  # whole sends (no cutting: what a package gets by default)
+    args = (a["step_xfer"], a["x_src_tile"], a["x_dst_tile"], a["x_bytes"], a["x_send"])
+    cut = schedule(dev, *args, piece=dev.costs.send_max_bytes)
+    assert int(cut["step_xcycles"].max()) == 308
+    mine = cut["q_send"] == 12
+    assert cut["q_offset"][mine].tolist() == [0, 256] and cut["q_bytes"][mine].tolist() == [256] * 2
+    assert cut["q_start"][mine].tolist() == [64, 192]  # arriving at 116 and 244
+    cpkg = dataclasses.replace(pkg, arrays={**a, **cut})
+    # each piece is a send row on tile 0 and a receive row on tile 1: tables
+    # sized for the whole send are too small (the planner sizes them from the
+    # schedule it makes before allocation, planner.lowering.link.reserve)
+    with pytest.raises(PackageInvalid, match="tile 0: fp_xtable = 8 < 16 required"):
+        verify(cpkg)
+    for engine in ("numba", "simpy"):
+        assert run(cpkg, numerics=False, engine=engine).cycles == dev.exchange_fixed_cycles + 308
+    # where cutting does not end the step sooner, the step keeps whole sends
+    alone = _exchange(dev, [(0, 0, 1, 512, 512)]).arrays
+    kept = schedule(dev, alone["step_xfer"], alone["x_src_tile"], alone["x_dst_tile"],
+                    alone["x_bytes"], alone["x_send"], piece=dev.costs.send_max_bytes)
+    assert kept["q_bytes"].tolist() == [512] and int(kept["step_xcycles"].max()) == 52 + 128
+
+
 def test_a_step_scheduled_before_is_reused_where_it_recurs(dev: Device) -> None:
     """The memo is keyed by a step's content, not its place: the same
     transfers in another step (and at other transfer indices) get the

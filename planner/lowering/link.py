@@ -5,13 +5,16 @@ Two entry points, called before and after allocation:
 `reserve(program, sched, device)` sizes what occupies tile memory besides
 tensors:
 - code and exchange tables by the footprint model (simulator.footprint), from
-  the schedule's vertices and transfers and the exchange's sends
-  (`simulator.xschedule.send_leaders`: a source is its buffer and offset and
-  its patch, all known before allocation; `link` schedules exactly these
-  sends, so the tables hold every row the schedule issues); a receive counts
-  as following the previous one only when it lands in the same buffer at the
-  next offset (all that is known before allocation), so the reservation
-  bounds what the package's addresses need;
+  the schedule's vertices and transfers and the exchange schedule, made here
+  before allocation: the sends (`simulator.xschedule.send_leaders`: a source
+  is its buffer and offset and its patch, all known before allocation) and
+  their pieces (`simulator.xschedule.schedule`: tiles, bytes and sends are
+  all it reads; long unicasts cut into pieces of CUT_INSTRUCTIONS send
+  instructions where that ends their step sooner).  `link` writes that
+  schedule into the package, so the tables hold every row it issues; a
+  receive counts as following the previous one only when it lands in the
+  same buffer at the next offset (all that is known before allocation), so
+  the reservation bounds what the package's addresses need;
 - support = `costs.support_bytes` + Repeat patch tables, on every tile that
   holds a buffer, a vertex or a transfer endpoint.
 
@@ -77,6 +80,16 @@ from simulator.package import IoTensor, Package
 from simulator.xschedule import schedule, send_leaders
 from tilecommon.errors import BuildFailure
 
+# long unicast sends are scheduled cut into pieces of this many send
+# instructions where that ends their step sooner (simulator.xschedule.
+# schedule's `piece`; 0: never).  Measured on the 27-layer siglip-so400m-map
+# plan (8 steps): pieces of 1 instruction (256 bytes) took 1.0 % off its
+# cycles, but made 1.56 M pieces where whole sends are 0.83 M (each a send
+# row and a receive row in the tables), 2.5 s more planning and 2.52 GB of
+# peak memory; pieces of 4 took 0.41 % off with 0.98 M pieces, 0.6 s and
+# no more memory.
+CUT_INSTRUCTIONS = 4
+
 _STEP_CODES = {
     COMPUTE: STEP_COMPUTE,
     EXCHANGE: STEP_EXCHANGE,
@@ -98,9 +111,10 @@ class Reservation:
     tables: dict[TableKey, int]
     used: np.ndarray  # bool[tiles]: tile holds anything
     bufs: BufColumns
-    # each transfer's send (its leader, simulator.xschedule.send_leaders): the
-    # exchange tables are sized from these sends, and link schedules them
-    x_send: np.ndarray
+    # the exchange schedule (simulator.xschedule.schedule: `x_send` and the
+    # pieces), made before allocation from tiles, bytes and the sends; the
+    # exchange tables are sized from its pieces, and link writes it as is
+    exchange: dict[str, np.ndarray]
 
     def support_addr(self, device: Device) -> np.ndarray:
         """Absolute address of each tile's support buffer."""
@@ -156,17 +170,20 @@ def reserve(program: Program, sched: Schedule, device: Device,
             _reserve_table(tables, table_bytes, int(td[i]), dst, trips_at(int(x.step[i])))
     xptr = np.concatenate([[0], np.cumsum(np.bincount(x.step, minlength=len(sched.steps)))])
     x_send = send_leaders(xptr, ts, td, x.nbytes, src_key, patch, tiles)
+    exchange = schedule(device, xptr, ts, td, x.nbytes, x_send,
+                        piece=CUT_INSTRUCTIONS * device.costs.send_max_bytes)
     _check_kernels(v.tile, v.kernel)
     a = device.alignment
     code = _round(code_bytes(device, used, v.tile, v.kernel, v.step, len(sched.loops())), a)
     dst_key = (x.dst_buf << 32) + x.dst_off
     follows = follows_previous(x.step, td, dst_key, dst_key + x.nbytes)
-    sends = np.flatnonzero(x_send == np.arange(x_send.size))  # one piece per send
-    xtable = _round(xtable_bytes(device, x.step, ts, td, follows, np.ones(x_send.size, np.int64),
-                                 ts[sends], x.nbytes[sends]), a)
+    q_send = exchange["q_send"]  # a send row per piece, a receive row per piece heard
+    receives = np.bincount(q_send, minlength=x_send.size)[x_send]
+    xtable = _round(xtable_bytes(device, x.step, ts, td, follows, receives, ts[q_send],
+                                 exchange["q_bytes"]), a)
     support = np.where(used, _round(device.costs.support_bytes + table_bytes, a),
                        0).astype(np.int64)
-    return Reservation(Overheads(code, xtable, support), tables, used, cols, x_send)
+    return Reservation(Overheads(code, xtable, support), tables, used, cols, exchange)
 
 
 
@@ -360,8 +377,8 @@ def link(
     }
     a.update(x_src_tile=x_src_tile, x_src_addr=x_src_addr, x_dst_tile=x_dst_tile,
              x_dst_addr=x_dst_addr, x_bytes=x.nbytes)
-    # the exchange schedule of the sends the tables were sized for
-    a.update(schedule(device, a["step_xfer"], x_src_tile, x_dst_tile, x.nbytes, res.x_send))
+    # the exchange schedule the tables were sized for
+    a.update(res.exchange)
     a.update(patches.arrays())
     names, bufs = _memory_map(cols, sched, alloc, res, device)
     a.update(bufs)
