@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -88,6 +88,9 @@ def plan(
     final, history = base, ()
     name = "none"
     if cfg.optimization_steps > 0 and optimizer is not None:
+        # the baseline as an incumbent is kept (Built.kept): its schedule's
+        # rows are not alive beside every trial's
+        base = replace(base, built=base.built.kept())
         final, hist = optimizer(graph, device, cfg, base, ctx)
         history = tuple(hist)
         name = getattr(optimizer, "__name__", type(optimizer).__name__)

@@ -123,6 +123,13 @@ class Schedule:
     xfers: XferArrays | None = None
     verts: VertexArrays | None = None
 
+    def outline(self) -> Schedule:
+        """The steps without their vertices and transfers (kinds, labels,
+        phases, loops: what a step profile reads), for a build kept after
+        its package is made: a 27-layer schedule's rows are ~10⁶ objects."""
+        return Schedule(tuple(replace(st, vertices=(), transfers=_NO_TRANSFERS)
+                              for st in self.steps), self.loop_of, self.merged, self.delayed)
+
     def transfers(self) -> XferArrays:
         """The flat transfer arrays (computed by `schedule`; else on demand)."""
         return self.xfers if self.xfers is not None else transfer_arrays(self.steps)

@@ -60,6 +60,14 @@ class Built:
     def seconds(self) -> float:
         return sum(t for _, t in self.timings)
 
+    def kept(self) -> Built:
+        """This build as the optimizer keeps an incumbent: the schedule's
+        outline only (`Schedule.outline`; the package holds every row), so
+        the incumbent does not hold a second copy of a build's rows while
+        the next trial builds (27-layer siglip-so400m-map, 8 steps: peak
+        RSS 2.49 -> 2.32 GB at batch 1, 2.76 -> 2.56 GB at batch 2)."""
+        return replace(self, schedule=self.schedule.outline())
+
 
 def peak_tile_bytes(pkg: Package) -> int:
     """Max over tiles of code + exchange-table + support + tensor-range bytes."""

@@ -54,7 +54,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.decide.constraints import Pins
@@ -257,7 +257,8 @@ class _Run:
                     trial = self.rebuild(prop, trial)
                 assert trial.incumbent is not None and trial.profile is not None
                 verify(trial.incumbent.built.package)  # every acceptance re-verifies
-                return trial.incumbent, trial.profile
+                inc = trial.incumbent
+                return replace(inc, built=inc.built.kept()), trial.profile
             self.rejected.add((prop.kind, prop.description))
             del trial  # a complete build (~0.4 GB at 27 layers): not alive during the next
         return None
