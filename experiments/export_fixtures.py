@@ -5,13 +5,15 @@ Measured with torch 2.13.0+cpu and transformers 5.25 (install them in a venv
 of their own: `python -m venv /tmp/fx && /tmp/fx/bin/pip install torch
 transformers onnx onnxscript safetensors`), then from the repository root:
 
-    /tmp/fx/bin/python experiments/export_fixtures.py
+    /tmp/fx/bin/python experiments/export_fixtures.py [NAME ...]
+
+(names: the fixture directories to write, e.g. tiny-deit; none: all of them).
 
 Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
-SEQUENCE tokens, a ViT and a SigLIP tower without its MAP head on 32x32
-images in 8x8 patches, Llama- and Qwen2-style decoders with grouped-query
-attention, Qwen2's with q/k/v biases)
-written as a
+SEQUENCE tokens, a ViT, a DeiT (class and distillation tokens), a CLIP vision
+tower and a SigLIP tower without its MAP head on 32x32 images in 8x8 patches,
+Llama- and Qwen2-style decoders with grouped-query attention, Qwen2's with
+q/k/v biases) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
 `save_pretrained`) and one ONNX file per exporter that works on it,
 `model.torchscript.onnx` (the TorchScript-based exporter, opset 17) and
@@ -66,11 +68,27 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
         print(f"{path}: {path.stat().st_size:,} bytes")
 
 
-def main() -> None:
+def perturbed(model: object) -> object:
+    """`model` with 0.02-std noise on every parameter: transformers
+    initialises biases, class and distillation tokens and norm scales to
+    constants (zeros, ones), which a wrong import would not show."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():  # type: ignore[attr-defined]
+            p.add_(torch.randn_like(p) * 0.02)
+    return model
+
+
+def main(names: list[str]) -> None:
     import torch
     from transformers import (
         BertConfig,
         BertModel,
+        CLIPVisionConfig,
+        CLIPVisionModel,
+        DeiTConfig,
+        DeiTModel,
         LlamaConfig,
         LlamaModel,
         Qwen2Config,
@@ -81,6 +99,25 @@ def main() -> None:
         ViTModel,
     )
 
+    def wanted(name: str) -> bool:
+        return not names or name in names
+
+    if wanted("tiny-deit") or wanted("tiny-clip"):
+        torch.manual_seed(1)
+        image = (torch.randn(1, 3, 32, 32),)
+        if wanted("tiny-deit"):
+            deit = DeiTModel(DeiTConfig(hidden_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, intermediate_size=128,
+                                        image_size=32, patch_size=8)).eval()
+            export(perturbed(deit), image, ["pixel_values"], ROOT / "tiny-deit")
+        if wanted("tiny-clip"):
+            clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=64, num_hidden_layers=2,
+                                                    num_attention_heads=4, intermediate_size=128,
+                                                    image_size=32, patch_size=8)).eval()
+            export(perturbed(clip), image, ["pixel_values"], ROOT / "tiny-clip")
+    if names and not {"tiny-bert", "tiny-vit", "tiny-siglip", "tiny-llama",
+                      "tiny-qwen2"} & set(names):
+        return
     torch.manual_seed(0)
     bert = BertModel(BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
                                 num_attention_heads=4, intermediate_size=128,
@@ -113,4 +150,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

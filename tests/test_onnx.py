@@ -1,5 +1,5 @@
 """ONNX files as model sources (planner/ir/onnx_import.py), on the committed
-fixtures of experiments/export_fixtures.py (a tiny random BERT, ViT and
+fixtures of experiments/export_fixtures.py (a tiny random BERT, ViT, DeiT and
 SigLIP tower exported by PyTorch's TorchScript and dynamo exporters): the recognised model
 and weights equal the checkpoint's, runs agree with onnxruntime, and bad
 files exit 2 naming file or node."""
@@ -22,6 +22,7 @@ VIT = FIXTURE.parent / "tiny-vit"
 SIGLIP = FIXTURE.parent / "tiny-siglip"
 LLAMA = FIXTURE.parent / "tiny-llama"
 QWEN = FIXTURE.parent / "tiny-qwen2"
+DEIT = FIXTURE.parent / "tiny-deit"
 EXPORTERS = ("torchscript", "dynamo")
 
 
@@ -78,9 +79,10 @@ def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
 
 @pytest.mark.parametrize("fixture, exporter", [
     (FIXTURE, "torchscript"), (FIXTURE, "dynamo"), (VIT, "torchscript"), (VIT, "dynamo"),
-    (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo"), (QWEN, "dynamo")],
+    (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo"), (QWEN, "dynamo"),
+    (DEIT, "torchscript"), (DEIT, "dynamo")],
     ids=["bert-ts", "bert-dynamo", "vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo",
-         "llama-dynamo", "qwen2-dynamo"])
+         "llama-dynamo", "qwen2-dynamo", "deit-ts", "deit-dynamo"])
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
 def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
                                      floor: float, capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,6 +92,29 @@ def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: st
     assert s["numerics_ok"] and s["precision"] == precision
     assert s["ort_cosine_min"] >= floor
     assert 0 < s["ort_rel_error"] < (0.1 if precision == "fp8" else 0.01)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_the_deit_import_is_the_checkpoint(exporter: str) -> None:
+    """DeiT: the class and the distillation token each ride on a zero patch
+    row in front (pos[0], pos[1]); the ONNX file and DeiTModel's checkpoint
+    give the same weights and table."""
+    from safetensors.numpy import load_file
+
+    m = onnx_model(_onnx(exporter, DEIT))
+    g = planner.load_model(DEIT)
+    assert m.table["tokens"] == g.attr_int("tokens") == 16 + 2
+    ckpt = load_weights(g, DEIT / "model.safetensors")
+    assert sorted(ckpt) == sorted(m.weights)
+    for k, v in ckpt.items():
+        assert np.allclose(v, m.weights[k], atol=1e-6), k
+    raw = load_file(str(DEIT / "model.safetensors"))
+    pos = raw["embeddings.position_embeddings"][0]
+    b = raw["embeddings.patch_embeddings.projection.bias"]
+    for i, tok in enumerate(("cls_token", "distillation_token")):
+        token = raw[f"embeddings.{tok}"].reshape(-1)
+        assert np.allclose(m.weights["pos_embed"][i] + b, token + pos[i], atol=1e-6), tok
+    assert np.array_equal(m.weights["pos_embed"][2:], pos[2:])
 
 
 def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,8 +133,9 @@ def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.parametrize("fixture, exporter", [
     (VIT, "torchscript"), (VIT, "dynamo"), (SIGLIP, "torchscript"), (SIGLIP, "dynamo"),
-    (LLAMA, "dynamo"), (QWEN, "dynamo")],
-    ids=["vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo", "llama-dynamo", "qwen2-dynamo"])
+    (LLAMA, "dynamo"), (QWEN, "dynamo"), (DEIT, "torchscript"), (DEIT, "dynamo")],
+    ids=["vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo", "llama-dynamo", "qwen2-dynamo",
+         "deit-ts", "deit-dynamo"])
 def test_onnx_and_checkpoint_plan_alike_too(fixture: Path, exporter: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A ViT, a SigLIP tower without its head and a Llama-style decoder:

@@ -15,6 +15,9 @@ directory name (a checkpoint's repository folder, e.g. `siglip-so400m`).
 - `vit`: tokens = floor(image_size / patch_size)^2 + 1 (the class token enters
   as one more row of the patch input, the template's convention), `qkv_bias`
   (default true), the pooler of `ViTModel` (dense + tanh on the first token);
+- `deit`: as `vit` with one more token, the distillation token (also a zero
+  row of the patch input, after the class token's), the pooler of
+  `DeiTModel`;
 - `bert` (post-LN encoder): token embeddings gathered on the host, learned
   positions (`max_position_embeddings`), token types, embedding norm,
   key-padding mask, the pooler; TEXT_TOKENS tokens (fewer when the
@@ -34,8 +37,8 @@ in their config: TEXT_TOKENS for encoders and DECODER_TOKENS for decoders
 Refused with a ConfigError naming the file and field: an unknown
 `model_type` (naming the supported ones), `clip` / `clip_vision_model`
 (its patch embedding has no bias and its final norm applies to the pooled
-token only) and `deit` (its distillation token) — the IR does not express
-these yet — an image smaller than a patch, an activation
+token only: the IR does not express these yet), an image smaller than a
+patch, an activation
 outside the list above, a config that is not a JSON object.
 """
 
@@ -52,12 +55,11 @@ DECODER_TOKENS = 512  # a decoder's prefill (the zoo's qwen2.5-0.5b)
 GELUS = {"gelu": "gelu_erf", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
 DECODERS = ("qwen2", "llama", "mistral")
-SUPPORTED = ("bert", "siglip", "siglip_vision_model", "vit", *DECODERS)
+SUPPORTED = ("bert", "deit", "siglip", "siglip_vision_model", "vit", *DECODERS)
 NOT_YET = {"clip": "CLIP's patch embedding has no bias and its post-layernorm applies to "
                    "the pooled token only",
            "clip_vision_model": "CLIP's patch embedding has no bias and its post-layernorm "
-                                "applies to the pooled token only",
-           "deit": "DeiT's distillation token"}
+                                "applies to the pooled token only"}
 
 
 def is_hf_source(path: Path) -> bool:
@@ -134,11 +136,12 @@ def hf_table(path: str | Path) -> tuple[dict[str, Any], str]:
             # the whole tower as the published C600 runs ran it (the zoo's
             # siglip-so400m-map): the MAP head and an fp8 PV product
             table.update(pool="map", pv_dtype="fp8")
-    elif kind == "vit":
+    elif kind in ("vit", "deit"):  # DeiT: a distillation token after the class token
         table = {"hidden": f.need("hidden_size"), "heads": f.need("num_attention_heads"),
                  "mlp": f.need("intermediate_size"), "layers": f.need("num_hidden_layers"),
                  "patch": f.need("patch_size"), "channels": f.get("num_channels", 3),
-                 "tokens": f.grid() + 1, "eps": float(f.get("layer_norm_eps", 1e-12)),
+                 "tokens": f.grid() + (2 if kind == "deit" else 1),
+                 "eps": float(f.get("layer_norm_eps", 1e-12)),
                  "activation": f.act(), "pool": "pooler",
                  "bias": "all" if f.get("qkv_bias", True) else "none"}
     elif kind == "bert":

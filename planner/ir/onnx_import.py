@@ -16,8 +16,9 @@ ViT and SigLIP towers and for a Llama-style decoder:
 
 - a ViT's patch embedding (`Conv` with kernel = stride, no padding, then the
   `Reshape` / `Transpose` to tokens; a `Shape` of it only sizes the view),
-  the class-token `Concat` (a constant or an `Expand` of one: our patch
-  input carries it as a zero row, so pos[0] absorbs cls - b_patch), the
+  the class-token `Concat` (constants or `Expand`s of them, DeiT's
+  distillation token after the class token: our patch input carries each
+  as a zero row, so pos[i] absorbs token - b_patch), the
   position `Add`; pre-LN blocks (the norm before q/k/v and before the MLP,
   residuals around them) and the final `LayerNormalization`;
 
@@ -298,10 +299,10 @@ def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
 def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take: Any
                       ) -> tuple[str, str, dict[str, Any]]:
     """A ViT tower's embeddings: the patch Conv (kernel = stride, no padding)
-    flattened to tokens, the class token concatenated in front, positions
-    added.  Our patch input carries the class token as one more (zero) row,
-    so its embedding is b_patch + pos[0]: pos[0] becomes cls + pos[0] -
-    b_patch, the same sum."""
+    flattened to tokens, the class token (DeiT: and the distillation token)
+    concatenated in front, positions added.  Our patch input carries each
+    such token as one more (zero) row, so its embedding is b_patch + pos[i]:
+    pos[i] becomes token + pos[i] - b_patch, the same sum."""
     attrs = {a.name: list(a.ints) for a in conv.attribute}
     w = g.value(conv.input[1])
     if w is None or w.ndim != 4 or w.shape[2] != w.shape[3]:
@@ -320,17 +321,23 @@ def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take
         flat.append(users[0])
         x = users[0].output[0]
     nxt = next((u for u in g.users(x) if u.op_type != "Shape"), None)
-    cls, cls_nodes, cat = None, [], None
+    prefix: list[np.ndarray] = []  # the tokens in front: class (and DeiT's distillation)
+    cls_nodes, cat = [], None
     if nxt is not None and nxt.op_type == "Concat":  # the class token in front (ViT)
         cat = nxt
-        other = next(i for i in cat.input if g.back(i, ())[0] != x)
-        cls = g.value(other)
-        if cls is None:  # Expand(cls_token, shape)
-            ex = g.producer.get(other)
-            cls = g.value(ex.input[0]) if ex is not None and ex.op_type == "Expand" else None
-            cls_nodes = [ex]
-        if cls is None:
-            raise g.bad(cat, "expected a constant class token")
+        if g.back(cat.input[-1], ())[0] != x:
+            raise g.bad(cat, "expected the patch tokens last, after the class token(s)")
+        for other in cat.input[:-1]:
+            tok = g.value(other)
+            if tok is None:  # Expand(token, shape)
+                ex = g.producer.get(other)
+                tok = g.value(ex.input[0]) if ex is not None and ex.op_type == "Expand" \
+                    else None
+                cls_nodes.append(ex)
+            if tok is None or tok.size != hidden:
+                raise g.bad(cat, "expected constant class (and distillation) tokens "
+                                 f"of {hidden} values")
+            prefix.append(tok)
         nxt = next(iter(g.users(cat.output[0])), None)
     add, pos, pos_nodes = nxt, None, []
     if add is not None and add.op_type == "Add":
@@ -345,8 +352,8 @@ def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take
         raise g.bad(cat or g.producer[x], "expected the position embedding Add after the "
                                           "patch tokens (and class token)")
     pos = pos.reshape(-1, hidden).astype(np.float32).copy()
-    if cls is not None:
-        pos[0] += cls.reshape(hidden) - b
+    for i, tok in enumerate(prefix):
+        pos[i] += tok.reshape(hidden) - b
     weights["w_patch"] = w.reshape(hidden, -1).T
     weights["b_patch"] = b
     weights["pos_embed"] = pos

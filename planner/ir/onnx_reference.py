@@ -26,7 +26,7 @@ def ort_inputs(imported: Imported, graph: Any, seed: int
     (rounded to the graph's fp16 input) for ours, and the key-padding pattern
     of `planner.ir.reference.init_inputs` as our additive mask and as the
     file's 0/1 `attention_mask`; for a tower, fp16-valued images and their
-    patches (channel-major, the class token's row zero) for ours."""
+    patches (channel-major, the class and distillation tokens' rows zero) for ours."""
     from planner.ir.reference import init_inputs
 
     ours = init_inputs(graph, seed=seed)
@@ -34,12 +34,13 @@ def ort_inputs(imported: Imported, graph: Any, seed: int
     rng = np.random.default_rng(seed)
     if "patches" in ours:  # a tower: images, and their patches with the class row zero
         c, p = graph.attr_int("channels"), graph.attr_int("patch")
-        cls = math.isqrt(tokens) ** 2 != tokens  # a class token rides on a zero row
-        side = math.isqrt(tokens - cls)
+        # the class (and DeiT's distillation) tokens ride on zero rows in front
+        side = math.isqrt(tokens)
+        cls = tokens - side * side
         px = rng.uniform(-1, 1, (batch, c, side * p, side * p)).astype(np.float16)
         px = px.astype(np.float32)  # what both runs see: fp16 values
         rows = np.zeros((batch, tokens, c * p * p), np.float32)
-        rows[:, int(cls):] = px.reshape(batch, c, side, p, side, p).transpose(
+        rows[:, cls:] = px.reshape(batch, c, side, p, side, p).transpose(
             0, 2, 4, 1, 3, 5).reshape(batch, side * side, c * p * p)
         ours["patches"] = rows.reshape(batch * tokens, -1)
         return ours, {"pixel_values": px}

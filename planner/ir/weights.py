@@ -12,10 +12,12 @@ names (docs/weights.md lists every name):
   weights [out, in] are transposed, the patch convolution [H, C, p, p]
   becomes [C·p·p, H], per-layer tensors `encoder.layers.<i>.` are stacked,
   the head's fused `in_proj_weight` [3H, H] is split into q, k, v;
-- **Hugging Face** `ViTModel` (`hf-vit`: keys `embeddings.cls_token` or
-  `encoder.layer.<i>.attention.attention.`, `vit.` optional): the class
-  token is folded into the first position row (our patch input carries it
-  as a zero row: pos[0] + cls - b_patch);
+- **Hugging Face** `ViTModel` and `DeiTModel` (`hf-vit`: keys
+  `embeddings.cls_token` or `encoder.layer.<i>.attention.attention.`,
+  `vit.` / `deit.` optional): the class token (and DeiT's
+  `embeddings.distillation_token`) is folded into the first position row
+  (and the second: our patch input carries each as a zero row: pos[i] +
+  token - b_patch);
 - **Hugging Face** `BertModel` (`hf-bert`: keys `encoder.layer.<i>.`,
   `bert.` optional) and Qwen2 / Llama / Mistral (`hf-decoder`: keys
   `model.layers.<i>.`): Linear weights transposed, per-layer tensors
@@ -39,6 +41,7 @@ expected one), a non-float dtype, a non-finite value.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -119,6 +122,7 @@ _VIT_TOP = {
     "embeddings.patch_embeddings.projection.bias": Rule("b_patch"),
     "embeddings.position_embeddings": Rule("pos_embed", "reshape"),
     "embeddings.cls_token": Rule("cls_token", "cls"),
+    "embeddings.distillation_token": Rule("distillation_token", "cls"),  # DeiT
     "layernorm.weight": Rule("ln_f.gamma"), "layernorm.bias": Rule("ln_f.beta"),
     "pooler.dense.weight": Rule("w_pool", "transpose"), "pooler.dense.bias": Rule("b_pool"),
 }
@@ -183,8 +187,8 @@ def scheme_of(names: list[str], g: Graph) -> str:
         return "ours"
     if any(n.startswith(("vision_model.", "embeddings.patch_embedding.")) for n in names):
         return "hf"  # a SiglipVisionModel saves its keys with or without `vision_model.`
-    if any(re.match(r"(vit\.)?(embeddings\.cls_token$|encoder\.layer\.\d+\.attention\."
-                    r"attention\.)", n) for n in names):
+    if any(re.match(r"(vit\.|deit\.)?(embeddings\.cls_token$|encoder\.layer\.\d+\."
+                    r"attention\.attention\.)", n) for n in names):
         return "hf-vit"
     if any(re.match(r"(bert\.)?(encoder\.layer\.|embeddings\.word_embeddings)", n)
            for n in names):
@@ -217,6 +221,8 @@ def rule_for(name: str, scheme: str, tied: bool = False) -> tuple[Rule, int | No
     if scheme in hf:
         prefix, pattern, layer, top = hf[scheme]
         rest = name.removeprefix(prefix) if prefix else name
+        if scheme == "hf-vit":
+            rest = rest.removeprefix("deit.")  # DeiTFor* classes save under `deit.`
         if scheme == "hf-bert" and rest.startswith("cls."):
             return HOST, None  # the pre-training heads
         if scheme == "hf-decoder":
@@ -353,7 +359,7 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
     tied = bool(g.attr("tied_embeddings", False))
     out: dict[str, np.ndarray] = {}
     stacks: dict[str, dict[int, np.ndarray]] = {}
-    cls: np.ndarray | None = None
+    tokens: dict[str, np.ndarray] = {}  # class (and distillation) token
     spelled: dict[tuple[str, int | None], str] = {}  # (target, layer) -> the file's name
 
     def claim(target: str, slots: range | list[int | None], name: str) -> None:
@@ -380,9 +386,9 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
                 continue
             hits = [hit]
         a = _checked_array(src, name, arrays[name])
-        if hits[0][0].how == "cls":  # folded into pos_embed[0] below
-            claim("cls_token", [None], name)
-            cls = a.reshape(-1)
+        if hits[0][0].how == "cls":  # folded into pos_embed[0] (and [1]) below
+            claim(hits[0][0].target, [None], name)
+            tokens[hits[0][0].target] = a.reshape(-1)
             continue
         for rule, layer in hits:
             target = layers.get(rule.target) if rule.layered else rule.target
@@ -420,17 +426,32 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             raise ConfigError(src, target, f"the file has no layer {gone[0]} of it "
                                            f"({scheme} naming)")
         out[target] = np.stack([per_layer[i] for i in range(trips)]).astype(F32)
-    if scheme == "hf-vit":  # the class token rides on a zero patch row: b_patch + pos[0]
-        if cls is None or "pos_embed" not in out or "b_patch" not in out or \
-                cls.shape != out["b_patch"].shape:
-            raise ConfigError(src, "embeddings.cls_token", "missing or not [1, 1, H] (a ViT "
-                                                           "checkpoint's class token)")
-        out["pos_embed"] = out["pos_embed"].copy()
-        out["pos_embed"][0] += cls - out["b_patch"]
+    if scheme == "hf-vit":  # the tokens in front ride on zero patch rows: b_patch + pos[i]
+        wanted = ("cls_token", "distillation_token")[:prefix_tokens(g)]
+        for i, tok in enumerate(wanted):
+            got = tokens.get(tok)
+            if got is None or "pos_embed" not in out or "b_patch" not in out or \
+                    got.shape != out["b_patch"].shape:
+                raise ConfigError(src, f"embeddings.{tok}", "missing or not [1, 1, H] (the "
+                                  "class token of a ViT; a DeiT's distillation token too)")
+            if i == 0:
+                out["pos_embed"] = out["pos_embed"].copy()
+            out["pos_embed"][i] += got - out["b_patch"]
+        extra = sorted(set(tokens) - set(wanted))
+        if extra:
+            raise ConfigError(src, f"embeddings.{extra[0]}", f"model {g.name} has no such "
+                              f"token ({g.attr_int('tokens')} tokens: {len(wanted)} in front)")
     for name, value in derived_values(g).items():  # computed, not learned (RoPE tables)
         out.setdefault(name, np.asarray(value, dtype=F32))
     _missing(src, want, out, scheme)
     return out
+
+
+def prefix_tokens(g: Graph) -> int:
+    """Tokens of a patch tower that are not patches (class token; DeiT's
+    distillation token too): its tokens less the largest square grid."""
+    t = g.attr_int("tokens")
+    return t - math.isqrt(t) ** 2
 
 
 def derived_values(g: Graph) -> dict[str, np.ndarray]:
@@ -512,10 +533,11 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
         if rule.layered and layer is not None:
             a = a[layer]
         out[name] = _unconvert(a, rule, g, name)
-    if scheme == "hf-vit":  # the first position row's sum as the class token
+    if scheme == "hf-vit":  # the first position rows' sums as the class (distillation) token
         pos = out["embeddings.position_embeddings"].copy()
-        out["embeddings.cls_token"] = (pos[0, 0] + params["b_patch"]).reshape(1, 1, -1)
-        pos[0, 0] = 0.0
+        for i, tok in enumerate(("cls_token", "distillation_token")[:prefix_tokens(g)]):
+            out[f"embeddings.{tok}"] = (pos[0, i] + params["b_patch"]).reshape(1, 1, -1)
+            pos[0, i] = 0.0
         out["embeddings.position_embeddings"] = pos
     return out
 
