@@ -104,7 +104,7 @@ def test_vit_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("config, field, words", [
     ({"model_type": "gpt2"}, "model_type", "supported: ['bert'"),
-    ({"model_type": "clip"}, "model_type", "not supported yet"),
+    ({"model_type": "clip"}, "vision_config", "missing (a clip config's tower)"),
     ({"model_type": "siglip"}, "vision_config", "missing"),
     ({**BERT_BASE_UNCASED, "hidden_act": "relu"}, "hidden_act", "not in"),
     ({k: v for k, v in BERT_BASE_UNCASED.items() if k != "hidden_size"}, "hidden_size",

@@ -1,6 +1,6 @@
 """ONNX files as model sources (planner/ir/onnx_import.py), on the committed
-fixtures of experiments/export_fixtures.py (a tiny random BERT, ViT, DeiT and
-SigLIP tower exported by PyTorch's TorchScript and dynamo exporters): the recognised model
+fixtures of experiments/export_fixtures.py (a tiny random BERT, ViT, DeiT, CLIP
+and SigLIP tower exported by PyTorch's TorchScript and dynamo exporters): the recognised model
 and weights equal the checkpoint's, runs agree with onnxruntime, and bad
 files exit 2 naming file or node."""
 
@@ -23,6 +23,7 @@ SIGLIP = FIXTURE.parent / "tiny-siglip"
 LLAMA = FIXTURE.parent / "tiny-llama"
 QWEN = FIXTURE.parent / "tiny-qwen2"
 DEIT = FIXTURE.parent / "tiny-deit"
+CLIP = FIXTURE.parent / "tiny-clip"
 EXPORTERS = ("torchscript", "dynamo")
 
 
@@ -80,9 +81,9 @@ def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
 @pytest.mark.parametrize("fixture, exporter", [
     (FIXTURE, "torchscript"), (FIXTURE, "dynamo"), (VIT, "torchscript"), (VIT, "dynamo"),
     (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo"), (QWEN, "dynamo"),
-    (DEIT, "torchscript"), (DEIT, "dynamo")],
+    (DEIT, "torchscript"), (DEIT, "dynamo"), (CLIP, "torchscript"), (CLIP, "dynamo")],
     ids=["bert-ts", "bert-dynamo", "vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo",
-         "llama-dynamo", "qwen2-dynamo", "deit-ts", "deit-dynamo"])
+         "llama-dynamo", "qwen2-dynamo", "deit-ts", "deit-dynamo", "clip-ts", "clip-dynamo"])
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
 def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
                                      floor: float, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,6 +118,35 @@ def test_the_deit_import_is_the_checkpoint(exporter: str) -> None:
     assert np.array_equal(m.weights["pos_embed"][2:], pos[2:])
 
 
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_the_clip_import_is_the_checkpoint(exporter: str) -> None:
+    """CLIP's tower: a zero patch bias, the pre-layernorm as the embedding norm,
+    quick GELU, the post-layernorm on the first token only, beside the
+    hidden states; the ONNX file and CLIPVisionModel's checkpoint agree."""
+    from safetensors.numpy import load_file
+
+    m = onnx_model(_onnx(exporter, CLIP))
+    g = planner.load_model(CLIP)
+    cfg = planner.ir.models.load_config(CLIP)
+    assert (cfg.pool, cfg.embed_norm, cfg.final_norm, cfg.activation) == (
+        "first_norm", True, False, "quick_gelu")
+    assert {k: m.table[k] for k in ("pool", "embed_norm", "final_norm", "activation",
+                                    "tokens")} == {
+        "pool": "first_norm", "embed_norm": True, "final_norm": False,
+        "activation": "quick_gelu", "tokens": 17}
+    assert g.outputs == ("out", "pooled")
+    ckpt = load_weights(g, CLIP / "model.safetensors")
+    assert sorted(ckpt) == sorted(m.weights)
+    for k, v in ckpt.items():
+        assert np.allclose(v, m.weights[k], atol=1e-6), k
+    raw = load_file(str(CLIP / "model.safetensors"))
+    assert np.allclose(ckpt["pos_embed"][0], raw["embeddings.position_embedding.weight"][0]
+                       + raw["embeddings.class_embedding"], atol=1e-6)
+    assert not ckpt["b_patch"].any()  # CLIP has no patch bias: ours is zero
+    assert np.array_equal(ckpt["embed_ln.gamma"], raw["pre_layrnorm.weight"])
+    assert np.array_equal(ckpt["ln_f.gamma"], raw["post_layernorm.weight"])
+
+
 def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> None:
     """The TorchScript export and config.json + model.safetensors: one
     package.  (The dynamo export folds the position rows it reads into a
@@ -133,9 +163,10 @@ def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.parametrize("fixture, exporter", [
     (VIT, "torchscript"), (VIT, "dynamo"), (SIGLIP, "torchscript"), (SIGLIP, "dynamo"),
-    (LLAMA, "dynamo"), (QWEN, "dynamo"), (DEIT, "torchscript"), (DEIT, "dynamo")],
+    (LLAMA, "dynamo"), (QWEN, "dynamo"), (DEIT, "torchscript"), (DEIT, "dynamo"),
+    (CLIP, "torchscript"), (CLIP, "dynamo")],
     ids=["vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo", "llama-dynamo", "qwen2-dynamo",
-         "deit-ts", "deit-dynamo"])
+         "deit-ts", "deit-dynamo", "clip-ts", "clip-dynamo"])
 def test_onnx_and_checkpoint_plan_alike_too(fixture: Path, exporter: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A ViT, a SigLIP tower without its head and a Llama-style decoder:

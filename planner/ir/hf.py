@@ -15,6 +15,11 @@ directory name (a checkpoint's repository folder, e.g. `siglip-so400m`).
 - `vit`: tokens = floor(image_size / patch_size)^2 + 1 (the class token enters
   as one more row of the patch input, the template's convention), `qkv_bias`
   (default true), the pooler of `ViTModel` (dense + tanh on the first token);
+- `clip`, `clip_vision_model` (CLIP's vision tower; the `vision_config` of a
+  full `clip` config): tokens as `vit` (a class token), the patch
+  embedding's bias zero (CLIP has none), the pre-layernorm as the embedding
+  norm, `hidden_act` (default quick_gelu), the post-layernorm on the first
+  token only (pool "first_norm"), beside the hidden states;
 - `deit`: as `vit` with one more token, the distillation token (also a zero
   row of the patch input, after the class token's), the pooler of
   `DeiTModel`;
@@ -35,9 +40,7 @@ in their config: TEXT_TOKENS for encoders and DECODER_TOKENS for decoders
 (the zoo's bert-base and qwen2.5-0.5b), as the zoo models.
 
 Refused with a ConfigError naming the file and field: an unknown
-`model_type` (naming the supported ones), `clip` / `clip_vision_model`
-(its patch embedding has no bias and its final norm applies to the pooled
-token only: the IR does not express these yet), an image smaller than a
+`model_type` (naming the supported ones), an image smaller than a
 patch, an activation
 outside the list above, a config that is not a JSON object.
 """
@@ -55,11 +58,9 @@ DECODER_TOKENS = 512  # a decoder's prefill (the zoo's qwen2.5-0.5b)
 GELUS = {"gelu": "gelu_erf", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "gelu_fast": "gelu_tanh", "quick_gelu": "quick_gelu"}
 DECODERS = ("qwen2", "llama", "mistral")
-SUPPORTED = ("bert", "deit", "siglip", "siglip_vision_model", "vit", *DECODERS)
-NOT_YET = {"clip": "CLIP's patch embedding has no bias and its post-layernorm applies to "
-                   "the pooled token only",
-           "clip_vision_model": "CLIP's patch embedding has no bias and its post-layernorm "
-                                "applies to the pooled token only"}
+SUPPORTED = ("bert", "clip", "clip_vision_model", "deit", "siglip", "siglip_vision_model",
+             "vit", *DECODERS)
+NOT_YET: dict[str, str] = {}
 
 
 def is_hf_source(path: Path) -> bool:
@@ -122,9 +123,9 @@ def hf_table(path: str | Path) -> tuple[dict[str, Any], str]:
         raise ConfigError(source, "model_type", f"unknown; supported: {list(SUPPORTED)}", kind)
     name = file.parent.name or "model"
     f = _Fields(data, source)
-    if kind == "siglip":
+    if kind in ("siglip", "clip"):
         if not isinstance(data.get("vision_config"), dict):
-            raise ConfigError(source, "vision_config", "missing (a siglip config's tower)")
+            raise ConfigError(source, "vision_config", f"missing (a {kind} config's tower)")
         f = _Fields(data["vision_config"], source, "vision_config.")
     if kind in ("siglip", "siglip_vision_model"):
         table = {"hidden": f.need("hidden_size"), "heads": f.need("num_attention_heads"),
@@ -136,6 +137,15 @@ def hf_table(path: str | Path) -> tuple[dict[str, Any], str]:
             # the whole tower as the published C600 runs ran it (the zoo's
             # siglip-so400m-map): the MAP head and an fp8 PV product
             table.update(pool="map", pv_dtype="fp8")
+    elif kind in ("clip", "clip_vision_model"):
+        # CLIP's tower: class token, no patch bias, pre-layernorm, quick GELU, and its
+        # post-layernorm on the first token only (CLIPVisionModel's pooler_output)
+        table = {"hidden": f.need("hidden_size"), "heads": f.need("num_attention_heads"),
+                 "mlp": f.need("intermediate_size"), "layers": f.need("num_hidden_layers"),
+                 "patch": f.need("patch_size"), "channels": f.get("num_channels", 3),
+                 "tokens": f.grid() + 1, "eps": float(f.get("layer_norm_eps", 1e-5)),
+                 "activation": f.act(default="quick_gelu"), "pool": "first_norm",
+                 "embed_norm": True, "final_norm": False}
     elif kind in ("vit", "deit"):  # DeiT: a distillation token after the class token
         table = {"hidden": f.need("hidden_size"), "heads": f.need("num_attention_heads"),
                  "mlp": f.need("intermediate_size"), "layers": f.need("num_hidden_layers"),

@@ -23,12 +23,14 @@ BERT-style encoders and decoder-only LLMs at prefill:
   rows whose first `tokens` rows are used (BERT);
 - `type_vocab` (default 0): token-type embeddings, the type-0 row added to
   every token (single-segment inputs);
-- `embed_norm` (false): a norm after the embeddings (BERT); `final_norm`
-  (true): a norm after the last layer;
+- `embed_norm` (false): a norm after the embeddings (BERT, CLIP's
+  pre-layernorm); `final_norm` (true): a norm after the last layer;
 - `bias` = "all" | "qkv" (Qwen: q, k, v only) | "none";
 - `attention_mask` (false): an additive key-padding mask input [B, tokens];
 - `pool` = "none" (the hidden states) | "map" (big_vision's MAP head) |
   "pooler" (BERT's: first token → dense → tanh, beside the hidden states) |
+  "first_norm" (CLIP's: the final norm `ln_f` on the first token only,
+  beside the hidden states; needs `final_norm` false) |
   "last" (each sequence's last position → the LM head [H, vocab]: logits);
 - `proj` (0): an output projection [H, proj] with bias after the pool (PE-Core);
 - `vocab` (0): the LM head's width and the host word-embedding table's
@@ -109,7 +111,7 @@ CAST_SCALE_EXP = {"patches": -4, "ln": -2, "attn": -6, "gelu": -2,
                   # attention operands in fp8 (qk_dtype / pv_dtype): q, k, v
                   # have std ~0.7, probabilities lie in [0, 1]; the probe N(0, 0.02)
                   "qkv": -4, "probs": -8, "probe": -8}
-POOLS = ("none", "map", "pooler", "last")
+POOLS = ("none", "map", "pooler", "last", "first_norm")
 ATTENTION_DTYPES = ("fp16", "fp8")
 ACTIVATIONS = ("gelu_tanh", "gelu_erf", "quick_gelu", "swiglu")
 GELU_FORMS = {"gelu_tanh": "tanh", "gelu_erf": "erf", "quick_gelu": "quick"}
@@ -248,6 +250,9 @@ def _check_consistent(cfg: ModelConfig, source: str) -> None:
         raise bad("tied_embeddings", "needs the LM head (pool = \"last\")")
     if cfg.pool == "map" and cfg.attention != "bidirectional":
         raise bad("pool", "the MAP head needs bidirectional attention")
+    if cfg.pool == "first_norm" and cfg.final_norm:
+        raise bad("pool", "first_norm is the final norm on the first token: needs "
+                          "final_norm = false")
 
 
 def zoo_names() -> list[str]:
@@ -560,7 +565,8 @@ def build_model(cfg: ModelConfig, precision: str = "fp8") -> Graph:
         if kind == "input":
             inputs.append(outer)
     outputs = []
-    hidden_out = cfg.pool in ("none", "pooler") and not cfg.proj  # the hidden states out
+    # the hidden states out (beside BERT's pooler or CLIP's normed first token)
+    hidden_out = cfg.pool in ("none", "pooler", "first_norm") and not cfg.proj
     kind = "output" if hidden_out and not cfg.final_norm else "activation"
     xl = g.t("xL" if kind != "output" else "out", (rows, h), "fp16", kind)
     g.op(Repeat("encoder", body, cfg.layers, init=(x0,), final=(xl,), arguments=("x",),
@@ -609,6 +615,14 @@ def _pool(g: _Builder, cfg: ModelConfig, enc: str, outputs: list[str]) -> str:
         d, _ = g.linear("pool", g.cast8(first, (b, h), CAST_SCALE_EXP["ln"]), h, h, b)
         y = g.t("pooled", (b, h), "fp16", "activation" if proj else "output")
         g.op(Tanh("pool_tanh", d, y))
+        if not proj:
+            outputs.append(y)
+        return y
+    if cfg.pool == "first_norm":  # CLIP: the final norm on the first token only
+        first = g.t("first", (b, h), "fp16")
+        g.op(Rows("first_token", enc, first, tuple(i * t for i in range(b))))
+        y, _ = g.norm("ln_f", first, b, h, kind="activation" if proj else "output",
+                      out="pooled")
         if not proj:
             outputs.append(y)
         return y

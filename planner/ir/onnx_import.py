@@ -19,8 +19,11 @@ ViT and SigLIP towers and for a Llama-style decoder:
   the class-token `Concat` (constants or `Expand`s of them, DeiT's
   distillation token after the class token: our patch input carries each
   as a zero row, so pos[i] absorbs token - b_patch), the
-  position `Add`; pre-LN blocks (the norm before q/k/v and before the MLP,
-  residuals around them) and the final `LayerNormalization`;
+  position `Add`, a `LayerNormalization` of the embeddings before the first
+  block's own (CLIP's pre-layernorm); pre-LN blocks (the norm before q/k/v
+  and before the MLP, residuals around them) and the final
+  `LayerNormalization` (CLIP: on the first token only, `Gather` / `Slice`
+  then the norm, beside the hidden states);
 
 - token embeddings: `Gather(word table, input_ids)` (gathered on the host, as
   the zoo's text models), token types (`Gather(type table, ...)`: the type-0
@@ -127,10 +130,20 @@ def _recognise(g: _Graph) -> Imported:
     weights: dict[str, np.ndarray] = {}
     conv = next((n for n in g.nodes if n.op_type == "Conv"
                  and g.back(n.input[0], ("Cast",))[0] in g.inputs), None)
+    embed_norm = False
     if conv is not None:  # a ViT tower: patches, class token, positions; pre-LN blocks
         h, start, fields = _patch_embeddings(g, conv, weights, take)
         table = np.zeros((0, 0), np.float32)
         pre = True
+        e = _norm_of(g, h)
+        if e is not None and e.kind == "layernorm" and _norm_of(g, e.out) is not None:
+            # a norm of the embeddings that the first block's norm reads (CLIP's
+            # pre-layernorm), not the first block's own
+            weights["embed_ln.gamma"] = e.gamma
+            if e.beta is not None:
+                weights["embed_ln.beta"] = e.beta
+            take("embed_ln", e.nodes)
+            h, embed_norm = e.out, True
     else:
         h, start, fields, table = _token_embeddings(g, weights, take)
         pre = bool(fields.get("decoder"))
@@ -162,7 +175,20 @@ def _recognise(g: _Graph) -> Imported:
     if not layers:
         raise ConfigError(source, "onnx", "no encoder layer (three linears reading one "
                                           "hidden state) after the embeddings")
-    if pre:  # the final norm over every token
+    pool = "none"
+    first_norm = None  # CLIP: the final norm on the first token only
+    if pre and final is None and conv is not None:
+        for u in g.users(h):
+            if u.op_type in ("Gather", "Slice"):
+                first_norm = _norm_of(g, u.output[0])
+                if first_norm is not None:
+                    weights["ln_f.gamma"] = first_norm.gamma
+                    if first_norm.beta is not None:
+                        weights["ln_f.beta"] = first_norm.beta
+                    take("ln_f", [u, *first_norm.nodes])
+                    pool = "first_norm"
+                    break
+    if pre and first_norm is None:  # the final norm over every token
         if final is None:
             raise g.bad(g.producer[h], "expected the final norm of the tower")
         weights["ln_f.gamma"] = final.gamma
@@ -170,9 +196,9 @@ def _recognise(g: _Graph) -> Imported:
             weights["ln_f.beta"] = final.beta
         take("ln_f", final.nodes)
         h = final.out
-    pool = "none"
     users = g.users(h)
-    gather = next((u for u in users if u.op_type in ("Gather", "Slice")), None)
+    gather = None if first_norm is not None else \
+        next((u for u in users if u.op_type in ("Gather", "Slice")), None)
     if gather is not None:
         lin = next((x for x in (_linear(g, u) for u in g.users(gather.output[0]))
                     if x is not None), None)
@@ -215,6 +241,10 @@ def _recognise(g: _Graph) -> Imported:
             table_out["kv_heads"] = first["kv_heads"]
     elif pre:
         table_out.update(patch=fields["patch"], channels=fields["channels"])
+        if embed_norm:
+            table_out["embed_norm"] = True
+        if first_norm is not None:
+            table_out["final_norm"] = False
     else:
         table_out.update({"input": "embeddings", "block": "post_ln", "embed_norm": True,
                           "final_norm": False, "vocab": fields["vocab"]})
@@ -312,7 +342,7 @@ def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take
             attrs.get("group", [1]) not in ([1], []):
         raise g.bad(conv, f"expected a patch embedding: stride = kernel ({p}), no padding")
     b = g.value(conv.input[2]) if len(conv.input) > 2 else None
-    b = b if b is not None else np.zeros(hidden, np.float32)
+    b = b if b is not None else np.zeros(hidden, np.float32)  # none (CLIP), or zero folded
     x, flat = conv.output[0], []
     while True:  # Reshape / Transpose to [B, N, H] (a Shape of it only sizes the view)
         users = [u for u in g.users(x) if u.op_type != "Shape"]

@@ -87,6 +87,10 @@ _HF_TOP = {
     "embeddings.patch_embedding.bias": Rule("b_patch"),
     "embeddings.position_embedding.weight": Rule("pos_embed"),
     "post_layernorm.weight": Rule("ln_f.gamma"), "post_layernorm.bias": Rule("ln_f.beta"),
+    # CLIP's tower (CLIPVisionModel): a class token and the pre-layernorm
+    "embeddings.class_embedding": Rule("cls_token", "cls"),
+    "pre_layrnorm.weight": Rule("embed_ln.gamma"), "pre_layrnorm.bias": Rule("embed_ln.beta"),
+    "embeddings.position_ids": HOST,  # an index buffer
     "head.probe": Rule("head_probe", "reshape"),
     "head.attention.out_proj.weight": Rule("w_head_o", "transpose"),
     "head.attention.out_proj.bias": Rule("b_head_o"),
@@ -426,17 +430,21 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
             raise ConfigError(src, target, f"the file has no layer {gone[0]} of it "
                                            f"({scheme} naming)")
         out[target] = np.stack([per_layer[i] for i in range(trips)]).astype(F32)
-    if scheme == "hf-vit":  # the tokens in front ride on zero patch rows: b_patch + pos[i]
+    if scheme == "hf" and "cls_token" in tokens and "b_patch" in want and \
+            "b_patch" not in out:  # CLIP's patch convolution has no bias: ours is zero
+        out["b_patch"] = np.zeros(want["b_patch"].shape, F32)
+    if scheme == "hf-vit" or tokens:  # tokens in front ride on zero patch rows: b_patch + pos[i]
         wanted = ("cls_token", "distillation_token")[:prefix_tokens(g)]
         for i, tok in enumerate(wanted):
             got = tokens.get(tok)
-            if got is None or "pos_embed" not in out or "b_patch" not in out or \
-                    got.shape != out["b_patch"].shape:
-                raise ConfigError(src, f"embeddings.{tok}", "missing or not [1, 1, H] (the "
-                                  "class token of a ViT; a DeiT's distillation token too)")
+            b = out.get("b_patch")
+            if got is None or "pos_embed" not in out or b is None or got.shape != b.shape:
+                raise ConfigError(src, f"embeddings.{tok}", "missing or not of H values (the "
+                                  "class token of a ViT or CLIP; a DeiT's distillation token "
+                                  "too)")
             if i == 0:
                 out["pos_embed"] = out["pos_embed"].copy()
-            out["pos_embed"][i] += got - out["b_patch"]
+            out["pos_embed"][i] += got - b
         extra = sorted(set(tokens) - set(wanted))
         if extra:
             raise ConfigError(src, f"embeddings.{extra[0]}", f"model {g.name} has no such "
@@ -498,7 +506,8 @@ def to_scheme(g: Graph, params: Mapping[str, np.ndarray], scheme: str
     trips = g.attr_int("layers")
     tied = bool(g.attr("tied_embeddings", False))
     if scheme == "hf":
-        names += [f"vision_model.{k}" for k in _HF_TOP]
+        names += [f"vision_model.{k}" for k, r in _HF_TOP.items() if r.how != "cls"
+                  and r is not HOST]
         names += [f"vision_model.{k}" for k in _HF_FUSED]
         names += [f"vision_model.encoder.layers.{i}.{k}" for i in range(trips) for k in _HF_LAYER]
     elif scheme == "hf-vit":
