@@ -214,9 +214,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except RuntimeError as e:
+        # a signal that lands while a module is imported can come back wrapped
+        # ("Error calling __set_name__" while a dataclass is made): it is still
+        # the signal
+        interrupt = _interrupt_in(e)
+        if interrupt is None:
+            raise
+        terminated = isinstance(interrupt, Terminated)
+        print(f"tileplan: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM an exception was raised from, if any."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        if isinstance(x, KeyboardInterrupt):
+            return x
+        seen.add(id(x))
+        x = x.__cause__ or x.__context__
+    return None
 
 
 def console() -> None:

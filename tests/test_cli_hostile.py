@@ -307,3 +307,36 @@ def test_report_never_writes_over_its_own_run(run_dir: Path,
         assert main(["report", str(run_dir), "--html", str(target)]) == 2
         _one_line_error(capsys, "--html", "the run's own")
     assert (run_dir / "summary.json").read_text() == summary
+
+
+@pytest.mark.parametrize("signal_, code, word", [("term", 143, "terminated"),
+                                                 ("int", 130, "interrupted")])
+def test_a_signal_wrapped_by_an_import_is_still_the_signal(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], signal_: str,
+        code: int, word: str) -> None:
+    """A SIGTERM that lands while a dataclass is made during an import comes
+    back as RuntimeError("Error calling __set_name__ ...") from the signal's
+    exception: one line and the signal's exit status, no traceback."""
+    import argparse
+
+    from planner import cli
+
+    def handler(args: argparse.Namespace) -> int:
+        cause = cli.Terminated() if signal_ == "term" else KeyboardInterrupt()
+        raise RuntimeError("Error calling __set_name__ on 'Field' instance") from cause
+
+    class Parser:
+        def parse_args(self, argv: object) -> argparse.Namespace:
+            return argparse.Namespace(handler=handler)
+
+    monkeypatch.setattr(cli, "build_parser", Parser)
+    assert cli.main([]) == code
+    assert capsys.readouterr().err.strip() == f"tileplan: {word}"
+
+    def other(args: argparse.Namespace) -> int:
+        raise RuntimeError("not a signal")
+
+    monkeypatch.setattr(cli, "build_parser", lambda: type(
+        "P", (), {"parse_args": lambda self, a: argparse.Namespace(handler=other)})())
+    with pytest.raises(RuntimeError, match="not a signal"):
+        cli.main([])
