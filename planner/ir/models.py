@@ -20,7 +20,8 @@ BERT-style encoders and decoder-only LLMs at prefill:
 - `rope_theta` (absent: none): rotary position embedding on q and k (tables
   [tokens, head_dim/2]) instead of a learned position embedding;
 - `max_positions` (default `tokens`): a learned position table of this many
-  rows whose first `tokens` rows are used (BERT);
+  rows whose first `tokens` rows are used (BERT): those rows are the device's
+  `pos_embed`, the others stay on the host (counted in `host_parameters`);
 - `type_vocab` (default 0): token-type embeddings, the type-0 row added to
   every token (single-segment inputs);
 - `embed_norm` (false): a norm after the embeddings (BERT, CLIP's
@@ -65,9 +66,9 @@ fixed exponents in `CAST_SCALE_EXP`, chosen so the casts of a forward pass at
 the reference initialization neither saturate nor underflow
 (tests/test_reference.py checks it).  `host_parameters` (a graph attr) counts
 the elements of the tables that stay on the host (the word embeddings of an
-untied model) and `derived_parameters` those of the device tensors that are
-computed, not learned (the RoPE tables): `model_parameter_count(g)` is the
-model's published count.
+untied model, position rows past the sequence) and `derived_parameters` those
+of the device tensors that are computed, not learned (the RoPE tables):
+`model_parameter_count(g)` is the model's published count.
 
 `precision="fp16"` builds the deployable graph with every operand fp16: the
 fp8 weights and activation casts of the default policy become fp16 tensors and
@@ -522,11 +523,8 @@ def _embeddings(g: _Builder, cfg: ModelConfig) -> tuple[str, str]:
         x = g.t("x0", (rows, h), "fp16")
         g.op(Cast("embed_in", emb, x))
     else:
-        pos = g.t("pos_embed", (cfg.max_positions or t, h), "fp16", "parameter")
-        if cfg.max_positions:  # the first `tokens` rows of a longer table
-            used = g.t("pos_used", (t, h), "fp16")
-            g.op(Rows("pos_rows", pos, used, tuple(range(t))))
-            pos = used
+        # the rows the sequence reads (a longer table's others stay on the host)
+        pos = g.t("pos_embed", (t, h), "fp16", "parameter")
         x = g.t("x0", (rows, h), "fp16")
         g.op(Add("add_pos", emb, pos, x))
     if cfg.type_vocab:
@@ -584,6 +582,7 @@ def build_model(cfg: ModelConfig, precision: str = "fp8") -> Graph:
         y, _ = g.linear("proj", p8, h, cfg.proj, b, kind="output", out="out")
         outputs.append(y)
     host = cfg.vocab * h if cfg.vocab and not cfg.tied_embeddings else 0
+    host += max(0, cfg.max_positions - t) * h  # position rows past the sequence
     attrs = [("model", cfg.name), ("hidden", h), ("heads", cfg.heads), ("mlp", cfg.mlp),
              ("tokens", t), ("batch", b), ("layers", cfg.layers)]
     if cfg.input == "patches":

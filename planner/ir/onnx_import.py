@@ -304,8 +304,10 @@ def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
                 weights["type_embed"] = tab
                 type_vocab = tab.shape[0]
                 take("type_embeddings", [src, n])
-            else:
-                weights["pos_embed"] = tab
+            else:  # the rows the sequence reads (positions 0.. unless constant)
+                idx = g.value(src.input[1])
+                rows_read = idx.reshape(-1) if idx is not None else np.arange(tokens)
+                weights["pos_embed"] = tab[rows_read]
                 max_positions = tab.shape[0]
                 take("position_embeddings", [src, n])
         elif g.value(other) is not None:  # a constant-folded position slice [1, T, H]

@@ -60,8 +60,9 @@ SCHEMES = ("ours", "hf", "hf-vit", "hf-bert", "hf-decoder", "big_vision")
 class Rule:
     """One file tensor -> one of our parameters: `target` (a per-layer body
     name when `layered`), how its array becomes ours (`how`: "same",
-    "transpose", "conv_oihw", "conv_hwio", "reshape", or "q"/"k"/"v" for one
-    third of a fused in-projection, transposed when 2-D)."""
+    "transpose", "conv_oihw", "conv_hwio", "reshape", "rows" (the first rows:
+    a position table longer than the sequence), or "q"/"k"/"v" for one third
+    of a fused in-projection, transposed when 2-D)."""
 
     target: str
     how: str = "same"
@@ -138,7 +139,7 @@ _BERT_LAYER = {
     "output.LayerNorm.weight": "ln2.gamma", "output.LayerNorm.bias": "ln2.beta",
 }
 _BERT_TOP = {
-    "embeddings.position_embeddings.weight": Rule("pos_embed"),
+    "embeddings.position_embeddings.weight": Rule("pos_embed", "rows"),
     "embeddings.token_type_embeddings.weight": Rule("type_embed"),
     "embeddings.LayerNorm.weight": Rule("embed_ln.gamma"),
     "embeddings.LayerNorm.bias": Rule("embed_ln.beta"),
@@ -294,6 +295,8 @@ def _convert(a: np.ndarray, rule: Rule, want: tuple[int, ...], g: Graph) -> np.n
         a = a.T if a.ndim == 2 else a
     elif how == "reshape" and a.size == int(np.prod(want)):
         a = a.reshape(want)
+    elif how == "rows" and a.ndim == 2 and a.shape[1:] == want[1:] and a.shape[0] >= want[0]:
+        a = a[:want[0]]  # a position table's rows past the sequence are not used
     return a if a.shape == want else None
 
 
@@ -310,6 +313,8 @@ def _expected(rule: Rule, want: tuple[int, ...], g: Graph) -> str:
         return f"{int(np.prod(want))} elements ({want} or a reshape of it)"
     if rule.how in ("q", "k", "v"):
         return str((3 * want[-1], *want[:-1][::-1])) if len(want) == 2 else str((3 * want[0],))
+    if rule.how == "rows":
+        return f"{want} (or more rows)"
     return str(want)
 
 
@@ -344,9 +349,9 @@ def load_weights(g: Graph, path: str | Path) -> dict[str, np.ndarray]:
                                              f"{g.name} (file uses our names)")
             a = _checked_array(src, name, arrays[name])
             shape = want[name].shape
-            if name.startswith("layers.") and a.ndim == len(shape) and \
-                    a.shape[1:] == shape[1:] and a.shape[0] > shape[0]:
-                a = a[:shape[0]]  # a deeper file's later layers are not used
+            if (name.startswith("layers.") or name == "pos_embed") and \
+                    a.ndim == len(shape) and a.shape[1:] == shape[1:] and a.shape[0] > shape[0]:
+                a = a[:shape[0]]  # a deeper file's later layers (positions) are not used
             if a.shape != shape:
                 raise ConfigError(src, name, f"shape must be {shape}" + (
                     " (or more layers)" if name.startswith("layers.") else ""), a.shape)
