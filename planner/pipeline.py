@@ -47,7 +47,9 @@ from simulator.run import run
 class PlanResult:
     """The outcome of `plan()`: the final package and its cycles, the history
     of evaluated proposals (empty without an optimizer), the baseline's
-    cycles, the final plan and run statistics (counts and seconds)."""
+    cycles, the final plan and run statistics (counts and seconds).  `built`
+    is the final build; after optimizer steps, as the optimizer keeps an
+    incumbent (`Built.kept`: the schedule's outline, not its rows)."""
 
     package: Package
     cycles: int

@@ -47,8 +47,8 @@ STAGES = ("lower", "expand", "schedule", "allocate", "link", "verify")
 
 @dataclass(frozen=True)
 class Built:
-    """A complete build: the package, its schedule and allocation (the
-    optimizer keeps them with the incumbent), counts and stage timings."""
+    """A complete build: the package, its schedule and allocation, counts
+    and stage timings (the optimizer keeps an incumbent's as `kept`)."""
 
     package: Package
     schedule: Schedule
