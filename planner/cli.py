@@ -518,7 +518,9 @@ PLAN_ARGS = (
         help="optimizer: local (default), none or a registered one"),
     arg("--proposals", default="", metavar="KIND,...",
         help="proposal kinds the optimizer may use (default: the built-in kinds)"),
-    arg("--jobs", type=count(1), default=1, help="parallel speculative builds; default 1"),
+    arg("--jobs", type=count(1), default=1,
+        help="processes for speculative builds; default 1 (on 2 cores a plan whose "
+             "proposals are mostly accepted gains nothing: docs/results.md, bench_optimizer)"),
     arg("--out", default=None, help="save the package and summary.json to this directory"),
     arg("--json", action="store_true", help="print the summary as one JSON object"),
     arg("--quiet", action="store_true", help="no progress bar on stderr"),
