@@ -11,7 +11,8 @@ transformers onnx onnxscript safetensors`), then from the repository root:
 
 Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
 SEQUENCE tokens, a ViT, a DeiT (class and distillation tokens), a CLIP vision
-tower and a SigLIP tower without its MAP head on 32x32 images in 8x8 patches,
+tower, a SigLIP tower without its MAP head and one with it (tiny-siglip-map)
+on 32x32 images in 8x8 patches,
 Llama- and Qwen2-style decoders with grouped-query attention, Qwen2's with
 q/k/v biases) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
@@ -102,9 +103,15 @@ def main(names: list[str]) -> None:
     def wanted(name: str) -> bool:
         return not names or name in names
 
-    if wanted("tiny-deit") or wanted("tiny-clip"):
+    if wanted("tiny-deit") or wanted("tiny-clip") or wanted("tiny-siglip-map"):
         torch.manual_seed(1)
         image = (torch.randn(1, 3, 32, 32),)
+        if wanted("tiny-siglip-map"):
+            head = SiglipVisionModel(SiglipVisionConfig(
+                hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128, image_size=32, patch_size=8,
+                vision_use_head=True)).eval()
+            export(perturbed(head), image, ["pixel_values"], ROOT / "tiny-siglip-map")
         if wanted("tiny-deit"):
             deit = DeiTModel(DeiTConfig(hidden_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, intermediate_size=128,

@@ -582,12 +582,12 @@ def _plan_run(args: argparse.Namespace, numerics: bool, no_numerics_why: str = "
     inputs, also = None, None
     if str(args.model).endswith(".onnx"):
         from planner.ir.onnx_import import onnx_model
-        from planner.ir.onnx_reference import ort_check, ort_inputs
+        from planner.ir.onnx_reference import ort_check, ort_inputs, our_outputs
 
         weights = weights or args.model  # an ONNX model brings its initializers
         if numerics:  # onnxruntime runs the file on the same tokens: its own answer
             inputs, feed = ort_inputs(onnx_model(args.model), graph, seed=1)
-            also = ort_check(args.model, feed, list(graph.outputs))
+            also = ort_check(args.model, feed, our_outputs(onnx_model(args.model), graph))
     graph, raw = model_values(graph, weights, args.scales, inputs=inputs)
     kinds = tuple(k.strip() for k in args.proposals.split(",") if k.strip())
     cfg = PipelineConfig(optimization_steps=args.optimization_steps,

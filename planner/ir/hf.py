@@ -53,6 +53,11 @@ from typing import Any
 from tilecommon.config import read_document
 from tilecommon.errors import ConfigError
 
+# a vision tower with the MAP head, as the published C600 runs ran it (the zoo's
+# siglip-so400m-map): the head and an fp8 PV product.  What an imported
+# SigLIP tower with a head gets (here and in planner.ir.onnx_import).
+MAP_TOWER = {"pool": "map", "pv_dtype": "fp8"}
+
 TEXT_TOKENS = 128  # a BERT-style encoder's sequence (the zoo's bert-base)
 DECODER_TOKENS = 512  # a decoder's prefill (the zoo's qwen2.5-0.5b)
 GELUS = {"gelu": "gelu_erf", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -134,9 +139,7 @@ def hf_table(path: str | Path) -> tuple[dict[str, Any], str]:
                  "tokens": f.grid(), "eps": float(f.get("layer_norm_eps", 1e-6)),
                  "activation": f.act(default="gelu_pytorch_tanh")}
         if f.get("vision_use_head", True):
-            # the whole tower as the published C600 runs ran it (the zoo's
-            # siglip-so400m-map): the MAP head and an fp8 PV product
-            table.update(pool="map", pv_dtype="fp8")
+            table.update(MAP_TOWER)
     elif kind in ("clip", "clip_vision_model"):
         # CLIP's tower: class token, no patch bias, pre-layernorm, quick GELU, and its
         # post-layernorm on the first token only (CLIPVisionModel's pooler_output)

@@ -16,6 +16,8 @@ from tilecommon.errors import ConfigError
 
 PASS = ("Dropout", "Identity")  # no-ops on the hidden path
 VIEW = ("Reshape", "Transpose", "Squeeze", "Unsqueeze")  # head split / merge
+# layout of constants (and the shapes they take): folded
+FOLD = ("Identity", *VIEW, "Split", "Expand", "Tile", "ConstantOfShape")
 
 
 class _Graph:
@@ -35,6 +37,7 @@ class _Graph:
                 for a in n.attribute:
                     if a.name == "value":
                         self.const[n.output[0]] = numpy_helper.to_array(a.t)
+        self._folding = 0  # depth of `value`'s walk through foldable nodes
         self.producer = {o: n for n in self.nodes for o in n.output}
         self.consumers: dict[str, list[Any]] = {}
         for n in self.nodes:
@@ -48,15 +51,28 @@ class _Graph:
             self.shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
 
     def value(self, name: str) -> np.ndarray | None:
-        """The constant behind `name` (through Identity nodes), or None."""
-        seen = 0
-        while name not in self.const and seen < 8:
-            n = self.producer.get(name)
-            if n is None or n.op_type != "Identity":
-                return None
-            name = n.input[0]
-            seen += 1
-        return self.const.get(name)
+        """The constant behind `name`, or None: through Identity nodes and
+        through the layout nodes of constants (`FOLD`: the TorchScript
+        exporter's Expand / Tile of the MAP head's probe, the dynamo
+        exporter's Split and Transpose of a packed in-projection), which are
+        evaluated once and remembered.  Arithmetic is never folded: a weight
+        stays a weight."""
+        if name in self.const:
+            return self.const[name]
+        n = self.producer.get(name)
+        if n is None or n.op_type not in FOLD or self._folding > 32:
+            return None
+        self._folding += 1
+        try:
+            args = [self.value(i) if i else None for i in n.input]
+        finally:
+            self._folding -= 1
+        if any(i and a is None for i, a in zip(n.input, args, strict=True)):
+            return None
+        out = _fold(n, args, name)
+        if out is not None:
+            self.const[name] = out
+        return out
 
     def bad(self, node: Any, what: str) -> ConfigError:
         return ConfigError(self.source, f"node {node.name or node.output[0]}",
@@ -86,6 +102,61 @@ class _Graph:
             if not data:
                 return name, passed
             name = data[0]
+
+
+def _fold(n: Any, args: list[np.ndarray | None], name: str) -> np.ndarray | None:
+    """The output `name` of layout node `n` on constant inputs `args`, or
+    None when its attributes are not the plain ones exporters write."""
+    attrs = {a.name: a for a in n.attribute}
+    x = args[0]
+    assert x is not None
+    try:
+        if n.op_type == "Identity":
+            return x
+        if n.op_type == "Transpose":
+            perm = list(attrs["perm"].ints) if "perm" in attrs else None
+            return np.transpose(x, perm)
+        if n.op_type == "Reshape":
+            dims = [int(d) for d in np.asarray(args[1]).reshape(-1)]
+            if not ("allowzero" in attrs and attrs["allowzero"].i):
+                dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+            return x.reshape(dims)
+        if n.op_type in ("Squeeze", "Unsqueeze"):
+            axes = args[1] if len(args) > 1 and args[1] is not None else \
+                (list(attrs["axes"].ints) if "axes" in attrs else None)
+            if n.op_type == "Squeeze":
+                return np.squeeze(x, None if axes is None else tuple(int(a) for a in
+                                                                 np.ravel(axes)))
+            if axes is None:
+                return None
+            return np.expand_dims(x, tuple(int(a) for a in np.ravel(axes)))
+        if n.op_type == "Expand":
+            assert args[1] is not None
+            shape = tuple(int(d) for d in np.ravel(args[1]))
+            return np.broadcast_to(x, np.broadcast_shapes(x.shape, shape)).copy()
+        if n.op_type == "ConstantOfShape":
+            from onnx import numpy_helper
+
+            fill = numpy_helper.to_array(attrs["value"].t) if "value" in attrs else \
+                np.zeros(1, np.float32)
+            return np.full(tuple(int(d) for d in np.ravel(x)), fill.reshape(-1)[0], fill.dtype)
+        if n.op_type == "Tile":
+            assert args[1] is not None
+            return np.tile(x, tuple(int(d) for d in np.ravel(args[1])))
+        if n.op_type == "Split":
+            axis = attrs["axis"].i if "axis" in attrs else 0
+            if len(args) > 1 and args[1] is not None:
+                sizes = [int(d) for d in np.ravel(args[1])]
+            elif "split" in attrs:
+                sizes = list(attrs["split"].ints)
+            else:  # equal parts (opset 18: num_outputs)
+                k = len(n.output)
+                sizes = [x.shape[axis] // k] * k
+            cuts = np.cumsum(sizes)[:-1]
+            return np.split(x, cuts, axis=axis)[list(n.output).index(name)]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+    return None
 
 
 def _linear(g: _Graph, node: Any) -> tuple[np.ndarray, np.ndarray | None, str, list[Any]] | None:

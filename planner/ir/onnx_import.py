@@ -23,7 +23,8 @@ ViT and SigLIP towers and for a Llama-style decoder:
   block's own (CLIP's pre-layernorm); pre-LN blocks (the norm before q/k/v
   and before the MLP, residuals around them) and the final
   `LayerNormalization` (CLIP: on the first token only, `Gather` / `Slice`
-  then the norm, beside the hidden states);
+  then the norm, beside the hidden states), or SigLIP's MAP head after it
+  (planner.ir.onnx_head);
 
 - token embeddings: `Gather(word table, input_ids)` (gathered on the host, as
   the zoo's text models), token types (`Gather(type table, ...)`: the type-0
@@ -56,6 +57,7 @@ planner.ir.onnx_layers'.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +65,9 @@ from typing import Any
 
 import numpy as np
 
+from planner.ir.hf import MAP_TOWER
 from planner.ir.onnx_graph import PASS, VIEW, _Graph, _linear, load_onnx
+from planner.ir.onnx_head import map_head
 from planner.ir.onnx_layers import _bias, _downstream, _eps, _layer, _ln, _norm_of, _rope_theta
 from tilecommon.errors import ConfigError
 
@@ -78,6 +82,10 @@ class Imported:
     word_embeddings: np.ndarray
     provenance: dict[str, list[str]] = field(default_factory=dict)
     op_types: dict[str, int] = field(default_factory=dict)
+    # what each of the file's outputs is, in its order: "hidden" (the final
+    # hidden states), "pooled" (the pooler's, CLIP's first-token norm's or the
+    # MAP head's output) or "" (neither: not compared)
+    output_roles: tuple[str, ...] = ()
 
 
 def onnx_model(path: str | Path) -> Imported:
@@ -98,7 +106,8 @@ KNOWN = frozenset({
     "Equal", "Erf", "Expand", "Flatten", "Gather", "GatherElements", "GatherND", "Gelu",
     "Gemm", "GreaterOrEqual", "Identity", "IsNaN", "LayerNormalization", "MatMul", "Mul",
     "Pow", "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Squeeze", "Tanh", "Transpose",
-    "Unsqueeze", "Where", "And", "Neg", "ReduceMean", "Sqrt", "Reciprocal"})
+    "Unsqueeze", "Where", "And", "Neg", "ReduceMean", "Sqrt", "Reciprocal", "Split", "Tile",
+    "Mod"})
 
 
 @functools.lru_cache(maxsize=4)
@@ -196,8 +205,20 @@ def _recognise(g: _Graph) -> Imported:
             weights["ln_f.beta"] = final.beta
         take("ln_f", final.nodes)
         h = final.out
+    head = map_head(g, h, hidden, heads) if pre and conv is not None \
+        and first_norm is None else None
+    pooled = first_norm.out if first_norm is not None else None
+    if head is not None:  # SigLIP's attention-pooling head (planner.ir.onnx_head)
+        if head.activation != activation or not math.isclose(head.eps, eps, rel_tol=1e-3):
+            raise ConfigError(source, "onnx", f"the MAP head's GELU ({head.activation}) and "
+                                              f"norm eps ({head.eps:g}) must be the tower's "
+                                              f"({activation}, {eps:g})")
+        weights.update(head.weights)
+        for role, nodes in head.nodes.items():
+            take(role, nodes)
+        pool, pooled = "map", head.pooled
     users = g.users(h)
-    gather = None if first_norm is not None else \
+    gather = None if first_norm is not None or head is not None else \
         next((u for u in users if u.op_type in ("Gather", "Slice")), None)
     if gather is not None:
         lin = next((x for x in (_linear(g, u) for u in g.users(gather.output[0]))
@@ -207,7 +228,7 @@ def _recognise(g: _Graph) -> Imported:
             raise g.bad(gather, "expected the pooler: Gather of the first token, a linear, Tanh")
         weights["w_pool"], weights["b_pool"] = lin[0], _bias(lin)
         take("pooler", [gather, *lin[3], tanh])
-        pool = "pooler"
+        pool, pooled = "pooler", tanh.output[0]
     for k in layers[0]:
         weights[f"layers.{k}"] = np.stack([lay[k] for lay in layers])
     # every node on the hidden path is covered by a pattern
@@ -241,6 +262,8 @@ def _recognise(g: _Graph) -> Imported:
             table_out["kv_heads"] = first["kv_heads"]
     elif pre:
         table_out.update(patch=fields["patch"], channels=fields["channels"])
+        if head is not None:
+            table_out.update(MAP_TOWER)
         if embed_norm:
             table_out["embed_norm"] = True
         if first_norm is not None:
@@ -255,8 +278,11 @@ def _recognise(g: _Graph) -> Imported:
     counts: dict[str, int] = {}
     for n in g.nodes:
         counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    roles = tuple("hidden" if g.back(o, ())[0] == h else
+                  "pooled" if pooled is not None and g.back(o, ())[0] == pooled else ""
+                  for o in g.outputs)
     return Imported(table_out, {k: np.asarray(v, np.float32) for k, v in weights.items()},
-                    np.asarray(table, np.float32), prov, dict(sorted(counts.items())))
+                    np.asarray(table, np.float32), prov, dict(sorted(counts.items())), roles)
 
 
 def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any

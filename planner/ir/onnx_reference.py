@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from planner.ir.onnx_import import Imported
+from tilecommon.errors import ConfigError
 
 
 def ort_inputs(imported: Imported, graph: Any, seed: int
@@ -56,15 +57,31 @@ def ort_inputs(imported: Imported, graph: Any, seed: int
     return ours, feed
 
 
-def ort_check(path: str | Path, feed: dict[str, np.ndarray], names: list[str]
+def our_outputs(imported: Imported, graph: Any) -> list[str | None]:
+    """Our output for each of the file's outputs, in the file's order (None:
+    one we do not compute, such as a MAP tower's hidden states beside its
+    pooled output).  Our graph lists the hidden states first when it has
+    them, the pooled output last."""
+    pooled = imported.table.get("pool", "none") != "none"
+    outs = list(graph.outputs)
+    ours = {"hidden": outs[0] if not pooled or len(outs) > 1 else None,
+            "pooled": outs[-1] if pooled else None}
+    roles = imported.output_roles or ("hidden",) * len(outs)
+    return [ours.get(r) for r in roles]
+
+
+def ort_check(path: str | Path, feed: dict[str, np.ndarray], names: list[str | None]
               ) -> Any:
     """A comparison of simulated outputs with onnxruntime's (CPU) run of the
-    file on `feed`: the file's outputs in order are our outputs `names`.
-    Returns a function of the simulated outputs giving `ort_cosine_min` (the
-    smallest cosine similarity of a row) and `ort_rel_error` (relative
-    Frobenius distance) over all of them."""
+    file on `feed`: the file's outputs in order are our outputs `names`
+    (None: not compared; `our_outputs`).  Returns a function of the simulated
+    outputs giving `ort_cosine_min` (the smallest cosine similarity of a row)
+    and `ort_rel_error` (relative Frobenius distance) over all of them."""
     import onnxruntime as ort
 
+    if not any(names):
+        raise ConfigError(str(path), "onnx", "none of the file's outputs is one the "
+                                             "imported model computes")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     wanted = {i.name for i in session.get_inputs()}
     got = session.run(None, {k: v for k, v in feed.items() if k in wanted})
@@ -72,6 +89,8 @@ def ort_check(path: str | Path, feed: dict[str, np.ndarray], names: list[str]
     def compare(outputs: Any) -> dict[str, Any]:
         cos, num, den = 1.0, 0.0, 0.0
         for name, theirs in zip(names, got, strict=False):
+            if name is None:
+                continue
             a = np.asarray(outputs[name], np.float64).reshape(-1, theirs.shape[-1])
             b = np.asarray(theirs, np.float64).reshape(a.shape)
             dots = (a * b).sum(1)
