@@ -12,7 +12,8 @@ transformers onnx onnxscript safetensors`), then from the repository root:
 Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
 SEQUENCE tokens, a ViT, a DeiT (class and distillation tokens), a CLIP vision
 tower, a SigLIP tower without its MAP head and one with it (tiny-siglip-map)
-on 32x32 images in 8x8 patches,
+on 32x32 images in 8x8 patches, a model that is none of the templates
+(tiny-dag: branches, RMSNorm, SwiGLU, a Softmax head; ONNX only),
 Llama- and Qwen2-style decoders with grouped-query attention, Qwen2's with
 q/k/v biases) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
@@ -65,6 +66,54 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
             continue
         whole = onnx.load(str(path))  # external data (the dynamo exporter's) inline:
         onnx.save(whole, str(path), save_as_external_data=False)  # one file per exporter
+        Path(str(path) + ".data").unlink(missing_ok=True)
+        print(f"{path}: {path.stat().st_size:,} bytes")
+
+
+def tiny_dag() -> object:
+    """A model that is none of the templates (a DAG import: planner.ir.onnx_dag):
+    two branches off one LayerNorm (a GELU MLP and a plain linear) added to
+    the input, an RMSNorm, a SwiGLU MLP as a residual, then tanh, a linear
+    head and a Softmax over its 10 classes; outputs the probabilities and
+    the hidden states."""
+    import torch
+
+    class TinyDag(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            lin = torch.nn.Linear
+            self.ln = torch.nn.LayerNorm(64)
+            self.a, self.b, self.c = lin(64, 128), lin(128, 64), lin(64, 64)
+            self.rms = torch.nn.Parameter(torch.ones(64))
+            self.gate, self.up, self.down = lin(64, 96), lin(64, 96), lin(96, 64)
+            self.head = lin(64, 10)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.ln(x)
+            y = x + self.b(torch.nn.functional.gelu(self.a(h))) + self.c(h)
+            z = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6) * self.rms
+            y = y + self.down(torch.nn.functional.silu(self.gate(z)) * self.up(z))
+            return torch.softmax(self.head(torch.tanh(y)), -1), y
+
+    return TinyDag().eval()
+
+
+def export_dag(out: Path) -> None:
+    """tiny_dag's ONNX files, one per exporter (no checkpoint: it is no
+    transformers model, the files' initializers are its weights)."""
+    import onnx
+    import torch
+
+    torch.manual_seed(2)
+    model = perturbed(tiny_dag())
+    out.mkdir(parents=True, exist_ok=True)
+    for exporter, dynamo, opset in (("torchscript", False, 17), ("dynamo", True, 18)):
+        path = out / f"model.{exporter}.onnx"
+        torch.onnx.export(model, (torch.randn(1, 16, 64),), str(path),  # type: ignore[arg-type]
+                          input_names=["x"], output_names=["probs", "hidden"],
+                          opset_version=opset, dynamo=dynamo)
+        whole = onnx.load(str(path))
+        onnx.save(whole, str(path), save_as_external_data=False)
         Path(str(path) + ".data").unlink(missing_ok=True)
         print(f"{path}: {path.stat().st_size:,} bytes")
 
@@ -122,6 +171,8 @@ def main(names: list[str]) -> None:
                                                     num_attention_heads=4, intermediate_size=128,
                                                     image_size=32, patch_size=8)).eval()
             export(perturbed(clip), image, ["pixel_values"], ROOT / "tiny-clip")
+    if wanted("tiny-dag"):
+        export_dag(ROOT / "tiny-dag")
     if names and not {"tiny-bert", "tiny-vit", "tiny-siglip", "tiny-llama",
                       "tiny-qwen2"} & set(names):
         return

@@ -84,7 +84,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from planner.ir.graph import Graph, Op, Repeat, Tensor, make_graph
+from planner.ir.builder import CAST_SCALE_EXP, WEIGHT_SCALE_EXP, Tensors
+from planner.ir.graph import Graph, Repeat, Tensor, make_graph
 from planner.ir.ops.add import Add
 from planner.ir.ops.batch_matmul import BatchMatMul
 from planner.ir.ops.broadcast import Broadcast
@@ -107,11 +108,6 @@ PRECISIONS = ("fp8", "fp16", "fp32")
 DEPLOYABLE = ("fp8", "fp16")  # precisions a plan can be built for
 
 WEIGHT_STD = 0.02
-WEIGHT_SCALE_EXP = -8  # weight codes have std 0.02·2**8 ≈ 5 (fp8 e4m3 max 448)
-CAST_SCALE_EXP = {"patches": -4, "ln": -2, "attn": -6, "gelu": -2,
-                  # attention operands in fp8 (qk_dtype / pv_dtype): q, k, v
-                  # have std ~0.7, probabilities lie in [0, 1]; the probe N(0, 0.02)
-                  "qkv": -4, "probs": -8, "probe": -8}
 POOLS = ("none", "map", "pooler", "last", "first_norm")
 ATTENTION_DTYPES = ("fp16", "fp8")
 ACTIVATIONS = ("gelu_tanh", "gelu_erf", "quick_gelu", "swiglu")
@@ -281,7 +277,11 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     elif str(name_or_path).endswith(".onnx"):
         from planner.ir.onnx_import import onnx_model
 
-        data, source = dict(onnx_model(name_or_path).table), str(name_or_path)
+        imported = onnx_model(name_or_path)
+        if imported.dag is not None:
+            raise ConfigError(str(name_or_path), "model", "a DAG of IR ops, not one of the "
+                                                          "model templates: no model fields")
+        data, source = dict(imported.table), str(name_or_path)
     else:
         data, source = read_toml(name_or_path, ZOO_DIR, "model", "zoo model", "zoo")
     return parse_config(data, source)
@@ -304,8 +304,21 @@ def load_model(
     operand fp16) or "fp32" (reference-only: every tensor fp32).  Raises
     ConfigError.
     """
-    cfg = load_config(name_or_path)
     source = str(name_or_path)
+    if source.endswith(".onnx"):
+        from planner.ir.onnx_import import onnx_model
+
+        dag = onnx_model(name_or_path).dag
+        if dag is not None:  # any DAG of the IR's ops: sizes as exported
+            for field, value in (("layers", layers), ("batch", batch), ("tokens", tokens)):
+                if value is not None:
+                    raise ConfigError(source, field, "a DAG import has the sizes it was "
+                                                     "exported with: no override", value)
+            if precision not in PRECISIONS:
+                raise ConfigError(source, "precision", f"must be one of {PRECISIONS}",
+                                  precision)
+            return dag.graph(precision)
+    cfg = load_config(name_or_path)
     for field, value in (("layers", layers), ("batch", batch), ("tokens", tokens)):
         if value is None:
             continue
@@ -327,35 +340,12 @@ def load_model(
     return build_model(cfg, precision)
 
 
-class _Builder:
-    """Collects tensors and ops of one graph in order."""
+class _Builder(Tensors):
+    """The template's builder: a model config's blocks over `Tensors`."""
 
     def __init__(self, cfg: ModelConfig, precision: str) -> None:
+        super().__init__(precision)
         self.cfg = cfg
-        self.fp32 = precision == "fp32"
-        self.fp16 = precision == "fp16"
-        self.tensors: list[Tensor] = []
-        self.ops: list[Op] = []
-
-    def t(self, name: str, shape: tuple[int, ...], dtype: str, kind: str = "activation",
-          scale_exp: int = 0) -> str:
-        if self.fp32:
-            dtype, scale_exp = "fp32", 0
-        elif self.fp16 and dtype == "fp8":
-            dtype, scale_exp = "fp16", 0
-        self.tensors.append(Tensor(name, shape, dtype, kind, scale_exp))
-        return name
-
-    def op(self, op: Op) -> None:
-        self.ops.append(op)
-
-    def cast8(self, x: str, shape: tuple[int, ...], scale_exp: int) -> str:
-        """`x` cast to fp8 at `scale_exp` (at precision fp16: `x` itself)."""
-        if self.fp16:
-            return x
-        out = self.t(f"{x}_fp8", shape, "fp8", scale_exp=scale_exp)
-        self.op(Cast(f"cast_{x}", x, out))
-        return out
 
     def cast_if(self, x: str, shape: tuple[int, ...], dtype: str, scale: str) -> str:
         """`x` itself for fp16, else its fp8 cast at CAST_SCALE_EXP[scale]."""

@@ -52,7 +52,9 @@ from (`tileplan inspect` lists it).
 
 This module recognises the embeddings and walks the layers; the graph it
 reads is planner.ir.onnx_graph's, one layer's patterns are
-planner.ir.onnx_layers'.
+planner.ir.onnx_layers'.  A file no template matches is tried as any DAG
+of the IR's op kinds (planner.ir.onnx_dag: `Imported.dag`, an empty
+`table`); when that fails too, the error says both reasons.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from planner.ir.hf import MAP_TOWER
+from planner.ir.onnx_dag import Dag, dag_import
 from planner.ir.onnx_graph import PASS, VIEW, _Graph, _linear, load_onnx
 from planner.ir.onnx_head import map_head
 from planner.ir.onnx_layers import _bias, _downstream, _eps, _layer, _ln, _norm_of, _rope_theta
@@ -86,6 +89,9 @@ class Imported:
     # hidden states), "pooled" (the pooler's, CLIP's first-token norm's or the
     # MAP head's output) or "" (neither: not compared)
     output_roles: tuple[str, ...] = ()
+    # a file no template matches, taken as any DAG of the IR's op kinds
+    # (planner.ir.onnx_dag; then `table` is empty)
+    dag: Dag | None = None
 
 
 def onnx_model(path: str | Path) -> Imported:
@@ -114,7 +120,17 @@ KNOWN = frozenset({
 def _import(source: str, stamp: int) -> Imported:
     g = _Graph(load_onnx(source), source)
     try:
-        return _recognise(g)
+        try:
+            return _recognise(g)
+        except ConfigError as e:  # not a template: any DAG of the IR's ops?
+            try:
+                dag = dag_import(g, _name(source))
+            except ConfigError as d:
+                raise ConfigError(e.source, e.field, f"{e.message}; as a DAG of IR ops: "
+                                                     f"{d.field}: {d.message}",
+                                  e.value) from None
+        return Imported({}, dag.weights, np.zeros((0, 0), np.float32), dag.provenance,
+                        _op_types(g), dag=dag)
     except ConfigError as e:  # say what the file holds that no pattern knows
         counts: dict[str, int] = {}
         for n in g.nodes:
@@ -243,11 +259,8 @@ def _recognise(g: _Graph) -> Imported:
         raise g.bad(n, "no pattern covers it (expected part of an embedding, linear, "
                        "attention, LayerNorm, GELU, residual or pooler); uncovered on the "
                        f"hidden path: {dict(sorted(kinds.items()))}")
-    name = Path(source).stem.split(".")[0]
-    if name == "model":
-        name = Path(source).resolve().parent.name
     table_out: dict[str, Any] = {
-        "name": name, "hidden": int(hidden), "heads": int(heads), "mlp": int(mlp),
+        "name": _name(source), "hidden": int(hidden), "heads": int(heads), "mlp": int(mlp),
         "tokens": int(tokens), "layers": len(layers), "eps": float(eps),
         "activation": activation, "attention_mask": mask, "pool": pool}
     if fields.get("decoder"):
@@ -275,14 +288,24 @@ def _recognise(g: _Graph) -> Imported:
             table_out["max_positions"] = fields["max_positions"]
         if fields["type_vocab"]:
             table_out["type_vocab"] = fields["type_vocab"]
-    counts: dict[str, int] = {}
-    for n in g.nodes:
-        counts[n.op_type] = counts.get(n.op_type, 0) + 1
     roles = tuple("hidden" if g.back(o, ())[0] == h else
                   "pooled" if pooled is not None and g.back(o, ())[0] == pooled else ""
                   for o in g.outputs)
     return Imported(table_out, {k: np.asarray(v, np.float32) for k, v in weights.items()},
-                    np.asarray(table, np.float32), prov, dict(sorted(counts.items())), roles)
+                    np.asarray(table, np.float32), prov, _op_types(g), roles)
+
+
+def _name(source: str) -> str:
+    """The model's name: the file's stem, or its directory's for model.*.onnx."""
+    name = Path(source).stem.split(".")[0]
+    return Path(source).resolve().parent.name if name == "model" else name
+
+
+def _op_types(g: _Graph) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for n in g.nodes:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
@@ -294,9 +317,9 @@ def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
     word = next((n for n in g.nodes if n.op_type == "Gather" and g.value(n.input[0]) is not None
                  and n.input[1] in g.inputs), None)
     if ids is None or word is None:
-        raise ConfigError(source, "onnx", "neither a token embedding (Gather of an initializer "
-                                          "by input_ids) nor a patch Conv on an input: only "
-                                          "BERT-style encoders and ViT towers import so far")
+        raise ConfigError(source, "onnx", "no model template: neither a token embedding "
+                                          "(Gather of an initializer by input_ids) nor a "
+                                          "patch Conv on an input")
     table = g.value(word.input[0])
     assert table is not None
     vocab, hidden = table.shape

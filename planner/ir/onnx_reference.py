@@ -31,6 +31,9 @@ def ort_inputs(imported: Imported, graph: Any, seed: int
     from planner.ir.reference import init_inputs
 
     ours = init_inputs(graph, seed=seed)
+    if imported.dag is not None:  # each input as the file shapes it
+        return ours, {name: ours[mine].reshape(shape).astype(np.float32)
+                      for name, mine, shape in imported.dag.inputs}
     batch, tokens = graph.attr_int("batch"), graph.attr_int("tokens")
     rng = np.random.default_rng(seed)
     if "patches" in ours:  # a tower: images, and their patches with the class row zero
@@ -62,6 +65,8 @@ def our_outputs(imported: Imported, graph: Any) -> list[str | None]:
     one we do not compute, such as a MAP tower's hidden states beside its
     pooled output).  Our graph lists the hidden states first when it has
     them, the pooled output last."""
+    if imported.dag is not None:
+        return [mine for _, mine in imported.dag.outputs]
     pooled = imported.table.get("pool", "none") != "none"
     outs = list(graph.outputs)
     ours = {"hidden": outs[0] if not pooled or len(outs) > 1 else None,
