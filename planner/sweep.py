@@ -522,8 +522,16 @@ def plot_metric(out: Path, sweep: Sweep, rows: Sequence[Mapping[str, Any]]) -> P
 
 
 def _init_worker() -> None:
+    """A local worker: the numeric runtime configured; SIGTERM back to its
+    default and Ctrl-C ignored (the parent stops the workers itself: `close`
+    in make_executor; a forked worker would otherwise run the CLI's handler
+    and print a traceback as it is stopped)."""
+    import signal
+
     from tilecommon.runtime import configure
 
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure()
 
 
