@@ -161,9 +161,11 @@ class LocalOptimizer:
         run_ = _Run(graph, device, cfg, executor, self.kinds,
                     self.max_in_flight or max(1, cfg.jobs - 1), ctx, self.accept,
                     self.on_record)
+        handoff = [baseline]  # not held by this frame: it goes once a proposal replaces it
+        del baseline
         try:
             with gc_paused():  # trials allocate ~10⁶ acyclic objects each (expand.gc_paused)
-                final = run_.optimize(baseline)
+                final = run_.optimize(handoff.pop())
         finally:
             for fut in run_.futures.values():
                 fut.cancel()
