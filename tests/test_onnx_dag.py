@@ -55,12 +55,14 @@ def test_both_exports_run_to_one_package_and_agree_with_onnxruntime(
 
 
 def _model(tmp_path: Path, nodes: list, inits: dict[str, np.ndarray],
-           shape: list = (4, 8), out_shape: list | None = None, name: str = "m") -> Path:
+           shape: list = (4, 8), out_shape: list | None = None, name: str = "m",
+           dtype: str = "float") -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    elem = TensorProto.FLOAT if dtype == "float" else TensorProto.INT64
     graph = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        nodes, name, [helper.make_tensor_value_info("x", elem, list(shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape or list(shape))],
         [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -92,6 +94,8 @@ def test_a_diamond_of_matmuls_plans_and_agrees(tmp_path: Path,
     ("cubic", ["node square", "computes none of GELU"]),
     ("reshape", ["node flat", "Reshape", "a DAG import takes"]),
     ("dynamic", ["input x", "static shape"]),
+    ("constant-add", ["node shift", "Add by a constant tensor", "a linear's bias"]),
+    ("int-input", ["input x", "float inputs"]),
 ])
 def test_what_a_dag_import_refuses_exits_2_naming_it(
         tmp_path: Path, case: str, words: list[str],
@@ -108,6 +112,13 @@ def test_what_a_dag_import_refuses_exits_2_naming_it(
     elif case == "reshape":
         path = _model(tmp_path, [helper.make_node("Reshape", ["x", "s"], ["y"], name="flat")],
                       {"s": np.array([8, 4])}, out_shape=[8, 4])
+    elif case == "constant-add":
+        path = _model(tmp_path, [helper.make_node("Add", ["x", "b"], ["y"], name="shift")],
+                      {"b": np.ones(8)})
+    elif case == "int-input":
+        path = _model(tmp_path, [helper.make_node("Cast", ["x"], ["c"], to=1, name="c"),
+                                 helper.make_node("MatMul", ["c", "w"], ["y"], name="mm")],
+                      w, dtype="int64")
     else:
         path = _model(tmp_path, [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
                       w, shape=["n", 8], out_shape=["n", 8])

@@ -57,6 +57,7 @@ from tilecommon.errors import ConfigError
 TAKES = ("MatMul or Gemm by a constant (+ bias), Add of two activations, "
          "LayerNormalization, RMSNorm, Softmax, GELU / quick GELU / SiLU / Tanh "
          "(as one node or elementwise chains), SwiGLU, Cast")
+FLOATS = (1, 10, 11, 16)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 ELEMENTWISE = ("Mul", "Div", "Add", "Sub", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid", "Neg")
 
 
@@ -173,6 +174,10 @@ def _run_chain(g: _Graph, x: str, nodes: list[Any], at: np.ndarray) -> dict[str,
     return env
 
 
+def _scalar(c: np.ndarray | None) -> bool:
+    return c is not None and c.size == 1
+
+
 def _chain(g: _Graph, x: str, done: set[int]) -> tuple[str, list[Any], str] | None:
     """The elementwise chain reading only `x` (and its own values and
     constants) from x: (the step kind, its nodes in order, its output), or None."""
@@ -185,7 +190,7 @@ def _chain(g: _Graph, x: str, done: set[int]) -> tuple[str, list[Any], str] | No
             for u in g.users(v):
                 if id(u) in done or u in members or u.op_type not in ELEMENTWISE:
                     continue
-                if all(i in inside or g.value(i) is not None for i in u.input if i):
+                if all(i in inside or _scalar(g.value(i)) for i in u.input if i):
                     members.append(u)
                     inside.add(u.output[0])
                     changed = True
@@ -226,6 +231,9 @@ def dag_import(g: _Graph, name: str) -> Dag:
     taken: set[str] = set()
     val: dict[str, str] = {}  # the file's value -> ours
     for inp in g.inputs:
+        if g.elem_types.get(inp) not in FLOATS:
+            raise ConfigError(g.source, f"input {inp}", "a DAG import takes float inputs "
+                                                        "(token ids need a model template)")
         dims = g.shapes.get(inp, [])
         if not dims or any(d <= 0 for d in dims):
             raise ConfigError(g.source, f"input {inp}", f"needs a static shape, got {dims} "
@@ -354,6 +362,10 @@ def dag_import(g: _Graph, name: str) -> Dag:
                 raise g.bad(n, f"a DAG import takes {TAKES}; an elementwise Mul of two "
                                "activations only as SwiGLU's silu(gate) * up")
             continue
+        if n.op_type in ("Add", "Sub", "Mul", "Div") and len(set(reads)) == 1 and any(
+                (c := g.value(i)) is not None and c.size > 1 for i in n.input):
+            raise g.bad(n, f"{n.op_type} by a constant tensor: a DAG import takes one only as "
+                           "a linear's bias (MatMul + Add) or a norm's scale")
         if n.op_type in ELEMENTWISE and len(set(reads)) == 1:
             hit = _chain(g, x, done)
             if hit is not None:

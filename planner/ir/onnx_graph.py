@@ -46,7 +46,9 @@ class _Graph:
         self.inputs = [i.name for i in g.input if i.name not in self.const]
         self.outputs = [o.name for o in g.output]
         self.shapes: dict[str, list[int]] = {}
+        self.elem_types: dict[str, int] = {}  # onnx.TensorProto element types
         for vi in [*g.value_info, *g.input, *g.output]:
+            self.elem_types[vi.name] = vi.type.tensor_type.elem_type
             dims = vi.type.tensor_type.shape.dim
             self.shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
 
