@@ -209,6 +209,13 @@ def main(argv: list[str] | None = None) -> str:
         publish("bench_optimizer_compare", "Incremental expansion vs from scratch", text,
                 args.out_dir)
         return text
+    # the processes of their own first: a child started after this process
+    # has built and dropped the in-process cases' builds ran 40-50% slower,
+    # all of it system time clearing fresh pages (perf: clear_page_erms 30%
+    # of its samples) -- the machine's host taking back freed memory, not
+    # the planner; measured on this VM
+    anchor, speculation = anchor_rows(SMALL_ANCHOR_CASES if args.small else ANCHOR_CASES,
+                                      steps)
     ctx = fresh(args.scratch)
     if args.executor == "thread" and args.jobs > 1:
         with ThreadPoolExecutor(args.jobs) as pool:
@@ -221,8 +228,6 @@ def main(argv: list[str] | None = None) -> str:
     text = (f"local optimizer on {DEVICE}, jobs {args.jobs} ({mode}), expansion {reuse}: "
             f"{store.steps_reused} lowered steps reused, {store.steps_expanded} expanded\n"
             + table(HEADER, rows, left=(0, -1)))
-    anchor, speculation = anchor_rows(SMALL_ANCHOR_CASES if args.small else ANCHOR_CASES,
-                                      steps)
     text += ("\n\nplanning the hardware-anchor workload, each case in a process of its own "
              "(targets: < 30 s, peak RSS <= 2.5 GB, the same package with 2 jobs)\n"
              + table(ANCHOR_HEADER, anchor, left=(0, -1)) + "\n" + speculation)
