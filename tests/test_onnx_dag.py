@@ -96,6 +96,7 @@ def test_a_diamond_of_matmuls_plans_and_agrees(tmp_path: Path,
     ("dynamic", ["input x", "static shape"]),
     ("constant-add", ["node shift", "Add by a constant tensor", "a linear's bias"]),
     ("int-input", ["input x", "float inputs"]),
+    ("gemm-bias-per-row", ["node g", "a bias of shape (4, 8)"]),
 ])
 def test_what_a_dag_import_refuses_exits_2_naming_it(
         tmp_path: Path, case: str, words: list[str],
@@ -115,6 +116,9 @@ def test_what_a_dag_import_refuses_exits_2_naming_it(
     elif case == "constant-add":
         path = _model(tmp_path, [helper.make_node("Add", ["x", "b"], ["y"], name="shift")],
                       {"b": np.ones(8)})
+    elif case == "gemm-bias-per-row":
+        path = _model(tmp_path, [helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="g")],
+                      {**w, "c": np.ones((4, 8))})
     elif case == "int-input":
         path = _model(tmp_path, [helper.make_node("Cast", ["x"], ["c"], to=1, name="c"),
                                  helper.make_node("MatMul", ["c", "w"], ["y"], name="mm")],

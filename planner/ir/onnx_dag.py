@@ -295,7 +295,10 @@ def dag_import(g: _Graph, name: str) -> Dag:
             dag.weights[w] = np.asarray(lin[0], np.float32)
             if lin[1] is not None:
                 assert bias is not None
-                dag.weights[bias] = np.asarray(lin[1], np.float32)
+                if lin[1].size != lin[0].shape[1]:  # a Gemm's C broadcast over rows only
+                    raise g.bad(n, f"a bias of shape {lin[1].shape}: a DAG import takes one "
+                                   f"value per output column ({lin[0].shape[1]})")
+                dag.weights[bias] = np.asarray(lin[1], np.float32).reshape(-1)
             rows, k = dag.shapes[val[x]]
             if lin[0].shape[0] != k:
                 raise g.bad(n, f"inner dims differ: {k} against the weight's {lin[0].shape}")
