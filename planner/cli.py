@@ -256,6 +256,11 @@ def console() -> None:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if status in (130, 143):
+        # the signal may have cut a library's constructor short (llvmlite's
+        # ObjectRef, while Numba loads a function): its __del__ then fails as
+        # the interpreter shuts down, "Exception ignored ..." after our one line
+        sys.unraisablehook = lambda _unraisable: None
     sys.stdout.flush()
     sys.exit(status)
 
