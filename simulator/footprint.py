@@ -54,18 +54,20 @@ def code_bytes(dev: Device, used: np.ndarray, v_tile: np.ndarray, v_kernel: np.n
 
 
 def xtable_bytes(dev: Device, x_step: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray,
-                 follows: np.ndarray, receives: np.ndarray, send_tile: np.ndarray,
-                 send_bytes: np.ndarray) -> np.ndarray:
+                 follows: np.ndarray, x_send: np.ndarray, q_send: np.ndarray,
+                 q_bytes: np.ndarray) -> np.ndarray:
     """int64 [tiles] exchange-table bytes (module docstring) of the sends
-    the schedule issues: send row k on tile `send_tile[k]` carrying
-    `send_bytes[k]` (a piece of the schedule: a multicast is one), and
-    `receives[x]` receive rows on transfer x's destination (one per piece of
-    its send)."""
+    the schedule issues: transfer x belongs to the send led by transfer
+    `x_send[x]`; piece k of the schedule (a send row: a multicast is one)
+    is a piece of the send led by `q_send[k]` and carries `q_bytes[k]`.  A
+    transfer's destination holds a receive row per piece of its send."""
     c = dev.costs
     out = np.zeros(dev.tiles, dtype=np.int64)
     if x_step.size == 0:
         return out
     i64 = np.int64
+    receives = np.bincount(q_send, minlength=x_send.size)[x_send]
+    send_tile, send_bytes = src_tile[q_send], q_bytes
     _xtable(x_step.astype(i64, copy=False), src_tile.astype(i64, copy=False),
             dst_tile.astype(i64, copy=False), follows.astype(np.bool_, copy=False),
             receives.astype(i64, copy=False), send_tile.astype(i64, copy=False),

@@ -424,9 +424,8 @@ def required_bytes(dev: Device, arrays: dict[str, np.ndarray]) -> tuple[np.ndarr
         lead = package_leaders(arrays, dev.tiles)
         qs = np.flatnonzero(lead == np.arange(lead.size))
         q_bytes = arrays["x_bytes"][qs]
-    pieces = np.bincount(qs, minlength=lead.size)[lead]  # receive rows per transfer
-    xt = xtable_bytes(dev, x_step, arrays["x_src_tile"], arrays["x_dst_tile"], follows, pieces,
-                      arrays["x_src_tile"][qs], q_bytes)
+    xt = xtable_bytes(dev, x_step, arrays["x_src_tile"], arrays["x_dst_tile"], follows, lead,
+                      qs, q_bytes)
     return code, xt
 
 

@@ -59,6 +59,7 @@ def test_xtable_and_follows_match_their_twins(seed: int) -> None:
                         dev.tiles)
     sends = np.flatnonzero(lead == np.arange(n))
     cuts = rng.integers(1, 3, sends.size)
+    q_send = np.repeat(sends, cuts)  # the send each piece belongs to
     send_tile = np.repeat(src_tile[sends], cuts)
     half = nbytes[sends] // 2
     send_bytes = np.concatenate([[b] if k == 1 else [h, b - h]
@@ -68,7 +69,7 @@ def test_xtable_and_follows_match_their_twins(seed: int) -> None:
     receives = receives[lead]
     assert (receives == 2).any()  # cut sends
     np.testing.assert_array_equal(
-        xtable_bytes(dev, step, src_tile, dst_tile, follows, receives, send_tile, send_bytes),
+        xtable_bytes(dev, step, src_tile, dst_tile, follows, lead, q_send, send_bytes),
         xtable_twin(dev, step, src_tile, dst_tile, follows, receives, send_tile, send_bytes))
 
 

@@ -177,9 +177,8 @@ def reserve(program: Program, sched: Schedule, device: Device,
     code = _round(code_bytes(device, used, v.tile, v.kernel, v.step, len(sched.loops())), a)
     dst_key = (x.dst_buf << 32) + x.dst_off
     follows = follows_previous(x.step, td, dst_key, dst_key + x.nbytes)
-    q_send = exchange["q_send"]  # a send row per piece, a receive row per piece heard
-    receives = np.bincount(q_send, minlength=x_send.size)[x_send]
-    xtable = _round(xtable_bytes(device, x.step, ts, td, follows, receives, ts[q_send],
+    # a send row per piece of the schedule, a receive row per piece heard
+    xtable = _round(xtable_bytes(device, x.step, ts, td, follows, x_send, exchange["q_send"],
                                  exchange["q_bytes"]), a)
     support = np.where(used, _round(device.costs.support_bytes + table_bytes, a),
                        0).astype(np.int64)
