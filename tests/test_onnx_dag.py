@@ -161,3 +161,26 @@ def test_both_engines_agree_on_the_dag_package() -> None:
     assert sorted(slow.outputs) == sorted(fast.outputs) == ["hidden", "probs"]
     for name, arr in fast.outputs.items():
         np.testing.assert_array_equal(slow.outputs[name].view(np.uint32), arr.view(np.uint32))
+
+
+def test_a_sweep_over_a_dag_file(tmp_path: Path) -> None:
+    """A sweep's model axis takes the ONNX file; a layers axis over it fails
+    up front (a DAG has no layers to override): exit 2 naming the sweep's
+    field and the case, nothing written."""
+    from planner.sweep import load_sweep, run_sweep
+
+    (tmp_path / "s.toml").write_text(
+        f'[sweep]\nmodel = ["{DAG / "model.dynamo.onnx"}"]\ndevice = ["tiny", "c600"]\n'
+        'optimization_steps = [0]\nnumerics = [false]\n')
+    res = run_sweep(load_sweep(tmp_path / "s.toml"), tmp_path / "out", workers=1,
+                    progress=False)
+    rows = {r["device"]: r for r in res.rows}
+    assert sorted(rows) == ["c600", "tiny"] and all(r["status"] == "ok" for r in rows.values())
+    assert rows["tiny"]["cycles"] > 0 and rows["c600"]["cycles"] > 0
+    assert rows["tiny"]["cycles"] != rows["c600"]["cycles"]
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[sweep]\nmodel = ["{DAG / "model.dynamo.onnx"}"]\ndevice = ["tiny"]\n'
+                   'layers = [1]\n')
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()
