@@ -13,7 +13,9 @@ Each fixture is a tiny random-weight model (hidden 64, 2 layers: a BERT with
 SEQUENCE tokens, a ViT, a DeiT (class and distillation tokens), a CLIP vision
 tower, a SigLIP tower without its MAP head and one with it (tiny-siglip-map)
 on 32x32 images in 8x8 patches, a model that is none of the templates
-(tiny-dag: branches, RMSNorm, SwiGLU, a Softmax head; ONNX only),
+(tiny-dag: branches, RMSNorm, SwiGLU, a Softmax head; ONNX only), and
+a ViT exported at opset 14 (tiny-vit-opset14: TorchScript only, LayerNorm
+decomposed into ReduceMean, Sub, Pow, ... as exporters write it below 17),
 Llama- and Qwen2-style decoders with grouped-query attention, Qwen2's with
 q/k/v biases) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
@@ -35,11 +37,16 @@ SEQUENCE = 32
 ROOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "models"
 
 
+EXPORTERS = (("torchscript", False, 17), ("dynamo", True, 18))
+
+
 def export(model: object, example: tuple[object, ...], names: list[str], out: Path,
-           outputs: tuple[str, ...] = ("last_hidden_state", "pooler_output")) -> None:
+           outputs: tuple[str, ...] = ("last_hidden_state", "pooler_output"),
+           exporters: tuple[tuple[str, bool, int], ...] = EXPORTERS) -> None:
     """`model` (a transformers model taking the keyword inputs `names`) as
-    out/config.json + model.safetensors and one ONNX file per exporter, whose
-    outputs are the model output's fields `outputs`."""
+    out/config.json + model.safetensors and one ONNX file per exporter
+    (name, dynamo or not, opset), whose outputs are the model output's
+    fields `outputs`."""
     import onnx
     import torch
 
@@ -54,7 +61,7 @@ def export(model: object, example: tuple[object, ...], names: list[str], out: Pa
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)  # type: ignore[attr-defined]
-    for exporter, dynamo, opset in (("torchscript", False, 17), ("dynamo", True, 18)):
+    for exporter, dynamo, opset in exporters:
         path = out / f"model.{exporter}.onnx"
         try:
             torch.onnx.export(Wrapped(model), example, str(path), input_names=names,  # type: ignore[arg-type]
@@ -171,6 +178,12 @@ def main(names: list[str]) -> None:
                                                     num_attention_heads=4, intermediate_size=128,
                                                     image_size=32, patch_size=8)).eval()
             export(perturbed(clip), image, ["pixel_values"], ROOT / "tiny-clip")
+    if wanted("tiny-vit-opset14"):  # LayerNorm decomposed (no LayerNormalization before 17)
+        torch.manual_seed(3)
+        vit14 = ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=128, image_size=32, patch_size=8)).eval()
+        export(perturbed(vit14), (torch.randn(1, 3, 32, 32),), ["pixel_values"],
+               ROOT / "tiny-vit-opset14", exporters=(("torchscript", False, 14),))
     if wanted("tiny-dag"):
         export_dag(ROOT / "tiny-dag")
     if names and not {"tiny-bert", "tiny-vit", "tiny-siglip", "tiny-llama",

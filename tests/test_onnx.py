@@ -26,6 +26,7 @@ QWEN = FIXTURE.parent / "tiny-qwen2"
 DEIT = FIXTURE.parent / "tiny-deit"
 CLIP = FIXTURE.parent / "tiny-clip"
 SIGLIP_MAP = FIXTURE.parent / "tiny-siglip-map"
+VIT14 = FIXTURE.parent / "tiny-vit-opset14"  # LayerNorm decomposed (TorchScript, opset 14)
 EXPORTERS = ("torchscript", "dynamo")
 
 
@@ -84,10 +85,10 @@ def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
     (FIXTURE, "torchscript"), (FIXTURE, "dynamo"), (VIT, "torchscript"), (VIT, "dynamo"),
     (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo"), (QWEN, "dynamo"),
     (DEIT, "torchscript"), (DEIT, "dynamo"), (CLIP, "torchscript"), (CLIP, "dynamo"),
-    (SIGLIP_MAP, "torchscript"), (SIGLIP_MAP, "dynamo")],
+    (SIGLIP_MAP, "torchscript"), (SIGLIP_MAP, "dynamo"), (VIT14, "torchscript")],
     ids=["bert-ts", "bert-dynamo", "vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo",
          "llama-dynamo", "qwen2-dynamo", "deit-ts", "deit-dynamo", "clip-ts", "clip-dynamo",
-         "siglip-map-ts", "siglip-map-dynamo"])
+         "siglip-map-ts", "siglip-map-dynamo", "vit-opset14-ts"])
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
 def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
                                      floor: float, capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,6 +186,25 @@ def test_the_map_head_import_is_the_checkpoint(exporter: str) -> None:
     assert {r for r in m.provenance} >= {"head attention", "head mlp"}
 
 
+def test_the_decomposed_layernorm_import_is_the_checkpoint() -> None:
+    """Below opset 17 the TorchScript exporter writes LayerNorm as ReduceMean,
+    Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta: every
+    norm of the opset-14 ViT is recognised, with the checkpoint's weights."""
+    import onnx
+
+    path = _onnx("torchscript", VIT14)
+    model = onnx.load(str(path))
+    assert model.opset_import[0].version == 14
+    kinds = [n.op_type for n in model.graph.node]
+    assert "LayerNormalization" not in kinds and kinds.count("ReduceMean") == 2 * 5
+    m = onnx_model(path)
+    ckpt = load_weights(planner.load_model(VIT14), VIT14 / "model.safetensors")
+    assert sorted(ckpt) == sorted(m.weights)
+    for k, v in ckpt.items():
+        assert np.allclose(v, m.weights[k], atol=1e-6), k
+    assert m.table["eps"] == 1e-12 and len(m.provenance["ln_f"]) == 9
+
+
 def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> None:
     """Both exports and config.json + model.safetensors: one package.  The
     dynamo export folds the 32 position rows it reads into a constant, the
@@ -205,10 +225,10 @@ def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> N
     (VIT, "torchscript"), (VIT, "dynamo"), (SIGLIP, "torchscript"), (SIGLIP, "dynamo"),
     (LLAMA, "dynamo"), (QWEN, "dynamo"), (DEIT, "torchscript"), (DEIT, "dynamo"),
     (CLIP, "torchscript"), (CLIP, "dynamo"), (SIGLIP_MAP, "torchscript"),
-    (SIGLIP_MAP, "dynamo")],
+    (SIGLIP_MAP, "dynamo"), (VIT14, "torchscript")],
     ids=["vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo", "llama-dynamo", "qwen2-dynamo",
          "deit-ts", "deit-dynamo", "clip-ts", "clip-dynamo", "siglip-map-ts",
-         "siglip-map-dynamo"])
+         "siglip-map-dynamo", "vit-opset14-ts"])
 def test_onnx_and_checkpoint_plan_alike_too(fixture: Path, exporter: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A ViT, a SigLIP tower without its head and a Llama-style decoder:

@@ -184,3 +184,26 @@ def test_a_sweep_over_a_dag_file(tmp_path: Path) -> None:
                    'layers = [1]\n')
     assert main(["sweep", str(bad), "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_decomposed_layernorm_in_a_dag(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """LayerNorm as exporters write it below opset 17 (ReduceMean, Sub, Pow 2,
+    ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta), then a linear: one
+    LayerNorm op, and onnxruntime agrees."""
+    from onnx import helper
+
+    rng = np.random.default_rng(1)
+    c = helper.make_node
+    path = _model(tmp_path, [
+        c("ReduceMean", ["x"], ["m"], axes=[-1]), c("Sub", ["x", "m"], ["d"]),
+        c("Pow", ["d", "two"], ["p"]), c("ReduceMean", ["p"], ["v"], axes=[-1]),
+        c("Add", ["v", "eps"], ["ve"]), c("Sqrt", ["ve"], ["s"]), c("Div", ["d", "s"], ["n"]),
+        c("Mul", ["n", "gamma"], ["ng"]), c("Add", ["ng", "beta"], ["h"]),
+        c("MatMul", ["h", "w"], ["y"])],
+        {"two": np.array(2.0), "eps": np.array(1e-5), "gamma": rng.normal(1, 0.1, 8),
+         "beta": rng.normal(0, 0.1, 8), "w": rng.normal(0, 0.3, (8, 8))}, name="ln14")
+    g = planner.load_model(path, precision="fp16")
+    assert [type(op).__name__ for op in g.ops] == ["LayerNorm", "MatMul"]
+    s = _run(capsys, "run", str(path), "--precision", "fp16")
+    assert s["ort_cosine_min"] >= 0.9999 and s["numerics_ok"]

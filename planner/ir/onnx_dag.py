@@ -9,8 +9,9 @@ Every activation is a matrix [rows, cols] (an ONNX value [d0, ..., dn] is
   its bias `Add` -> MatMul (at precision fp8 the input is cast to fp8 once
   per value, as the templates do; weights fp8, biases fp16);
 - `Add` of two activations of one shape -> Add;
-- `LayerNormalization` over the last axis -> LayerNorm; RMSNorm's
-  decomposition -> RMSNorm (planner.ir.onnx_layers' norm pattern);
+- `LayerNormalization` over the last axis, or its decomposition below
+  opset 17 -> LayerNorm; RMSNorm's decomposition -> RMSNorm
+  (planner.ir.onnx_layers' norm patterns);
 - `Softmax` over the last axis -> Softmax;
 - a chain of elementwise nodes (Mul, Div, Add, Sub, Pow, Sqrt, Erf, Tanh,
   Sigmoid, Neg, with constants) that reads one activation: told apart by
@@ -55,7 +56,7 @@ from planner.ir.ops.swiglu import SwiGLU
 from tilecommon.errors import ConfigError
 
 TAKES = ("MatMul or Gemm by a constant (+ bias), Add of two activations, "
-         "LayerNormalization, RMSNorm, Softmax, GELU / quick GELU / SiLU / Tanh "
+         "LayerNorm (or its decomposition), RMSNorm, Softmax, GELU / quick GELU / SiLU / Tanh "
          "(as one node or elementwise chains), SwiGLU, Cast")
 FLOATS = (1, 10, 11, 16)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 ELEMENTWISE = ("Mul", "Div", "Add", "Sub", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid", "Neg")
@@ -330,6 +331,16 @@ def dag_import(g: _Graph, name: str) -> Dag:
             op = fresh("gelu")
             step((kind, op, val[x], out(n.output[0], dag.shapes[val[x]], op)), [n])
             continue
+        if n.op_type == "ReduceMean":  # LayerNorm as exporters write it below opset 17
+            norm = _norm_of(g, x)
+            if norm is not None and norm.kind == "layernorm" and norm.nodes[0] is n:
+                assert norm.beta is not None
+                op = fresh("ln")
+                gn, bn = _ident(f"{op}.gamma", taken), _ident(f"{op}.beta", taken)
+                dag.weights[gn], dag.weights[bn] = norm.gamma, norm.beta
+                step(("layernorm", op, val[x], out(norm.out, dag.shapes[val[x]], op), gn, bn,
+                      norm.eps), norm.nodes)
+                continue
         if n.op_type == "Pow":
             norm = _norm_of(g, x)
             if norm is not None and norm.kind == "rmsnorm" and norm.nodes[0] is n:

@@ -113,7 +113,7 @@ KNOWN = frozenset({
     "Gemm", "GreaterOrEqual", "Identity", "IsNaN", "LayerNormalization", "MatMul", "Mul",
     "Pow", "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Squeeze", "Tanh", "Transpose",
     "Unsqueeze", "Where", "And", "Neg", "ReduceMean", "Sqrt", "Reciprocal", "Split", "Tile",
-    "Mod"})
+    "Mod", "Sub"})
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,5 +1,6 @@
 """The per-layer patterns of the ONNX importer (planner.ir.onnx_import):
-norms (LayerNormalization or RMSNorm's decomposition), attention (q, k, v
+norms (LayerNormalization, its decomposition below opset 17, or RMSNorm's
+decomposition), attention (q, k, v
 told apart by the products they feed, RoPE's rotate-half, grouped-query
 repeats, scaling, masks, the NaN guard), residuals, the MLP (GELU forms or
 SwiGLU) and `_layer`, one encoder or decoder layer recognised whole."""
@@ -39,6 +40,10 @@ def _norm_of(g: _Graph, x: str) -> _Norm | None:
         if n.op_type == "LayerNormalization":
             scale, shift = _ln(g, n)
             return _Norm("layernorm", [n], n.output[0], scale, shift, _eps(n))
+        if n.op_type == "ReduceMean":
+            decomposed = _decomposed_ln(g, x, n)
+            if decomposed is not None:
+                return decomposed
         if n.op_type == "Pow":
             two = g.value(n.input[1])
             if two is None or float(two.reshape(-1)[0]) != 2.0:
@@ -70,6 +75,50 @@ def _norm_of(g: _Graph, x: str) -> _Norm | None:
                 return _Norm("rmsnorm", [*chain, times[0], gmul[0]], gmul[0].output[0],
                              gamma, None, eps)
     return None
+
+
+def _only(g: _Graph, value: str, op: str, reads: str | None = None) -> Any:
+    """The single consumer of `value` of kind `op` (that also reads `reads`), or None."""
+    hits = [u for u in g.users(value) if u.op_type == op
+            and (reads is None or reads in [g.back(i, ())[0] for i in u.input])]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _const_operand(g: _Graph, n: Any) -> np.ndarray | None:
+    return next((c for i in n.input if (c := g.value(i)) is not None), None)
+
+
+def _decomposed_ln(g: _Graph, x: str, mean: Any) -> _Norm | None:
+    """LayerNorm as the TorchScript exporter writes it below opset 17:
+    ReduceMean(x), Sub(x, mean), Pow(d, 2), ReduceMean, Add eps, Sqrt,
+    Div(d, std), Mul gamma, Add beta (over the last axis), or None."""
+    sub = _only(g, mean.output[0], "Sub", x)
+    if sub is None or g.back(sub.input[0], ())[0] != g.back(x, ())[0]:
+        return None
+    d = sub.output[0]
+    pow_, div = _only(g, d, "Pow"), _only(g, d, "Div")
+    two = g.value(pow_.input[1]) if pow_ is not None else None
+    if two is None or float(two.reshape(-1)[0]) != 2.0 or div is None:
+        return None
+    chain, v = [pow_], pow_.output[0]
+    for kind in ("ReduceMean", "Add", "Sqrt"):
+        nxt = g.users(v)
+        if len(nxt) != 1 or nxt[0].op_type != kind:
+            return None
+        chain.append(nxt[0])
+        v = nxt[0].output[0]
+    if div.input[1] != v:
+        return None
+    eps_c = _const_operand(g, chain[2])
+    mul = _only(g, div.output[0], "Mul")
+    gamma = _const_operand(g, mul) if mul is not None else None
+    add = _only(g, mul.output[0], "Add") if mul is not None else None
+    beta = _const_operand(g, add) if add is not None else None
+    if eps_c is None or gamma is None or beta is None or add is None:
+        return None
+    eps = float(f"{float(eps_c.reshape(-1)[0]):.6g}")
+    return _Norm("layernorm", [mean, sub, *chain, div, mul, add], add.output[0],
+                 np.asarray(gamma).reshape(-1), np.asarray(beta).reshape(-1), eps)
 
 
 def _ln(g: _Graph, n: Any) -> tuple[np.ndarray, np.ndarray]:
