@@ -14,8 +14,9 @@ SEQUENCE tokens, a ViT, a DeiT (class and distillation tokens), a CLIP vision
 tower, a SigLIP tower without its MAP head and one with it (tiny-siglip-map)
 on 32x32 images in 8x8 patches, a model that is none of the templates
 (tiny-dag: branches, RMSNorm, SwiGLU, a Softmax head; ONNX only), and
-a ViT exported at opset 14 (tiny-vit-opset14: TorchScript only, LayerNorm
-decomposed into ReduceMean, Sub, Pow, ... as exporters write it below 17),
+a ViT and a BERT exported at opset 14 (tiny-vit-opset14, tiny-bert-opset14:
+TorchScript only, LayerNorm decomposed into ReduceMean, Sub, Pow, ... as the
+exporter writes it below 17),
 Llama- and Qwen2-style decoders with grouped-query attention, Qwen2's with
 q/k/v biases) written as a
 checkpoint directory: `config.json` + `model.safetensors` (transformers'
@@ -184,6 +185,15 @@ def main(names: list[str]) -> None:
                                    intermediate_size=128, image_size=32, patch_size=8)).eval()
         export(perturbed(vit14), (torch.randn(1, 3, 32, 32),), ["pixel_values"],
                ROOT / "tiny-vit-opset14", exporters=(("torchscript", False, 14),))
+    if wanted("tiny-bert-opset14"):  # a post-LN encoder's decomposed LayerNorms
+        torch.manual_seed(4)
+        bert14 = BertModel(BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, intermediate_size=128,
+                                      max_position_embeddings=64)).eval()
+        ids14 = torch.randint(0, 1000, (1, SEQUENCE))
+        export(perturbed(bert14), (ids14, torch.ones(1, SEQUENCE, dtype=torch.long)),
+               ["input_ids", "attention_mask"], ROOT / "tiny-bert-opset14",
+               exporters=(("torchscript", False, 14),))
     if wanted("tiny-dag"):
         export_dag(ROOT / "tiny-dag")
     if names and not {"tiny-bert", "tiny-vit", "tiny-siglip", "tiny-llama",

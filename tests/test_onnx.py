@@ -27,6 +27,7 @@ DEIT = FIXTURE.parent / "tiny-deit"
 CLIP = FIXTURE.parent / "tiny-clip"
 SIGLIP_MAP = FIXTURE.parent / "tiny-siglip-map"
 VIT14 = FIXTURE.parent / "tiny-vit-opset14"  # LayerNorm decomposed (TorchScript, opset 14)
+BERT14 = FIXTURE.parent / "tiny-bert-opset14"
 EXPORTERS = ("torchscript", "dynamo")
 
 
@@ -85,10 +86,11 @@ def test_the_vit_import_is_the_checkpoint(exporter: str) -> None:
     (FIXTURE, "torchscript"), (FIXTURE, "dynamo"), (VIT, "torchscript"), (VIT, "dynamo"),
     (SIGLIP, "torchscript"), (SIGLIP, "dynamo"), (LLAMA, "dynamo"), (QWEN, "dynamo"),
     (DEIT, "torchscript"), (DEIT, "dynamo"), (CLIP, "torchscript"), (CLIP, "dynamo"),
-    (SIGLIP_MAP, "torchscript"), (SIGLIP_MAP, "dynamo"), (VIT14, "torchscript")],
+    (SIGLIP_MAP, "torchscript"), (SIGLIP_MAP, "dynamo"), (VIT14, "torchscript"),
+    (BERT14, "torchscript")],
     ids=["bert-ts", "bert-dynamo", "vit-ts", "vit-dynamo", "siglip-ts", "siglip-dynamo",
          "llama-dynamo", "qwen2-dynamo", "deit-ts", "deit-dynamo", "clip-ts", "clip-dynamo",
-         "siglip-map-ts", "siglip-map-dynamo", "vit-opset14-ts"])
+         "siglip-map-ts", "siglip-map-dynamo", "vit-opset14-ts", "bert-opset14-ts"])
 @pytest.mark.parametrize("precision, floor", [("fp16", 0.999), ("fp8", 0.99)])
 def test_runs_agree_with_onnxruntime(fixture: Path, exporter: str, precision: str,
                                      floor: float, capsys: pytest.CaptureFixture[str]) -> None:
@@ -203,6 +205,27 @@ def test_the_decomposed_layernorm_import_is_the_checkpoint() -> None:
     for k, v in ckpt.items():
         assert np.allclose(v, m.weights[k], atol=1e-6), k
     assert m.table["eps"] == 1e-12 and len(m.provenance["ln_f"]) == 9
+
+
+def test_the_decomposed_layernorms_of_a_post_ln_encoder(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """BERT at opset 14: the embedding norm and each block's two post-LN norms
+    decomposed; the weights are the checkpoint's and the file plans to its
+    checkpoint's package."""
+    path = _onnx("torchscript", BERT14)
+    m = onnx_model(path)
+    assert m.op_types["ReduceMean"] == 2 * 5 and "LayerNormalization" not in m.op_types
+    g = planner.load_model(BERT14, tokens=32)
+    ckpt = load_weights(g, BERT14 / "model.safetensors")
+    assert sorted(ckpt) == sorted(m.weights)
+    for k, v in ckpt.items():
+        assert np.allclose(v, m.weights[k], atol=1e-6), k
+    got = []
+    for argv in ([str(path)], [str(BERT14), "--tokens", "32", "--weights",
+                               str(BERT14 / "model.safetensors")]):
+        assert main(["plan", *argv, "--device", "tiny", "--json", "--quiet"]) == 0
+        got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert got[0]["package_hash"] == got[1]["package_hash"]
 
 
 def test_onnx_and_checkpoint_plan_alike(capsys: pytest.CaptureFixture[str]) -> None:

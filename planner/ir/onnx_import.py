@@ -71,7 +71,7 @@ from planner.ir.hf import MAP_TOWER
 from planner.ir.onnx_dag import Dag, dag_import
 from planner.ir.onnx_graph import PASS, VIEW, _Graph, _linear, load_onnx
 from planner.ir.onnx_head import map_head
-from planner.ir.onnx_layers import _bias, _downstream, _eps, _layer, _ln, _norm_of, _rope_theta
+from planner.ir.onnx_layers import _bias, _downstream, _layer, _norm_of, _rope_theta
 from tilecommon.errors import ConfigError
 
 
@@ -335,12 +335,13 @@ def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
     # the embedding sum: Adds of gathered or constant rows, then a LayerNorm
     type_vocab = max_positions = 0
     while True:
+        norm = _norm_of(g, h)  # the embedding LayerNorm (a node, or decomposed)
+        if norm is not None and norm.kind == "layernorm":
+            break
         users = g.users(h)
         if len(users) != 1:
             raise g.bad(g.producer[h], "expected one consumer on the embedding path")
         n = users[0]
-        if n.op_type == "LayerNormalization":
-            break
         if n.op_type != "Add":
             raise g.bad(n, "expected the Add of position / token-type embeddings or the "
                            "embedding LayerNormalization")
@@ -368,13 +369,13 @@ def _token_embeddings(g: _Graph, weights: dict[str, np.ndarray], take: Any
         else:
             raise g.bad(n, "expected an embedding table Gather or constant rows")
         h = n.output[0]
-    ln = g.users(h)[0]
-    weights["embed_ln.gamma"], weights["embed_ln.beta"] = _ln(g, ln)
-    take("embed_ln", [ln])
-    fields = {"hidden": int(hidden), "tokens": int(tokens), "eps": _eps(ln),
+    assert norm.beta is not None
+    weights["embed_ln.gamma"], weights["embed_ln.beta"] = norm.gamma, norm.beta
+    take("embed_ln", norm.nodes)
+    fields = {"hidden": int(hidden), "tokens": int(tokens), "eps": norm.eps,
               "vocab": int(vocab), "type_vocab": int(type_vocab),
               "max_positions": int(max_positions)}
-    return ln.output[0], word.output[0], fields, table
+    return norm.out, word.output[0], fields, table
 
 
 def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take: Any
