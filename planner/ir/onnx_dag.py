@@ -44,7 +44,7 @@ import numpy as np
 from planner.ir.builder import CAST_SCALE_EXP, WEIGHT_SCALE_EXP, Tensors
 from planner.ir.graph import Graph, make_graph
 from planner.ir.onnx_graph import PASS, _Graph, _linear
-from planner.ir.onnx_layers import _eps, _ln, _norm_of
+from planner.ir.onnx_layers import _norm_at
 from planner.ir.ops.add import Add
 from planner.ir.ops.gelu import Gelu
 from planner.ir.ops.layernorm import LayerNorm
@@ -306,21 +306,25 @@ def dag_import(g: _Graph, name: str) -> Dag:
             step(("linear", op, val[x], out(lin[2], (rows, lin[0].shape[1]), op), w, bias),
                  lin[3])
             continue
-        if n.op_type == "LayerNormalization":
+        if n.op_type in ("LayerNormalization", "Softmax"):
             axis = next((a.i for a in n.attribute if a.name == "axis"), -1)
             if axis not in (-1, len(g.shapes.get(x, [0, 0])) - 1):
-                raise g.bad(n, "a DAG import normalises over the last axis only")
-            gamma, beta = _ln(g, n)
-            op = fresh("ln")
-            gn, bn = _ident(f"{op}.gamma", taken), _ident(f"{op}.beta", taken)
-            dag.weights[gn], dag.weights[bn] = gamma, beta
-            step(("layernorm", op, val[x], out(n.output[0], dag.shapes[val[x]], op), gn, bn,
-                  _eps(n)), [n])
+                raise g.bad(n, f"a DAG import takes a {n.op_type} over the last axis only")
+        norm = _norm_at(g, x, n)  # LayerNormalization, its decomposition, or RMSNorm's
+        if norm is not None:
+            op = fresh("ln" if norm.kind == "layernorm" else "rms")
+            y = out(norm.out, dag.shapes[val[x]], op)
+            gn = _ident(f"{op}.gamma", taken)
+            dag.weights[gn] = norm.gamma
+            if norm.kind == "layernorm":
+                assert norm.beta is not None
+                bn = _ident(f"{op}.beta", taken)
+                dag.weights[bn] = norm.beta
+                step(("layernorm", op, val[x], y, gn, bn, norm.eps), norm.nodes)
+            else:
+                step(("rmsnorm", op, val[x], y, gn, norm.eps), norm.nodes)
             continue
         if n.op_type == "Softmax":
-            axis = next((a.i for a in n.attribute if a.name == "axis"), -1)
-            if axis not in (-1, len(g.shapes.get(x, [0, 0])) - 1):
-                raise g.bad(n, "a DAG import takes a Softmax over the last axis only")
             op = fresh("softmax")
             step(("softmax", op, val[x], out(n.output[0], dag.shapes[val[x]], op)), [n])
             continue
@@ -331,25 +335,6 @@ def dag_import(g: _Graph, name: str) -> Dag:
             op = fresh("gelu")
             step((kind, op, val[x], out(n.output[0], dag.shapes[val[x]], op)), [n])
             continue
-        if n.op_type == "ReduceMean":  # LayerNorm as exporters write it below opset 17
-            norm = _norm_of(g, x)
-            if norm is not None and norm.kind == "layernorm" and norm.nodes[0] is n:
-                assert norm.beta is not None
-                op = fresh("ln")
-                gn, bn = _ident(f"{op}.gamma", taken), _ident(f"{op}.beta", taken)
-                dag.weights[gn], dag.weights[bn] = norm.gamma, norm.beta
-                step(("layernorm", op, val[x], out(norm.out, dag.shapes[val[x]], op), gn, bn,
-                      norm.eps), norm.nodes)
-                continue
-        if n.op_type == "Pow":
-            norm = _norm_of(g, x)
-            if norm is not None and norm.kind == "rmsnorm" and norm.nodes[0] is n:
-                op = fresh("rms")
-                gn = _ident(f"{op}.gamma", taken)
-                dag.weights[gn] = norm.gamma
-                step(("rmsnorm", op, val[x], out(norm.out, dag.shapes[val[x]], op), gn, norm.eps),
-                     norm.nodes)
-                continue
         if n.op_type == "Add" and len(set(reads)) == 2:
             a, b = val[reads[0]], val[reads[1]]
             if dag.shapes[a] != dag.shapes[b]:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from planner.ir.onnx_graph import VIEW, _Graph, _linear
-from planner.ir.onnx_layers import _activation, _bias, _norm_of, _residual
+from planner.ir.onnx_layers import _activation, _bias, _norm_of, _residual, _scaling
 
 
 @dataclass
@@ -87,17 +87,6 @@ def _linear_into(g: _Graph, value: str) -> tuple[np.ndarray, np.ndarray | None, 
         if lin is not None and lin[2] == value:
             return lin
     return None
-
-
-def _scale(g: _Graph, nodes: list[Any]) -> float:
-    s = 1.0
-    for n in nodes:
-        if n.op_type in ("Mul", "Div"):
-            c = next((v for i in n.input if (v := g.value(i)) is not None), None)
-            if c is not None:
-                s = s * float(c.reshape(-1)[0]) if n.op_type == "Mul" else \
-                    s / float(c.reshape(-1)[0])
-    return s
 
 
 def _select(g: _Graph, nodes: list[Any]) -> int | None:
@@ -157,7 +146,7 @@ def map_head(g: _Graph, h: str, hidden: int, heads: int) -> MapHead | None:
         if src != h:
             raise g.bad(lin[3][0], "expected the MAP head's k / v to read the final norm")
     dh = hidden // heads
-    scale = _scale(g, q_nodes + k_nodes)
+    scale = _scaling(g, q_nodes + k_nodes)
     if not math.isclose(scale, 1.0 / math.sqrt(dh), rel_tol=1e-3):
         raise g.bad(score, f"MAP head attention scale {scale:.6g}, expected 1/sqrt({dh})")
     merged, merge = _forward(g, pv.output[0], VIEW)

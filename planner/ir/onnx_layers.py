@@ -37,44 +37,75 @@ class _Norm:
 def _norm_of(g: _Graph, x: str) -> _Norm | None:
     """The norm a consumer of `x` starts, or None."""
     for n in g.users(x):
-        if n.op_type == "LayerNormalization":
-            scale, shift = _ln(g, n)
-            return _Norm("layernorm", [n], n.output[0], scale, shift, _eps(n))
-        if n.op_type == "ReduceMean":
-            decomposed = _decomposed_ln(g, x, n)
-            if decomposed is not None:
-                return decomposed
-        if n.op_type == "Pow":
-            two = g.value(n.input[1])
-            if two is None or float(two.reshape(-1)[0]) != 2.0:
-                continue
-            chain, v = [n], n.output[0]
-            for kind in ("ReduceMean", "Add", "Sqrt", ("Reciprocal", "Div")):
-                nxt = g.users(v)
-                if len(nxt) != 1 or nxt[0].op_type not in (kind if isinstance(kind, tuple)
-                                                            else (kind,)):
-                    break
-                chain.append(nxt[0])
-                v = nxt[0].output[0]
-            else:
-                eps_c = next((g.value(i) for i in chain[2].input if g.value(i) is not None),
-                             None)
-                times = [u for u in g.users(v) if u.op_type == "Mul"
-                         and g.back(next(i for i in u.input if i != v), ())[0]
-                         == g.back(x, ())[0]]
-                if eps_c is None or len(times) != 1:
-                    continue
-                gmul = g.users(times[0].output[0])
-                gamma = None
-                if len(gmul) == 1 and gmul[0].op_type == "Mul":
-                    consts = [c for i in gmul[0].input if (c := g.value(i)) is not None]
-                    gamma = consts[0] if consts else None
-                if gamma is None:
-                    continue
-                eps = float(f"{float(eps_c.reshape(-1)[0]):.6g}")
-                return _Norm("rmsnorm", [*chain, times[0], gmul[0]], gmul[0].output[0],
-                             gamma, None, eps)
+        norm = _norm_at(g, x, n)
+        if norm is not None:
+            return norm
     return None
+
+
+def _norm_at(g: _Graph, x: str, n: Any) -> _Norm | None:
+    """The norm of `x` that node `n` starts: a LayerNormalization, its
+    decomposition (from the first ReduceMean) or RMSNorm's (from the Pow);
+    else None."""
+    if n.op_type == "LayerNormalization":
+        scale, shift = _ln(g, n)
+        return _Norm("layernorm", [n], n.output[0], scale, shift, _eps(n))
+    if n.op_type == "ReduceMean":
+        return _decomposed_ln(g, x, n)
+    if n.op_type != "Pow" or not _is_square(g, n):
+        return None
+    tail = _follow(g, n.output[0], ("ReduceMean", "Add", "Sqrt", ("Reciprocal", "Div")))
+    if tail is None:
+        return None
+    chain, v = [n, *tail[0]], tail[1]
+    eps_c = _const_operand(g, chain[2])
+    times = [u for u in g.users(v) if u.op_type == "Mul"
+             and g.back(next(i for i in u.input if i != v), ())[0] == g.back(x, ())[0]]
+    if eps_c is None or len(times) != 1:
+        return None
+    gmul = g.users(times[0].output[0])
+    gamma = _const_operand(g, gmul[0]) if len(gmul) == 1 and gmul[0].op_type == "Mul" else None
+    if gamma is None:
+        return None
+    return _Norm("rmsnorm", [*chain, times[0], gmul[0]], gmul[0].output[0], gamma, None,
+                 _sig6(float(eps_c.reshape(-1)[0])))
+
+
+def _follow(g: _Graph, v: str, kinds: tuple[str | tuple[str, ...], ...]
+            ) -> tuple[list[Any], str] | None:
+    """From value `v`, one single consumer of each kind in turn (a tuple: any
+    of them): the nodes and the last value, or None."""
+    chain = []
+    for kind in kinds:
+        nxt = g.users(v)
+        if len(nxt) != 1 or nxt[0].op_type not in (kind if isinstance(kind, tuple) else (kind,)):
+            return None
+        chain.append(nxt[0])
+        v = nxt[0].output[0]
+    return chain, v
+
+
+def _is_square(g: _Graph, n: Any) -> bool:
+    """`n` is a Pow by the constant 2."""
+    two = g.value(n.input[1])
+    return two is not None and float(two.reshape(-1)[0]) == 2.0
+
+
+def _sig6(x: float) -> float:
+    """An epsilon to the 6 significant digits it was written with (ONNX keeps
+    it as float32: 1e-12 reads 9.99999996e-13)."""
+    return float(f"{x:.6g}")
+
+
+def _scaling(g: _Graph, nodes: list[Any]) -> float:
+    """The product of the constants the Mul nodes among `nodes` multiply by,
+    divided by those the Div nodes divide by (attention's 1/sqrt(d))."""
+    s = 1.0
+    for n in nodes:
+        c = _const_operand(g, n)
+        if n.op_type in ("Mul", "Div") and c is not None:
+            s = s * float(c.reshape(-1)[0]) if n.op_type == "Mul" else s / float(c.reshape(-1)[0])
+    return s
 
 
 def _only(g: _Graph, value: str, op: str, reads: str | None = None) -> Any:
@@ -97,18 +128,12 @@ def _decomposed_ln(g: _Graph, x: str, mean: Any) -> _Norm | None:
         return None
     d = sub.output[0]
     pow_, div = _only(g, d, "Pow"), _only(g, d, "Div")
-    two = g.value(pow_.input[1]) if pow_ is not None else None
-    if two is None or float(two.reshape(-1)[0]) != 2.0 or div is None:
+    if pow_ is None or not _is_square(g, pow_) or div is None:
         return None
-    chain, v = [pow_], pow_.output[0]
-    for kind in ("ReduceMean", "Add", "Sqrt"):
-        nxt = g.users(v)
-        if len(nxt) != 1 or nxt[0].op_type != kind:
-            return None
-        chain.append(nxt[0])
-        v = nxt[0].output[0]
-    if div.input[1] != v:
+    tail = _follow(g, pow_.output[0], ("ReduceMean", "Add", "Sqrt"))
+    if tail is None or div.input[1] != tail[1]:
         return None
+    chain = [pow_, *tail[0]]
     eps_c = _const_operand(g, chain[2])
     mul = _only(g, div.output[0], "Mul")
     gamma = _const_operand(g, mul) if mul is not None else None
@@ -116,9 +141,9 @@ def _decomposed_ln(g: _Graph, x: str, mean: Any) -> _Norm | None:
     beta = _const_operand(g, add) if add is not None else None
     if eps_c is None or gamma is None or beta is None or add is None:
         return None
-    eps = float(f"{float(eps_c.reshape(-1)[0]):.6g}")
     return _Norm("layernorm", [mean, sub, *chain, div, mul, add], add.output[0],
-                 np.asarray(gamma).reshape(-1), np.asarray(beta).reshape(-1), eps)
+                 np.asarray(gamma).reshape(-1), np.asarray(beta).reshape(-1),
+                 _sig6(float(eps_c.reshape(-1)[0])))
 
 
 def _ln(g: _Graph, n: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -132,7 +157,7 @@ def _ln(g: _Graph, n: Any) -> tuple[np.ndarray, np.ndarray]:
 def _eps(n: Any) -> float:
     """The epsilon attribute (float32 in ONNX: 1e-12 reads 9.99999996e-13),
     to the 6 significant digits it was written with."""
-    return float(f"{next((a.f for a in n.attribute if a.name == 'epsilon'), 1e-5):.6g}")
+    return _sig6(next((a.f for a in n.attribute if a.name == 'epsilon'), 1e-5))
 
 
 def _downstream(g: _Graph, start: str) -> set[int]:
@@ -177,12 +202,7 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
     if (rope is None) != (k_rope is None):
         raise g.bad(score, "expected RoPE on both q and k, or on neither")
     # the scaling: constants multiplied into q and k (or dividing the scores)
-    scale = 1.0
-    for n in q_nodes + k_nodes:
-        c = next((g.value(i) for i in n.input if g.value(i) is not None), None)
-        if n.op_type in ("Mul", "Div") and c is not None:
-            scale = scale * float(c.reshape(-1)[0]) if n.op_type == "Mul" else scale / float(
-                c.reshape(-1)[0])
+    scale = _scaling(g, q_nodes + k_nodes)
     # scores -> (scale) -> (+ mask) -> Softmax
     x = score.output[0]
     chain = [score]
@@ -195,10 +215,8 @@ def _layer(g: _Graph, h: str, lins: list[Any], hidden: int, take: Any, role: str
         chain.append(n)
         if n.op_type == "Softmax":
             break
-        c = next((g.value(i) for i in n.input if g.value(i) is not None), None)
-        if n.op_type in ("Mul", "Div") and c is not None:
-            scale = scale * float(c.reshape(-1)[0]) if n.op_type == "Mul" else scale / float(
-                c.reshape(-1)[0])
+        if n.op_type in ("Mul", "Div") and _const_operand(g, n) is not None:
+            scale *= _scaling(g, [n])
         elif n.op_type == "Add":
             other = next(i for i in n.input if g.back(i, ())[0] != x)
             zero = g.value(other)
