@@ -15,7 +15,8 @@ Every activation is a matrix [rows, cols] (an ONNX value [d0, ..., dn] is
 - `Softmax` over the last axis -> Softmax;
 - a chain of elementwise nodes (Mul, Div, Add, Sub, Pow, Sqrt, Erf, Tanh,
   Sigmoid, Neg, with constants) that reads one activation: told apart by
-  the function it computes, evaluated at 61 points in [-6, 6] against GELU
+  the function it computes, evaluated at 61 points in [-6, 6] against the
+  kernels' own formulas (kernels.formulas) of GELU
   (erf and tanh forms), quick GELU, SiLU and tanh (1e-5) -> Gelu, Silu or
   Tanh; `Gelu` itself -> Gelu;
 - `Mul` of SiLU(a) and an activation b (SwiGLU) -> SwiGLU(a, b);
@@ -33,7 +34,6 @@ as one layer, batch the first input's first dim.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels import formulas
 from planner.ir.builder import CAST_SCALE_EXP, WEIGHT_SCALE_EXP, Tensors
 from planner.ir.graph import Graph, make_graph
 from planner.ir.onnx_graph import PASS, _Graph, _linear
@@ -130,32 +131,20 @@ class Dag:
                           [o[1] for o in self.outputs], attrs)
 
 
-# the elementwise functions a chain may compute, by the step kind it becomes
 def _erf(x: np.ndarray) -> np.ndarray:
     from scipy.special import erf
 
     return np.asarray(erf(x))
 
 
-def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-x))
 
 
-FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "gelu_erf": _gelu_erf,
-    "gelu_tanh": _gelu_tanh,
-    "gelu_quick": lambda x: x * _sigmoid(1.702 * x),
-    "silu": lambda x: x * _sigmoid(x),
-    "tanh": np.tanh,
-}
+# the step kind each activation becomes, by the kernels' own formula of it
+FUNCTIONS = {"gelu_erf": formulas.ACT_GELU_ERF, "gelu_tanh": formulas.ACT_GELU_TANH,
+             "gelu_quick": formulas.ACT_QUICK_GELU, "silu": formulas.ACT_SILU,
+             "tanh": formulas.ACT_TANH}
 # what each elementwise node computes from its operands
 NODE_FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
     "Mul": np.multiply, "Div": np.divide, "Add": np.add, "Sub": np.subtract,
@@ -208,8 +197,8 @@ def _chain(g: _Graph, x: str, done: set[int]) -> tuple[str, list[Any], str] | No
     y = env.get(ends[0].output[0])
     if y is None:
         return None
-    for kind, f in FUNCTIONS.items():
-        if np.allclose(y, f(at), rtol=1e-5, atol=1e-5):
+    for kind, form in FUNCTIONS.items():
+        if np.allclose(y, formulas.activation(form, at), rtol=1e-5, atol=1e-5):
             return kind, members, ends[0].output[0]
     return None
 
