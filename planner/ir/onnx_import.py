@@ -410,16 +410,19 @@ def _patch_embeddings(g: _Graph, conv: Any, weights: dict[str, np.ndarray], take
         if g.back(cat.input[-1], ())[0] != x:
             raise g.bad(cat, "expected the patch tokens last, after the class token(s)")
         for other in cat.input[:-1]:
+            # a constant (folded: `_Graph.value` expands it over a constant batch),
+            # or Expand(token, the batch's shape)
+            ex = g.producer.get(other)
             tok = g.value(other)
-            if tok is None:  # Expand(token, shape)
-                ex = g.producer.get(other)
-                tok = g.value(ex.input[0]) if ex is not None and ex.op_type == "Expand" \
-                    else None
+            if ex is not None and ex.op_type == "Expand":
                 cls_nodes.append(ex)
-            if tok is None or tok.size != hidden:
+                tok = tok if tok is not None else g.value(ex.input[0])
+            rows = tok.reshape(-1, hidden) if tok is not None and tok.size % hidden == 0 \
+                else None
+            if rows is None or not (rows == rows[0]).all():
                 raise g.bad(cat, "expected constant class (and distillation) tokens "
-                                 f"of {hidden} values")
-            prefix.append(tok)
+                                 f"of {hidden} values, one for every image")
+            prefix.append(rows[0])
         nxt = next(iter(g.users(cat.output[0])), None)
     add, pos, pos_nodes = nxt, None, []
     if add is not None and add.op_type == "Add":
