@@ -171,8 +171,33 @@ class Terminated(KeyboardInterrupt):
     write and every worker pool cleans up on the way out."""
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated()
+def _native_reentry(frame: Any) -> bool:
+    """Whether the innermost Python frame is Numba's, entered from native
+    code (a jitted function boxing its result calls numba's unpickler): an
+    exception raised there is not checked by the caller, which then crashes."""
+    if frame is None or not frame.f_globals.get("__name__", "").startswith("numba."):
+        return False
+    caller = frame.f_back
+    return caller is None or not caller.f_globals.get("__name__", "").startswith("numba.")
+
+
+def _raise_for(exc: type[KeyboardInterrupt]) -> Any:
+    """A signal handler raising `exc` in the main thread, or, while a jitted
+    function has re-entered Python (`_native_reentry`), the same signal again
+    a moment later, once it has returned."""
+    import signal
+    import threading
+
+    def handler(signum: int, frame: Any) -> None:
+        if _native_reentry(frame):
+            threading.Timer(0.02, signal.raise_signal, (signum,)).start()
+            return
+        raise exc()
+    return handler
+
+
+_terminate = _raise_for(Terminated)
+_interrupt = _raise_for(KeyboardInterrupt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
         previous = signal.signal(signal.SIGTERM, _terminate)
+        previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
         args = build_parser().parse_args(argv)
         # overflow and invalid values are the commands' to report (non-finite
@@ -227,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _interrupt_in(e: BaseException) -> KeyboardInterrupt | None:

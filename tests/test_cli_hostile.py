@@ -340,3 +340,23 @@ def test_a_signal_wrapped_by_an_import_is_still_the_signal(
         "P", (), {"parse_args": lambda self, a: argparse.Namespace(handler=other)})())
     with pytest.raises(RuntimeError, match="not a signal"):
         cli.main([])
+
+
+def test_signal_inside_native_reentry_is_deferred() -> None:
+    """A signal whose handler runs in Numba's Python code called from a
+    jitted function (its result boxing unpickles types) is raised again a
+    moment later instead of there: Numba does not check that call, and the
+    KeyboardInterrupt crashed the process (SIGSEGV) at a Ctrl-C 4 s into
+    `tileplan plan siglip-so400m-map`."""
+    from types import SimpleNamespace
+
+    from planner.cli import _native_reentry
+
+    def frame(module: str, back: object = None) -> object:
+        return SimpleNamespace(f_globals={"__name__": module}, f_back=back)
+
+    ours = frame("simulator.xschedule")
+    assert _native_reentry(frame("numba.core.serialize", ours))  # native code between
+    assert not _native_reentry(frame("numba.core.compiler", frame("numba.core.dispatcher")))
+    assert not _native_reentry(ours)
+    assert not _native_reentry(None)
