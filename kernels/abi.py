@@ -67,7 +67,7 @@ KERNEL_ARGS: dict[str, tuple[str, ...]] = {
     "MATMUL": _MM + ("scale_exp", "bias"),
     "BATCH_MATMUL": _MM + ("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"),
     "REDUCE": ("parts", "ld_parts", "part_stride", "k", "out", "ldo", "M", "N", "out_dtype",
-               "bias"),
+               "bias", "parts_fp16"),
     "ADD": ("a", "lda", "b", "ldb", "c", "ldc", "M", "N", "dtype_a", "dtype_b", "dtype_c"),
     "BIAS_ADD": ("x", "ldx", "bias", "y", "ldy", "M", "N", "dtype_x", "dtype_y"),
     "LAYERNORM": ("x", "ldx", "gamma", "beta", "y", "ldy", "M", "N", "eps"),

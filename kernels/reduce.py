@@ -1,8 +1,15 @@
-"""REDUCE (id 3): sum of k fp32 partial blocks (K-split matmul partials).
+"""REDUCE (id 3): sum of k partial blocks (K-split matmul partials), fp32 or fp16.
 
 Numerics = kernels.formulas.reduce_parts: acc = part_0, acc = acc + part_j for
 j = 1..k-1 in fp32, then + bias (fp16[N] decoded) if given, rounded once to
-out_dtype.  Part j's row i starts at parts + j*part_stride + i*ld_parts.
+out_dtype.  Part j's row i starts at parts + j*part_stride + i*ld_parts; the
+partials are fp32, or fp16 when `parts_fp16` is 1 (decoded exactly to fp32
+before the sums).
+
+The cycle model below is fitted to the published IPU21 reductions, which
+read fp16 partials (the vendor matmul's "half" partials type); fp32 partials
+are charged the same slots per chunk (an optimistic bound for them: they
+load twice the bytes).
 
 Cycle model (the IPU21 reduction's structure): the elements are split over
 the workers in chunks of `reduce_grain`; a chunk costs `reduce_chunk` slots
@@ -39,6 +46,8 @@ def reduce_check(args):  # type: ignore[no-untyped-def]
         return BAD_SHAPE
     if args[RED.out_dtype] < 0 or args[RED.out_dtype] > DT_FP32:
         return BAD_DTYPE
+    if args[RED.parts_fp16] != 0 and args[RED.parts_fp16] != 1:
+        return BAD_DTYPE
     return OK
 
 
@@ -54,12 +63,12 @@ def reduce_execute(mem, base, args):  # type: ignore[no-untyped-def]
         read_row(mem, args[RED.bias] - base, n, DT_FP16, bias)
     # whole blocks (one flat pass each when dense), element order as a row loop
     parts = args[RED.parts] - base
+    pdt = DT_FP16 if args[RED.parts_fp16] != 0 else DT_FP32
     acc = np.empty((m, n), dtype=np.float32)
-    read_block(mem, parts, m, n, args[RED.ld_parts], DT_FP32, acc)
+    read_block(mem, parts, m, n, args[RED.ld_parts], pdt, acc)
     part = np.empty((m, n), dtype=np.float32)
     for j in range(1, k):
-        read_block(mem, parts + j * args[RED.part_stride], m, n, args[RED.ld_parts], DT_FP32,
-                   part)
+        read_block(mem, parts + j * args[RED.part_stride], m, n, args[RED.ld_parts], pdt, part)
         for i in range(m):
             for c in range(n):
                 acc[i, c] = acc[i, c] + part[i, c]
@@ -79,7 +88,8 @@ def reduce_cost(args, desc):  # type: ignore[no-untyped-def]
     per_chunk = desc[D_REDUCE_CHUNK] + desc[D_REDUCE_PARTIAL] * extra
     out_dt = args[RED.out_dtype]
     ob = dtype_bytes(out_dt) if out_dt >= 0 and out_dt <= DT_FP32 else 4
-    if contiguous(m, args[RED.ld_parts], n * 4) and contiguous(m, args[RED.ldo], n * ob):
+    pb = 2 if args[RED.parts_fp16] != 0 else 4
+    if contiguous(m, args[RED.ld_parts], n * pb) and contiguous(m, args[RED.ldo], n * ob):
         m, n = 1, m * n
     return desc[D_REDUCE_CALL], vector_pass(m, n, desc[D_REDUCE_GRAIN], per_chunk, 0, desc)
 
@@ -88,8 +98,9 @@ def reduce_cost(args, desc):  # type: ignore[no-untyped-def]
 def reduce_regions(args, out):  # type: ignore[no-untyped-def]
     """REDUCE regions: k partial blocks read, (bias read), out written."""
     m, n = args[RED.M], args[RED.N]
+    pb = 2 if args[RED.parts_fp16] != 0 else 4
     i = put_region(out, 0, args[RED.parts], args[RED.k], args[RED.part_stride], m,
-                   args[RED.ld_parts], n * 4, 0)
+                   args[RED.ld_parts], n * pb, 0)
     if args[RED.bias] != 0:
         i = put_region(out, i, args[RED.bias], 1, 0, 1, 0, n * 2, 0)
     ob = dtype_bytes(args[RED.out_dtype])

@@ -125,13 +125,14 @@ def random_vertex(kid: int, rng: np.random.Generator, img: TileImage, max_dim: i
                               scale_exp=int(rng.integers(-3, 4)), bias=bias)
     if kid == abi.REDUCE:
         k = int(rng.integers(1, 5))
-        ld = _pad(rng, n * 4)
-        parts = img.put(random_codes(rng, (k * m, n), DT_FP32), ld=ld)
+        half = int(rng.random() < 0.5)
+        ld = _pad(rng, n * (2 if half else 4))
+        parts = img.put(random_codes(rng, (k * m, n), DT_FP16 if half else DT_FP32), ld=ld)
         o_dt = DT_FP16 if rng.random() < 0.5 else DT_FP32
         o, ldo = out(m, n, o_dt)
         bias = img.put(random_codes(rng, (n,), DT_FP16)) if rng.random() < 0.5 else 0
         return spec.make_args(parts=parts, ld_parts=ld, part_stride=m * ld, k=k, out=o, ldo=ldo,
-                              M=m, N=n, out_dtype=o_dt, bias=bias)
+                              M=m, N=n, out_dtype=o_dt, bias=bias, parts_fp16=half)
     if kid == abi.ADD:
         dts = [int(d) for d in rng.integers(1, 3, size=3)]
         a, lda = block(m, n, dts[0])

@@ -81,10 +81,11 @@ def _operands(kernel: str, v: dict[str, int], pseudo: dict[str, int]) -> list[tu
         return ops
     if kernel == "REDUCE":
         parts = max(v.get("k", 1), 1)
-        v.setdefault("ld_parts", n * 4)
-        v.setdefault("part_stride", m * n * 4)
+        pb = 2 if v.get("parts_fp16") else 4
+        v.setdefault("ld_parts", n * pb)
+        v.setdefault("part_stride", m * n * pb)
         v.setdefault("ldo", n * eb("out_dtype"))
-        ops = [("parts", parts * m * n * 4), ("out", m * n * eb("out_dtype"))]
+        ops = [("parts", parts * m * n * pb), ("out", m * n * eb("out_dtype"))]
         if pseudo.get("bias"):
             ops.append(("bias", n * 2))
         return ops

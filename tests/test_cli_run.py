@@ -125,7 +125,11 @@ def test_vit_tiny_end_to_end(layers: int, tables: bool,
                                "--optimization-steps", "0"])
     assert status == 0
     assert (s["model"], s["device"], s["layers"]) == ("vit-tiny", "c600", layers)
-    assert s["faults"] == 0 and s["rel_fro_error"] <= 1e-2 and s["numerics_ok"]
+    # fp16 K-split partials (MatMul.partials) flip a few fp16/fp8 codes
+    # against the reference's one fp32 sum: well inside fp8's own noise
+    assert s["faults"] == 0 and s["numerics_ok"]
+    assert s["rel_fro_error"] <= 0.5 * s["fp8_noise"]
+    assert s["cosine_fp32_min"] >= 0.999
     assert s["arithmetic_patches"] > 0
     assert (s["table_patches"] > 0) == tables  # 3 ping-pong trips are not arithmetic
     assert s["peak_tile_bytes"] <= 638976

@@ -360,3 +360,44 @@ def test_partial_sums_columns_equal_transfer_objects() -> None:
     got = partial_sums(parts, sums, gk)
     assert list(got) == list(want) and len(got) == 9
     assert got.dst_off.tolist()[-3:] == [0, 48, 96] and got.src_buf.tolist()[-3:] == [20, 21, 22]
+
+
+def _one_matmul(partials: str, m: int = 5, k: int = 64, n: int = 6) -> Graph:
+    ts = [Tensor("x", (m, k), "fp16", "input"), Tensor("w", (k, n), "fp16", "parameter"),
+          Tensor("bias", (n,), "fp16", "parameter"), Tensor("out", (m, n), "fp16", "output")]
+    return make_graph("one_mm", ts, [MatMul("mm", "x", "w", "out", bias="bias",
+                                            partials=partials)], ["x"], ["out"],
+                      attrs=(("layers", 1), ("batch", 1)))
+
+
+@pytest.mark.parametrize("partials", ["fp16", "fp32"])
+def test_k_split_partials_dtype(partials: str) -> None:
+    """MatMul.partials sets the partial dtype: fp16 partials are half the
+    scratch and landing bytes, REDUCE reads them as fp16 (parts_fp16), and
+    odd-width fp16 partial rows (3 columns here) are sliced on row pairs so
+    every slice a reducer receives starts on a word (the build verifies)."""
+    from kernels import abi
+
+    g, dev = _one_matmul(partials), simulator.load_device("tiny")
+    plan = baseline_plan(g, dev).with_recipe("mm", "mm:1x2x4")
+    built = build(g, dev, plan)
+    prog = expand_program(g, dev, plan)
+    phases = {p.label: p for p in prog.items if isinstance(p, Phase)}
+    pe = 2 if partials == "fp16" else 4
+    red = phases["mm reduce"].vertices
+    assert red and all(v.kernel == abi.REDUCE for v in red)
+    assert {v.args[abi.ARGS.REDUCE.parts_fp16] for v in red} == {int(partials == "fp16")}
+    # slices of 5 rows over gk = 4, per column block: row pairs (0-2, 2-4,
+    # 4-5) for fp16, even cuts (0-2, 2-3, 3-4, 4-5) for fp32
+    assert sorted(v.args[abi.ARGS.REDUCE.M] for v in red) == \
+        ([1] * 2 + [2] * 4 if partials == "fp16" else [1] * 6 + [2] * 2)
+    for p in phases["mm partials"].vertices:
+        assert prog.bufs[p.refs[-1].buf].nbytes == 5 * 3 * pe
+    params, inputs = planner.init_params(g, seed=0), planner.init_inputs(g, seed=1)
+    want = planner.reference(g, params, inputs)["out"]
+    sim = simulator.run(built.package, params=params, inputs=inputs, numerics=True)
+    assert not sim.faults
+    rel = np.linalg.norm(sim.outputs["out"] - want) / np.linalg.norm(want)
+    # fp32 partials: the reference's sum in another order, one fp16 rounding;
+    # fp16 partials: four more roundings of 2**-11 before the sum
+    assert rel <= (2e-3 if partials == "fp16" else 5e-4), rel

@@ -61,10 +61,12 @@ def _assert_bits(got: np.ndarray, want: np.ndarray) -> None:
 def test_reduce(shape: tuple[int, int]) -> None:
     m, n = shape
     rng = np.random.default_rng(SEED + m * n)
-    for k, out_dt, bias in [(1, DT_FP32, False), (3, DT_FP16, True), (5, DT_FP32, True)]:
+    for k, out_dt, bias, half in [(1, DT_FP32, False, 0), (3, DT_FP16, True, 0),
+                                  (5, DT_FP32, True, 0), (4, DT_FP16, True, 1),
+                                  (2, DT_FP32, False, 1)]:
         img = TileImage(1 << 16)
-        parts = random_codes(rng, (k, m, n), DT_FP32)
-        ld = (n * 4 + 7) // 8 * 8 + 16
+        parts = random_codes(rng, (k, m, n), DT_FP16 if half else DT_FP32)
+        ld = (n * (2 if half else 4) + 7) // 8 * 8 + 16
         stride = m * ld + 8
         base_addr = img.alloc(stride * k)
         for j in range(k):
@@ -72,8 +74,10 @@ def test_reduce(shape: tuple[int, int]) -> None:
         b = random_codes(rng, (n,), DT_FP16)
         y, ldy = _out(img, m, n, out_dt)
         _run("REDUCE", img, parts=base_addr, ld_parts=ld, part_stride=stride, k=k, out=y,
-             ldo=ldy, M=m, N=n, out_dtype=out_dt, bias=img.put(b) if bias else 0)
-        want = _encode(formulas.reduce_parts(parts, fp16_decode(b) if bias else None), out_dt)
+             ldo=ldy, M=m, N=n, out_dtype=out_dt, bias=img.put(b) if bias else 0,
+             parts_fp16=half)
+        values = fp16_decode(parts) if half else parts
+        want = _encode(formulas.reduce_parts(values, fp16_decode(b) if bias else None), out_dt)
         _assert_bits(img.get(y, m, n, ldy, NP_CODE[out_dt]), want)
 
 

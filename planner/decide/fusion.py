@@ -2,7 +2,7 @@
 
 Siblings (`sibling_groups`) are the MatMuls of one graph (a Repeat body is
 its own graph) that read the same activation `a`, with weights of the same
-shape, dtype and scale and all with a bias or none: an attention layer's q,
+shape, dtype and scale, all with a bias or none and the same partials: an attention layer's q,
 k, v projections, the MAP head's k, v.  A group is named by its key,
 `<scope><first op>+<second op>+...` (`group_key`, e.g.
 `encoder/mm_q+mm_k+mm_v`); `Plan.fused` lists the keys of the groups that
@@ -47,7 +47,7 @@ def sibling_groups(g: Graph) -> tuple[tuple[MatMul, ...], ...]:
                                      != "parameter"):
             continue
         key = (op.a, w.shape, w.dtype, w.scale_exp, op.bias is None,
-               g.tensor(op.out).dtype)
+               g.tensor(op.out).dtype, op.partials)
         by_input.setdefault(key, []).append(op)
     return tuple(tuple(ops) for ops in by_input.values() if len(ops) > 1)
 
@@ -70,7 +70,8 @@ def fused_graph(g: Graph, ops: tuple[MatMul, ...]) -> tuple[Graph, MatMul]:
     if first.bias is not None:
         bias = "bias"
         tensors.append(Tensor("bias", (n,), g.tensor(first.bias).dtype, "parameter"))
-    op = MatMul("+".join(o.name for o in ops), "a", "w", "out", bias=bias)
+    op = MatMul("+".join(o.name for o in ops), "a", "w", "out", bias=bias,
+                partials=first.partials)
     return make_graph(op.name, tensors, [op], ["a"], ["out"]), op
 
 

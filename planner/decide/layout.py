@@ -45,6 +45,15 @@ def even_cuts(n: int, parts: int) -> tuple[int, ...]:
     return tuple(cuts)
 
 
+def slice_cuts(n: int, parts: int, pair: bool) -> tuple[int, ...]:
+    """`even_cuts(n, parts)`, or with `pair` cut points on even offsets only
+    (even_cuts over the ⌈n/2⌉ row pairs): a K-split matmul's fp16 partial
+    rows of odd width start their row slices on a word that way."""
+    if not pair:
+        return even_cuts(n, parts)
+    return tuple(min(2 * c, n) for c in even_cuts(-(-n // 2), parts))
+
+
 def step_cuts(n: int, step: int) -> tuple[int, ...]:
     """Cut points every `step` elements (the last piece may be shorter)."""
     return tuple(range(0, n, step)) + (n,)

@@ -97,10 +97,10 @@ def matmul_cycles(m: int, k: int, n: int, in_dt: str, out_dt: str, device: Devic
 
 
 def reduce_cycles(m: int, n: int, k: int, out_dt: str, device: Device,
-                  bias: bool = False, memo: dict | None = None) -> int:
-    """REDUCE of k fp32 partial blocks m × n into out_dt."""
+                  bias: bool = False, memo: dict | None = None, partials: str = "fp32") -> int:
+    """REDUCE of k partial blocks m × n (`partials`: fp32 or fp16) into out_dt."""
     return call_cycles("REDUCE", device, memo, M=m, N=n, k=k, out_dtype=out_dt,
-                       bias=int(bias))
+                       bias=int(bias), parts_fp16=int(partials == "fp16"))
 
 
 def exchange_cycles(nbytes: int, device: Device) -> int:

@@ -2,10 +2,11 @@
 
 Tile (i, j, l) multiplies the a block (rows i, K slice l) by the b block (K
 slice l, columns j).  gk = 1 writes the fp16 out block with the bias; gk > 1
-writes an fp32 partial that is exchanged to the gk row-slice owners of block
-(i, j) and summed there by REDUCE (+ bias).  Weights live once (compact home):
-block (l, j) split by rows over its gm readers; gm > 1 all-gathers each block
-among them every time (gm = 1 is weight-stationary).  The estimate is
+writes a partial (the op's `partials` dtype: fp16 or fp32) that is exchanged
+to the gk row-slice owners of block (i, j) and summed there by REDUCE
+(+ bias).  Weights live once (compact home): block (l, j) split by rows over
+its gm readers; gm > 1 all-gathers each block among them every time (gm = 1
+is weight-stationary).  The estimate is
 planner.decide.catalogue's (module docstring): kernel cycles plus one
 exchange phase per move, an fp8 `a` arriving wide (cast on the tile) unless
 `narrow`.
@@ -56,7 +57,7 @@ class MatmulFamily:
             return None
         return matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype, DTYPE_BYTES[a.dtype],
                              DTYPE_BYTES[out.dtype], mm.bias is not None, device, packing,
-                             memo, narrow)
+                             memo, narrow, mm.partials)
 
 
 def matmul_recipes(g: Graph, op: Any, device: Device, packing: str,
@@ -75,14 +76,14 @@ def matmul_recipes(g: Graph, op: Any, device: Device, packing: str,
             for gn in sorted({gn_max, max(1, gn_max // 2), max(1, gn_max // 4), 1}):
                 recipes.append(matmul_recipe(gm, gn, gk, m, k, n, a.dtype, out.dtype,
                                               e_in, e_out, op.bias is not None, device,
-                                              packing, memo, narrow))
+                                              packing, memo, narrow, op.partials))
     return recipes
 
 
 def matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str, out_dt: str,
                    e_in: int, e_out: int, bias: bool, device: Device,
                    packing: str = "element", memo: dict | None = None,
-                   narrow: bool = False) -> Recipe:
+                   narrow: bool = False, partials: str = "fp16") -> Recipe:
     mb, kb, nb = math.ceil(m / gm), math.ceil(k / gk), math.ceil(n / gn)
     a_bytes, b_bytes = mb * kb * e_in, kb * nb * e_in
     # an fp8 a operand arrives as fp16 and is cast on the tile (cast after)
@@ -101,13 +102,16 @@ def matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str,
         mem += mb * nb * e_out
         out_block = mb * nb * e_out
     else:
-        compute = matmul_cycles(mb, kb, nb, in_dt, "fp32", device, memo=memo)
+        pe = DTYPE_BYTES[partials]
+        compute = matmul_cycles(mb, kb, nb, in_dt, partials, device, memo=memo)
         slice_rows = math.ceil(mb / gk)
-        land = gk * slice_rows * nb * 4
+        if pe == 2 and (n // gn % 2 or n % gn):  # an odd-width fp16 partial: row-pair slices
+            slice_rows = 2 * math.ceil(math.ceil(mb / 2) / gk)
+        land = gk * slice_rows * nb * pe
         phases.append(land)
-        mem += mb * nb * 4 + land + slice_rows * nb * e_out
+        mem += mb * nb * pe + land + slice_rows * nb * e_out
         xbytes += land
-        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device, bias, memo)
+        compute += reduce_cycles(slice_rows, nb, gk, out_dt, device, bias, memo, partials)
         out_block = slice_rows * nb * e_out
     if wide:
         compute += call_cycles("CAST", device, memo, M=mb, N=kb, dtype_x="fp16",
@@ -118,6 +122,7 @@ def matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str,
         cycles=compute + xcyc, mem_bytes=mem, key=f"mm:{gm}x{gn}x{gk}", family="matmul",
         grid=(gm, gn, gk), compute_cycles=compute, exchange_cycles=xcyc, syncs=len(phases),
         in_bytes=max(phases), xbytes=xbytes, tiles=gm * gn * gk,
-        out_bytes=max(mb * nb * (4 if gk > 1 else e_out), math.ceil(kb / gm) * nb * e_in),
+        out_bytes=max(mb * nb * (DTYPE_BYTES[partials] if gk > 1 else e_out),
+                      math.ceil(kb / gm) * nb * e_in),
         home_bytes=math.ceil(kb / gm) * nb * e_in + (nb * 2 if bias else 0),
     )

@@ -3,6 +3,12 @@
 The "matmul" family (planner.decide.families.matmul, planner.lowering.families.matmul)
 places it on a grid of tiles; `b` is the weight, `bias` its bias.  An fp8 `a`
 whose Cast runs before the move arrives narrow (NARROW_OPERAND).
+
+`partials` is the dtype of the partial sums a K-split recipe exchanges and
+reduces: "fp16" (default; what the published IPU21 runs reduce, the vendor
+matmul's "half" partials type: half the partial-sum exchange, each partial
+rounded once to fp16 before the fp32 sum) or "fp32" (exact fp32 partials).
+A recipe that does not split K has none.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from typing import Any, ClassVar
 from planner.ir.graph import DTYPES, Graph, OpBase
 from planner.ir.opkind import ACT, dtype_in, rank, register_op
 from tilecommon.errors import GraphError
+
+PARTIALS = ("fp16", "fp32")  # dtypes of K-split partial sums
 
 
 @register_op
@@ -29,8 +37,11 @@ class MatMul(OpBase):
     b: str
     out: str
     bias: str | None = None
+    partials: str = "fp16"
 
     def check(self, g: Graph) -> None:
+        if self.partials not in PARTIALS:
+            raise GraphError(self.name, f"partials {self.partials!r} not in {PARTIALS}")
         a, b, out = g.tensor(self.a), g.tensor(self.b), g.tensor(self.out)
         for t in (a, b, out):
             rank(self, t, 2)

@@ -8,8 +8,8 @@ columns j; all layers) split by rows into min(gm, ceil(bytes /
 HOME_SHARD_BYTES)) shards, shard i on tile (i, j, l), so the gm tiles that
 read a block all-gather it before the matmul; a bias column block lives on
 one of its readers (rotating).  Expansion: one MATMUL vertex per grid cell;
-with K split, fp32 partials exchanged to the row-slice owners and summed by
-REDUCE (+ bias).  A fused sibling group (planner.decide.fusion) is laid out
+with K split, partials (the op's `partials` dtype) exchanged to the row-slice
+owners and summed by REDUCE (+ bias).  A fused sibling group (planner.decide.fusion) is laid out
 by planner.lowering.lower on one grid through `grid_layouts`.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kernels import abi
-from planner.decide.layout import Layout, even_cuts, grid_tiles
+from planner.decide.layout import Layout, even_cuts, grid_tiles, slice_cuts
 from planner.decide.recipe import Recipe
 from planner.ir.graph import DTYPE_BYTES, Graph, Op
 from planner.lowering.expand_ops import DT, ExpandContext, Operands, make_vertex, scalars
@@ -81,10 +81,14 @@ def grid_layouts(lw: Any, g: Graph, op: Any, mc: tuple[int, ...], kc: tuple[int,
                                          for j in range(gn)))
         bias_owners = [tuple(tile(i, j, 0) for i in range(gm)) for j in range(gn)]
     else:
+        # fp16 partial rows of odd width: row slices start on even rows, so
+        # each slice sent to its reducer starts on a word (simulator.access)
+        pair = getattr(op, "partials", "fp32") == "fp16" and any(
+            (b - a) % 2 for a, b in zip(nc, nc[1:], strict=False))
         rc = [0]
         slices = []  # (i, l') per output row cell
         for i in range(gm):
-            sub = even_cuts(mc[i + 1] - mc[i], gk)
+            sub = slice_cuts(mc[i + 1] - mc[i], gk, pair)
             for s in range(len(sub) - 1):
                 rc.append(mc[i] + sub[s + 1])
                 slices.append((i, s))
@@ -131,9 +135,9 @@ def matmul_args(lda: int, ldb: int, ldc: int, m: int, k: int, n: int, dt_in: int
 
 @lru_cache(maxsize=4096)
 def reduce_args(ld_parts: int, part_stride: int, k: int, ldo: int, m: int, n: int,
-                dt_out: int) -> tuple[int, ...]:
+                dt_out: int, parts_fp16: int) -> tuple[int, ...]:
     return scalars("REDUCE", ld_parts=ld_parts, part_stride=part_stride, k=k, ldo=ldo, M=m, N=n,
-                   out_dtype=dt_out)
+                   out_dtype=dt_out, parts_fp16=parts_fp16)
 
 
 def expand_matmul(ctx: ExpandContext, step: Step) -> None:
@@ -175,8 +179,10 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
                                                   ((MM.c, po[i * gn + j][0]),)))
         ctx.emit(phase)
         return
-    # K-split: fp32 partials, exchanged to the row-slice owners, REDUCE (+ bias);
-    # partial (i, j, l) is buffer parts[(i * gn + j) * gk + l]
+    # K-split: partials (fp16 or fp32), exchanged to the row-slice owners,
+    # REDUCE (+ bias); partial (i, j, l) is buffer parts[(i * gn + j) * gk + l]
+    partials = getattr(step.op, "partials", "fp32")
+    pe, dt_p = DTYPE_BYTES[partials], DT[partials]
     rc, kc = a.row_cuts, a.col_cuts
     widths = [cuts[j + 1] - cuts[j] for j in range(gn)]
     depths = [kc[l + 1] - kc[l] for l in range(gk)]
@@ -188,9 +194,9 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
         for j, n in enumerate(widths):
             for l, k in enumerate(depths):
                 tile = b.owners[l * gn + j][i]
-                buf = new_buf(tile, m * n * 4, "scratch", f"{label}:part{i}.{j}.{l}")
+                buf = new_buf(tile, m * n * pe, "scratch", f"{label}:part{i}.{j}.{l}")
                 parts.append(buf)
-                args = matmul_args(k * e, n * e, n * 4, m, k, n, dt_in, DT["fp32"], shift)
+                args = matmul_args(k * e, n * e, n * pe, m, k, n, dt_in, dt_p, shift)
                 mm.vertices.append(make_vertex(
                     tile, abi.MATMUL, args,
                     ((MM.a, a_loc(i * gk + l, j, tile)), (MM.b, pb[l * gn + j][i])),
@@ -203,14 +209,16 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
         for ri in o.row_span(m0, m1):
             r0, r1 = o.row_cuts[ri], o.row_cuts[ri + 1]
             for j, w in enumerate(widths):
-                block = (r1 - r0) * w * 4
+                ld = w * pe
+                block = (r1 - r0) * ld
                 tile = o.owners[ri * gn + j][0]
                 land = new_buf(tile, gk * block, "exchange-landing", f"{label}:land{ri}.{j}")
-                sums.append(((i * gn + j) * gk, (r0 - m0) * w * 4, land, block))
+                sums.append(((i * gn + j) * gk, (r0 - m0) * ld, land, block))
                 landed: Operands = ((RED.parts, (land, 0, 0, ())),)
                 if pbias is not None:
                     landed += ((RED.bias, pbias[j][ri]),)
-                args = reduce_args(w * 4, block, gk, w * eo, r1 - r0, w, dt_out)
+                args = reduce_args(ld, block, gk, w * eo, r1 - r0, w, dt_out,
+                                   int(partials == "fp16"))
                 red.vertices.append(make_vertex(tile, abi.REDUCE, args, landed,
                                                 ((RED.out, po[ri * gn + j][0]),)))
     ctx.emit(Phase("exchange", f"{label} partial sums", transfers=partial_sums(parts, sums, gk),
