@@ -49,7 +49,7 @@ def test_baseline_vs_optimized_names_every_accepted_decision(
     changed = " ".join(x["decision"] for x in d["decisions"])
     kinds = {"fuse": "fused ", "overlap": "plan reduction_overlap", "open": "open ",
              "packing": "plan packing", "cast": "cast ", "operator": "recipes ",
-             "joint": "recipes ", "tiles": "shift "}
+             "joint": "recipes ", "tiles": "shift ", "inplace": "recipes "}
     for p in accepted:
         assert kinds[p["kind"]] in changed, (p, changed)
     b, o = (json.loads((r / "summary.json").read_text()) for r in (base, opt))

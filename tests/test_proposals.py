@@ -237,3 +237,50 @@ def test_cast_proposal_runs_the_cast_on_its_canonical_owners(micro_graph: Graph,
         assert p.plan.cast_before(name) and p.plan.recipe(name) == f"rows:{rpo}"
         text = lower(micro_graph, TINY, p.plan).describe()
         assert f"compute {name} [rows:{rpo}]" in text
+
+
+def test_inplace_runs_where_the_input_arrives(micro_graph: Graph,
+                                              incumbent: Incumbent) -> None:
+    """An `inplace` proposal runs an elementwise op (recipe rows:0) on the
+    cells its producer wrote, on each cell's first owner, its boundary open:
+    no move between them, and the same numbers."""
+    import numpy as np
+
+    import planner
+    from planner.lowering.stages import build
+
+    props = [p for p in proposals(micro_graph, TINY, incumbent.plan, profile(incumbent))
+             if p.kind == "inplace"]
+    assert props
+    params = planner.init_params(micro_graph, seed=0)
+    inputs = planner.init_inputs(micro_graph, seed=1)
+    want = planner.reference(micro_graph, params, inputs)
+    for p in props:
+        name = p.description.split(" in place")[0]
+        assert p.plan.recipe(name) == "rows:0"
+        lw = lower(micro_graph, TINY, p.plan)
+        step = next(s for s in lw.steps if s.kind == "compute" and s.label == name)
+        made = next(s for s in lw.steps if step.inputs[0] in s.outputs)
+        assert made.kind == "compute", (name, made.label)  # straight from its producer
+        lead = lw.values[step.inputs[0]].layout
+        out = lw.values[step.outputs[0]].layout
+        assert (out.row_cuts, out.col_cuts) == (lead.row_cuts, lead.col_cuts)
+        assert out.owners == tuple((o[0],) for o in lead.owners)
+        sim = simulator.run(build(micro_graph, TINY, p.plan).package, params=params,
+                            inputs=inputs, numerics=True)
+        assert not sim.faults
+        for t, ref in want.items():
+            assert np.linalg.norm(sim.outputs[t] - ref) <= 1e-2 * np.linalg.norm(ref), name
+
+
+def test_in_place_recipe_only_by_key(micro_graph: Graph) -> None:
+    """rows:0 is asked for, never shortlisted, and only for elementwise ops."""
+    from planner.decide import catalogue as cat
+
+    sites = {s.op.kind: s for s in op_sites(micro_graph)}
+    gelu, ln = sites["Gelu"], sites["LayerNorm"]
+    r = cat.recipe_from_key(gelu.graph, gelu.op, TINY, "rows:0")
+    assert r.key == "rows:0" and r.grid == (0,) and r.cycles > 0
+    assert all(x.key != "rows:0" for x in cat.catalogue(gelu.graph, gelu.op, TINY, 64))
+    with pytest.raises(KeyError):
+        cat.recipe_from_key(ln.graph, ln.op, TINY, "rows:0")

@@ -376,6 +376,17 @@ class _Lowerer:
         self.converted[key] = out
         return out
 
+    def arriving_layout(self, tensor: str) -> Layout:
+        """The layout tensor `tensor` (of the scope being lowered) arrives in:
+        its source value's (the producer's when the boundary is open, else
+        the canonical one); an absorbed cast's output is cast where it is
+        read, so it arrives where the value it converts does."""
+        q = self.qual(tensor)
+        while q in self.casts:
+            q = self.casts[q][0]
+        src = self.source.get(q)
+        return self.canonical(q) if src is None else self.out.values[src].layout
+
     def visible(self, value: str) -> bool:
         """Values made inside a finished loop body are not reused after it."""
         return self.loop_depth > 0 or value not in self.loop_values

@@ -122,11 +122,13 @@ class Around:
     def boundaries(self) -> list[tuple[OpSite, OpSite, str]]:
         """(producer, single consumer, qualified tensor) of every closed
         canonical boundary that may open (not a graph output, Repeat
-        init/final/yield, nor a Cast/heads/Repeat edge)."""
+        init/final/yield, nor a heads/Repeat edge, nor the output of a Cast
+        absorbed into its reader's conversion)."""
         out = []
         for site in self.sites:
             g = site.graph
-            if site.op.CONVERSION or site.op.FAMILY == "move":
+            if site.op.FAMILY == "move" or (site.op.CONVERSION and dict(
+                    self.plan.cast_order).get(site.name) != "before"):
                 continue
             t = site.op.outputs[0]
             q = f"{site.scope}{t}"

@@ -10,13 +10,14 @@ the same plan the better estimate is kept.
 
 A proposal kind is a function `(around) -> list[Proposal]` registered by name
 in planner.search.registry.PROPOSALS, the built-in ones exactly as a
-third party's would be.  The default set, `KINDS`, is the eight built-in
+third party's would be.  The default set, `KINDS`, is the nine built-in
 kinds, one module each in planner.search.kinds (its docstring says what the
 kind changes and how its gain is estimated):
 
 - `operator`: another shortlisted recipe of one op;
 - `joint`: open a boundary and re-pick its consumer's recipe;
 - `open`: open one canonical boundary;
+- `inplace`: run an elementwise op where its input arrives (opening its boundary);
 - `cast`: cast before redistribution (early casting) for one absorbed Cast;
 - `packing`: another canonical packing;
 - `overlap`: let independent K-split reductions overlap (schedule flag);
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from planner.lowering.state import BuildState
 
 # the default kinds, in the order their proposals are generated
-KINDS = ("operator", "joint", "open", "cast", "packing", "overlap", "tiles", "fuse")
+KINDS = ("operator", "joint", "open", "inplace", "cast", "packing", "overlap", "tiles", "fuse")
 
 
 def proposals(graph: Graph, device: Device, plan: Plan, profile: Profile,

@@ -11,6 +11,13 @@ Exchange phases: the "row" and "table" operands moved in from the canonical
 layout (bound by the canonical owner's bytes), the "vector" and "whole"
 operands (parameters or masks, moved to every block's tile), the result moved
 back to canonical.
+
+`rows:0` (ELEMENTWISE ops only, never generated: the `inplace` proposal kind
+asks for it) runs the op where its leading operand arrives: on the cells of
+its producer's output layout when the boundary between them is open, else of
+the canonical layout (planner.lowering.families.rows).  Its estimate knows no
+producer: the elements spread evenly over the device in near-square blocks,
+no input phase, the vector operands' and the result's phases as above.
 """
 
 from __future__ import annotations
@@ -141,6 +148,26 @@ def row_recipes(g: Graph, op: RowOp, device: Device, packing: str, memo: dict,
     return recipes
 
 
+def in_place_recipe(g: Graph, op: RowOp, device: Device, packing: str, memo: dict) -> Recipe:
+    """`rows:0` (module docstring)."""
+    rows, cols = view2d(g.tensor(getattr(op, op.READS[0])).shape)
+    out = g.tensor(op.outputs[0])
+    e_out = DTYPE_BYTES[out.dtype]
+    gr = min(rows, max(1, round(math.sqrt(device.tiles * rows / cols))))
+    gc = max(1, min(cols, device.tiles // gr))
+    rb, w = math.ceil(rows / gr), math.ceil(cols / gc)
+    compute = block_cycles(g, op, rb, w, device, memo)
+    in_b, _per_row, pbytes = _operand_bytes(g, op, rb, w)
+    out_b = rb * w * e_out
+    canon_out = canon_rpo(g, op.outputs[0], device, packing)
+    phases = [p for p in (pbytes, max(out_b, canon_out * cols * e_out)) if p]
+    xcyc = sum(exchange_cycles(p, device) for p in phases)
+    return Recipe(cycles=compute + xcyc, mem_bytes=in_b + out_b + pbytes, key="rows:0",
+                  family="rows", grid=(0,), compute_cycles=compute, exchange_cycles=xcyc,
+                  syncs=len(phases), in_bytes=max(phases, default=0), out_bytes=out_b,
+                  xbytes=pbytes, tiles=gr * gc)
+
+
 @register_family("rows")
 class RowsFamily:
     """Recipes of the rows family (module docstring)."""
@@ -160,6 +187,8 @@ class RowsFamily:
             return None
         if family != "rows" or len(grid) not in (1, 2):
             return None
+        if grid == (0,):
+            return in_place_recipe(g, op, device, packing, memo) if op.ELEMENTWISE else None
         rows, cols = view2d(g.tensor(getattr(op, op.READS[0])).shape)
         gc = grid[1] if len(grid) == 2 else 1
         if 1 <= grid[0] <= rows and 1 <= gc <= cols and (gc == 1 or op.ELEMENTWISE) \

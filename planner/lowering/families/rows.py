@@ -3,7 +3,9 @@
 Layouts: the leading operand and the output in row blocks (`rows:<r>`, from
 the shared row layout, shifted by the op's tile shift) or, for an
 ELEMENTWISE op, in row × column blocks spread over the device
-(`rows:<r>x<gc>`).  Each other operand by its kind (RowOp.OPERANDS): a "row"
+(`rows:<r>x<gc>`) or in the cells its leading operand arrives in (`rows:0`:
+the producer's output layout when the boundary is open, else the canonical
+one; each cell on its first owner).  Each other operand by its kind (RowOp.OPERANDS): a "row"
 operand in the very layout of the leading one (read row-periodically when
 it has fewer rows), a "table" operand in the same row blocks at its own
 width, a "vector" one as one row replicated on the tiles of each column
@@ -58,7 +60,11 @@ def row_layouts(lw: Any, g: Graph, op: RowOp, r: Recipe) -> Layouts:
     """Input layouts (op.inputs order), output layout, parameter homes."""
     rows, cols = view2d(g.tensor(getattr(op, op.READS[0])).shape)
     tiles = lw.device.tiles
-    if len(r.grid) == 2:  # elementwise grid: row blocks × column blocks, spread
+    if r.grid == (0,):  # in place: the cells the leading operand arrives in
+        src = lw.arriving_layout(getattr(op, op.READS[0]))
+        lay = Layout(rows, cols, src.row_cuts, src.col_cuts,
+                     tuple((o[0],) for o in src.owners))
+    elif len(r.grid) == 2:  # elementwise grid: row blocks × column blocks, spread
         rc, cc = step_cuts(rows, r.grid[0]), even_cuts(cols, r.grid[1])
         n = (len(rc) - 1) * (len(cc) - 1)
         lay = Layout(rows, cols, rc, cc, tuple((t,) for t in lw.spread(n)))

@@ -5,6 +5,7 @@ its own.  planner.search.proposals names the default set and its order."""
 from planner.search.kinds import (  # noqa: F401
     cast,
     fuse,
+    inplace,
     joint,
     open,
     operator,
