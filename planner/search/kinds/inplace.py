@@ -1,13 +1,16 @@
 """The `inplace` proposal kind: an elementwise op (or a Cast that runs
 before the move) runs where its leading operand arrives (recipe `rows:0`,
 planner.decide.families.rows), its boundary with the producer opened if it is
-not, so the value does not move between them at all.  Gain = the measured
-moves of that value into the op's layout and, while the boundary is closed,
-to canonical; the compute of the new blocks is taken as equal.
+not, so the value does not move between them at all.  Gain = the operator
+gain of `rows:0` over the current recipe (catalogue estimates: the input
+phase saved, the compute of the new blocks, the result's move to canonical
+that an op running on canonical cells did not have; `Around.op_gain`) plus,
+while the boundary is closed, the measured move of the value to canonical.
 """
 
 from __future__ import annotations
 
+from planner.decide import catalogue as cat
 from planner.lowering.lower import must_materialise
 from planner.search.around import Around, Proposal
 from planner.search.registry import PROPOSALS
@@ -32,7 +35,10 @@ def inplace(around: Around) -> list[Proposal]:
                 or must_materialise(site.graph, lead) or len(site.graph.consumers(lead)) != 1:
             continue
         q = f"{site.scope}{lead}"
-        gain = around.measured_moves("input", q)
+        _short, cur = around.current(site)
+        alt = cat.recipe_from_key(site.graph, op, around.device, IN_PLACE,
+                                  around.plan.packing, around.cache)
+        gain = around.op_gain(site, cur, alt)
         plan = around.plan.with_recipe(site.name, IN_PLACE)
         if not around.plan.is_open(q):
             gain += around.measured_moves("canonical", q)
