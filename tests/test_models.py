@@ -179,6 +179,7 @@ _LLM = {"name": "t", "input": "embeddings", "hidden": 32, "heads": 4, "mlp": 48,
     ({"bias": "some"}, "bias", "must be one of"),
     ({"pool": "map"}, "pool", "bidirectional"),
     ({"seq": 8}, "seq", "unknown field"),
+    ({"partials": "fp8"}, "partials", "must be one of"),
 ])
 def test_bad_family_fields(change: dict, field: str, message: str) -> None:
     from planner.ir.models import parse_config
@@ -188,3 +189,16 @@ def test_bad_family_fields(change: dict, field: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         parse_config(table, "my.toml")
     assert info.value.field == field and info.value.source == "my.toml"
+
+
+def test_partials_field(tmp_path: Path, micro_toml: Path) -> None:
+    """`partials` reaches every MatMul; its default stays out of the attrs."""
+    from planner.ir.ops.matmul import MatMul
+
+    text = micro_toml.read_text()
+    for value, attrs in (("fp32", {("partials", "fp32")}), ("fp16", set())):
+        g = planner.load_model(_write(tmp_path, text + f'partials = "{value}"\n'))
+        body = g.op("encoder").body  # type: ignore[attr-defined]
+        mms = [op for op in (*g.ops, *body.ops) if isinstance(op, MatMul)]
+        assert mms and {op.partials for op in mms} == {value}
+        assert {a for a in g.attrs if a[0] == "partials"} == attrs

@@ -36,7 +36,9 @@ BERT-style encoders and decoder-only LLMs at prefill:
 - `proj` (0): an output projection [H, proj] with bias after the pool (PE-Core);
 - `vocab` (0): the LM head's width and the host word-embedding table's
   rows; `tied_embeddings` (false): the LM head is that table (counted once);
-- `qk_dtype`, `pv_dtype` = "fp16" | "fp8": the attention products' operands.
+- `qk_dtype`, `pv_dtype` = "fp16" | "fp8": the attention products' operands;
+- `partials` = "fp16" | "fp32": the dtype of the K-split partial sums of the
+  projections and MLP (MatMul.partials; fp16 as the published runs reduce).
 
 ViT graph (the zoo's defaults; unchanged from the first template):
 
@@ -116,7 +118,7 @@ GELU_FORMS = {"gelu_tanh": "tanh", "gelu_erf": "erf", "quick_gelu": "quick"}
 # out of the graph's attrs (the first template's graphs stay as they were)
 _CHOICES: dict[str, tuple[tuple[Any, ...], Any]] = {
     "pool": (POOLS, "none"), "qk_dtype": (ATTENTION_DTYPES, "fp16"),
-    "pv_dtype": (ATTENTION_DTYPES, "fp16"),
+    "pv_dtype": (ATTENTION_DTYPES, "fp16"), "partials": (("fp16", "fp32"), "fp16"),
     "input": (("patches", "embeddings"), "patches"),
     "block": (("pre_ln", "post_ln"), "pre_ln"),
     "norm": (("layernorm", "rmsnorm"), "layernorm"),
@@ -154,6 +156,7 @@ class ModelConfig:
     pool: str = "none"
     qk_dtype: str = "fp16"
     pv_dtype: str = "fp16"
+    partials: str = "fp16"
     input: str = "patches"
     block: str = "pre_ln"
     norm: str = "layernorm"
@@ -437,7 +440,7 @@ class _Builder(Tensors):
         w = self.t(f"w_{name}", (k, n), "fp8", "parameter", WEIGHT_SCALE_EXP)
         b = self.t(f"b_{name}", (n,), "fp16", "parameter") if bias else None
         y = self.t(out or name, (rows, n), "fp16", kind)
-        self.op(MatMul(f"mm_{name}", x8, w, y, bias=b))
+        self.op(MatMul(f"mm_{name}", x8, w, y, bias=b, partials=self.cfg.partials))
         return y, [w] + ([b] if b else [])
 
     def norm(self, name: str, x: str, rows: int, n: int, kind: str = "activation",
