@@ -45,6 +45,14 @@ def even_cuts(n: int, parts: int) -> tuple[int, ...]:
     return tuple(cuts)
 
 
+def pairs_rows(partials: str, col_cuts: tuple[int, ...]) -> bool:
+    """Whether a K-split matmul's output row slices go by row pairs: fp16
+    partial rows with an odd-width column block among `col_cuts` (their row
+    slices then start on a word: `slice_cuts`)."""
+    return partials == "fp16" and any((b - a) % 2 for a, b in zip(col_cuts, col_cuts[1:],
+                                                                  strict=False))
+
+
 def slice_cuts(n: int, parts: int, pair: bool) -> tuple[int, ...]:
     """`even_cuts(n, parts)`, or with `pair` cut points on even offsets only
     (even_cuts over the ⌈n/2⌉ row pairs): a K-split matmul's fp16 partial

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from planner.decide.layout import even_cuts, pairs_rows
 from planner.decide.recipe import (
     Recipe,
     call_cycles,
@@ -105,7 +106,7 @@ def matmul_recipe(gm: int, gn: int, gk: int, m: int, k: int, n: int, in_dt: str,
         pe = DTYPE_BYTES[partials]
         compute = matmul_cycles(mb, kb, nb, in_dt, partials, device, memo=memo)
         slice_rows = math.ceil(mb / gk)
-        if pe == 2 and (n // gn % 2 or n % gn):  # an odd-width fp16 partial: row-pair slices
+        if pairs_rows(partials, even_cuts(n, gn)):  # odd-width fp16 partials: row-pair slices
             slice_rows = 2 * math.ceil(math.ceil(mb / 2) / gk)
         land = gk * slice_rows * nb * pe
         phases.append(land)

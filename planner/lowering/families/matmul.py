@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from kernels import abi
-from planner.decide.layout import Layout, even_cuts, grid_tiles, slice_cuts
+from planner.decide.layout import Layout, even_cuts, grid_tiles, pairs_rows, slice_cuts
 from planner.decide.recipe import Recipe
 from planner.ir.graph import DTYPE_BYTES, Graph, Op
+from planner.ir.ops.matmul import MatMul
 from planner.lowering.expand_ops import DT, ExpandContext, Operands, make_vertex, scalars
 from planner.lowering.expand_redist import Loc
 from planner.lowering.lowered import Step
@@ -83,8 +84,7 @@ def grid_layouts(lw: Any, g: Graph, op: Any, mc: tuple[int, ...], kc: tuple[int,
     else:
         # fp16 partial rows of odd width: row slices start on even rows, so
         # each slice sent to its reducer starts on a word (simulator.access)
-        pair = getattr(op, "partials", "fp32") == "fp16" and any(
-            (b - a) % 2 for a, b in zip(nc, nc[1:], strict=False))
+        pair = pairs_rows(op.partials, nc)
         rc = [0]
         slices = []  # (i, l') per output row cell
         for i in range(gm):
@@ -181,7 +181,8 @@ def expand_matmul(ctx: ExpandContext, step: Step) -> None:
         return
     # K-split: partials (fp16 or fp32), exchanged to the row-slice owners,
     # REDUCE (+ bias); partial (i, j, l) is buffer parts[(i * gn + j) * gk + l]
-    partials = getattr(step.op, "partials", "fp32")
+    assert isinstance(step.op, MatMul)  # the family's one kind
+    partials = step.op.partials
     pe, dt_p = DTYPE_BYTES[partials], DT[partials]
     rc, kc = a.row_cuts, a.col_cuts
     widths = [cuts[j + 1] - cuts[j] for j in range(gn)]

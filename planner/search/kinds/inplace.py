@@ -27,11 +27,11 @@ def inplace(around: Around) -> list[Proposal]:
         if not getattr(op, "ELEMENTWISE", False) or op.FAMILY != "rows" \
                 or around.plan.recipe(site.name) == IN_PLACE:
             continue
-        if op.CONVERSION and dict(around.plan.cast_order).get(site.name) != "before":
+        if op.CONVERSION and not around.plan.cast_before(site.name):
             continue  # an absorbed cast runs where its result is read: no layout of its own
         lead = getattr(op, op.READS[0])
-        producers = [p for p in site.graph.ops if lead in p.outputs]
-        if not producers or producers[0].CONVERSION or producers[0].FAMILY == "move" \
+        producer = site.graph.producer(lead)
+        if producer is None or producer.CONVERSION or producer.FAMILY == "move" \
                 or must_materialise(site.graph, lead) or len(site.graph.consumers(lead)) != 1:
             continue
         q = f"{site.scope}{lead}"
