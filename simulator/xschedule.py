@@ -49,9 +49,17 @@ over their source tiles, the k-th send of every tile before any tile's
 (k+1)-th), each at the earliest cycle at which its lane and every receiver's
 port (shifted by that receiver's latency) are free for it, gaps left by
 earlier sends included (each lane and port keeps its bookings as sorted,
-merged intervals).  On siglip-so400m-map 1 layer the windows add up to 1.20x
-the endpoint bounds; round-robin alone gave 1.25x, and appending at the end
-of each lane and port (no gaps reused) 4.7x.  A send is booked whole (its
+merged intervals).  The order decides how close a step comes to its bound,
+so each step is booked in five orders and the shortest kept (the first of
+equals): the program order above, and four rotations (`_rotations`): by
+source ((receiver - source) mod tiles: a K-split's all-to-all of partial
+sums as a sequence of permutations) and by receiver group (groups fed by
+the same sources take them in different turns: a matmul's A blocks).  On
+the siglip-so400m-map 1-layer package's steps the windows add up to 1.08x
+the endpoint bounds (program order alone: 1.18x; round-robin without the
+width rule 1.25x; appending at the end of each lane and port, no gaps
+reused, 4.7x); the last arrival's latency (52 to 234 cycles) is most of
+what remains.  A send is booked whole (its
 instructions back to back, one piece), except that with `piece` > 0 a step
 is also booked with every unicast send longer than `piece` bytes cut into
 pieces of `piece` bytes, each booked at its own earliest cycle (so a piece
@@ -348,10 +356,12 @@ def _book(b0, b1, lo, n, t0, t1):  # type: ignore[no-untyped-def]
 
 @kjit
 def _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab, tiles,
-               start):  # type: ignore[no-untyped-def]
+               start, limit):  # type: ignore[no-untyped-def]
     """Book the units in `uorder`, each at the earliest cycle at which its
     lane and every receiver's port are free for it (gaps left by earlier
-    units are used); their starts into `start`; returns the horizon.
+    units are used); their starts into `start`; returns the horizon, or
+    as soon as it reaches `limit` (an order that cannot beat the shortest
+    so far) a value >= `limit` with `start` incomplete.
     Bookings are kept per tile as sorted, merged intervals: lanes in
     rows [0, tiles), ports in [tiles, 2 tiles)."""
     n_units = ug.shape[0]
@@ -398,6 +408,8 @@ def _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab, ti
             r = tiles + d
             cnt[r] = _book(b0, b1, cap[r], cnt[r], a, e)
             horizon = max(horizon, e)
+        if horizon >= limit:
+            return horizon
     return horizon
 
 
@@ -431,6 +443,66 @@ def _units(lead, ptr, mem, nbytes, src_tile, tiles):  # type: ignore[no-untyped-
 
 
 @kjit
+def _rotations(lead, ptr, mem, ub, src_tile, dst_tile, tiles):  # type: ignore[no-untyped-def]
+    """Four more booking orders of `_units`' units (module docstring).
+    Rotation by source: sends by (first receiver - source) mod tiles, then
+    source, so an all-to-all among a run of tiles (a K-split's partial sums)
+    books as a sequence of permutations, round r each tile sending to the
+    one r after it, where program order sends every tile to the group's
+    first receiver at once: [0] multicasts widest area first (as `_units`),
+    then every unicast so; [1] every send by its member count (most first),
+    then so.  Rotation by receiver group (its lowest member): each group's
+    sends by source, started at an offset of the group's id, so groups fed
+    by the same sources (the 24 K-blocks of one row block of a matmul's A)
+    take them in different turns instead of all asking the first source
+    first: [2] widest area first, then rank (offset +id), [3] most members
+    first, then rank (offset -id)."""
+    n = lead.shape[0]
+    out = np.empty((4, n), dtype=np.int64)
+    st = np.empty(n, dtype=np.int64)
+    gid = np.empty(n, dtype=np.int64)
+    area = np.empty(n, dtype=np.int64)
+    k = np.empty(n, dtype=np.int64)
+    for g in range(n):
+        st[g] = src_tile[lead[g]]
+        m = ptr[g + 1] - ptr[g]
+        area[g] = m * ub[g]
+        lo = dst_tile[mem[ptr[g]]]
+        for x in range(ptr[g] + 1, ptr[g + 1]):
+            lo = min(lo, dst_tile[mem[x]])
+        gid[g] = lo
+    tail = (dst_tile[mem[ptr[:-1]]] - st) % tiles * tiles + st
+    for g in range(n):
+        k[g] = (-area[g] if ptr[g + 1] - ptr[g] > 1 else 0) * tiles * tiles + tail[g]
+    out[0] = np.argsort(k, kind="mergesort")
+    for g in range(n):
+        k[g] = -(ptr[g + 1] - ptr[g]) * tiles * tiles + tail[g]
+    out[1] = np.argsort(k, kind="mergesort")
+    # each unit's place among its group's units (by source, then program
+    # order) and the group's size
+    by_group = np.argsort(gid * tiles + st, kind="mergesort")
+    pos = np.empty(n, dtype=np.int64)
+    size = np.empty(n, dtype=np.int64)
+    i = 0
+    while i < n:
+        j = i
+        while j < n and gid[by_group[j]] == gid[by_group[i]]:
+            pos[by_group[j]] = j - i
+            j += 1
+        for x in range(i, j):
+            size[by_group[x]] = j - i
+        i = j
+    for o in range(2):
+        sign = 1 if o == 0 else -1
+        for g in range(n):
+            rank = (pos[g] + sign * gid[g]) % size[g]
+            wide = area[g] if o == 0 else ptr[g + 1] - ptr[g]
+            k[g] = (-wide * n + rank) * tiles + st[g]
+        out[2 + o] = np.argsort(k, kind="mergesort")
+    return out
+
+
+@kjit
 def _cut_units(ug, uoff, ub, uorder, ptr, piece):  # type: ignore[no-untyped-def]
     """The units of `_units` with every unicast send longer than `piece`
     bytes cut into pieces of `piece` bytes (the last one shorter), booked in
@@ -458,6 +530,12 @@ def _cut_units(ug, uoff, ub, uorder, ptr, piece):  # type: ignore[no-untyped-def
     return cg, coff, cb, np.arange(n)
 
 
+# (order, cut) the scheduler tries per step: order 0 is the program order
+# (`_units`), 1-4 the rotations of `_rotations`; cut = with long unicasts cut
+# into pieces (only when the step is scheduled with `piece` > 0)
+_TRIES = ((2, False), (3, False), (4, False), (0, False), (0, True), (1, True))
+
+
 @kjit
 def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles, todo, piece):  # type: ignore[no-untyped-def]
     """The schedule of the steps in `todo` (other steps get no pieces); with
@@ -483,18 +561,31 @@ def _schedule(xptr, src_tile, dst_tile, nbytes, leader, fab, tiles, todo, piece)
         if i1 == i0 or not todo[s]:
             continue
         lead, ptr, mem = _members(leader, i0, i1)
-        ug, uoff, ub, uorder = _units(lead, ptr, mem, nbytes, src_tile, tiles)
-        start = np.empty(ug.shape[0], dtype=np.int64)
-        best = _run_units(ug, uoff, ub, uorder, lead, ptr, mem, src_tile, dst_tile, fab,
-                          tiles, start)
-        if piece > 0:
-            cg, coff, cb, corder = _cut_units(ug, uoff, ub, uorder, ptr, piece)
-            if cg.shape[0] > ug.shape[0]:
-                cstart = np.empty(cg.shape[0], dtype=np.int64)
-                cut = _run_units(cg, coff, cb, corder, lead, ptr, mem, src_tile, dst_tile,
-                                 fab, tiles, cstart)
-                if cut < best:
-                    ug, uoff, ub, uorder, start, best = cg, coff, cb, corder, cstart, cut
+        wg, woff, wb, worder = _units(lead, ptr, mem, nbytes, src_tile, tiles)
+        ug, uoff, ub, uorder = wg, woff, wb, worder
+        start = np.empty(0, dtype=np.int64)
+        best = np.int64(1) << 62
+        more = _rotations(lead, ptr, mem, wb, src_tile, dst_tile, tiles)
+        # the orders of `_TRIES` (the ones that shortened siglip-so400m-map's
+        # steps, module docstring), the most often shortest first so that
+        # the later runs stop early: the first shortest is kept
+        for t in range(len(_TRIES)):
+            o, cut = _TRIES[t]
+            order = worder if o == 0 else more[o - 1]
+            if not cut:
+                ostart = np.empty(wg.shape[0], dtype=np.int64)
+                h = _run_units(wg, woff, wb, order, lead, ptr, mem, src_tile, dst_tile, fab,
+                               tiles, ostart, best)
+                if h < best:
+                    ug, uoff, ub, uorder, start, best = wg, woff, wb, order, ostart, h
+            elif piece > 0:
+                cg, coff, cb, corder = _cut_units(wg, woff, wb, order, ptr, piece)
+                if cg.shape[0] > wg.shape[0]:
+                    cstart = np.empty(cg.shape[0], dtype=np.int64)
+                    h = _run_units(cg, coff, cb, corder, lead, ptr, mem, src_tile, dst_tile,
+                                   fab, tiles, cstart, best)
+                    if h < best:
+                        ug, uoff, ub, uorder, start, best = cg, coff, cb, corder, cstart, h
         for k in range(uorder.shape[0]):
             u = uorder[k]
             q_send[nq] = lead[ug[u]]

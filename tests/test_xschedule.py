@@ -167,6 +167,54 @@ def test_a_long_unicast_cut_into_pieces_fills_a_gap_its_whole_send_cannot(
     assert kept["q_bytes"].tolist() == [512] and int(kept["step_xcycles"].max()) == 52 + 128
 
 
+def _program_order_window(dev: Device, pkg: Package) -> int:
+    """The window of `pkg`'s one exchange step booked in program order only
+    (the scheduler's first order before the rotations)."""
+    from simulator import xschedule
+
+    a = {k: pkg[k].astype(np.int64) for k in ("x_send", "x_bytes", "x_src_tile", "x_dst_tile")}
+    tiles = np.int64(dev.tiles)
+    lead, ptr, mem = xschedule._members(a["x_send"], 0, a["x_send"].size)
+    ug, uoff, ub, order = xschedule._units(lead, ptr, mem, a["x_bytes"], a["x_src_tile"], tiles)
+    start = np.empty(ug.size, dtype=np.int64)
+    return int(xschedule._run_units(ug, uoff, ub, order, lead, ptr, mem, a["x_src_tile"],
+                                    a["x_dst_tile"], fabric(dev), tiles, start,
+                                    np.int64(1) << 62))
+
+
+def test_an_all_to_all_books_as_rounds_of_permutations(dev: Device) -> None:
+    """Six tiles each send 400 bytes to each other (a K-split's partial
+    sums): every port and lane carries 5 x 100 cycles.  In program order
+    every tile first sends to the same receiver (752); in rotation order
+    round r sends tile s to tile s + r, so the step ends at the bound plus
+    one latency."""
+    pkg = _exchange(dev, [(s, 400 * d, d, 4096 + 400 * s, 400)
+                          for s in range(6) for d in range(6) if d != s])
+    verify(pkg)
+    assert int(package_bounds(pkg).max()) == 500
+    assert _window(pkg) == 500 + 52
+    assert _program_order_window(dev, pkg) == 752
+    for engine in ("numba", "simpy"):
+        assert run(pkg, numerics=False, engine=engine).cycles == dev.exchange_fixed_cycles + 552
+
+
+def test_groups_fed_by_the_same_sources_take_them_in_turns(dev: Device) -> None:
+    """Six sources each multicast a 256-byte slice to each of three groups of
+    two tiles (a matmul's A blocks: one row block's K-blocks), one tile per
+    physical row so that latency grows with distance.  Each group hears six
+    slices (384 cycles); in program order all three groups ask the first
+    source first and wait for each other (586), rotated by group each starts
+    with a different source and the step ends 70 cycles after the bound
+    (the latencies, 52 + 2 per row, up to 74 here)."""
+    rows = dev.with_costs(tiles_per_row=1)
+    pkg = _exchange(rows, [(s, 256 * j, 6 + j + 3 * m, 256 * s, 256)
+                           for s in range(6) for j in range(3) for m in range(2)])
+    verify(pkg)
+    assert int(package_bounds(pkg).max()) == 384
+    assert _window(pkg) == 454
+    assert _program_order_window(rows, pkg) == 586
+
+
 def test_a_step_scheduled_before_is_reused_where_it_recurs(dev: Device) -> None:
     """The memo is keyed by a step's content, not its place: the same
     transfers in another step (and at other transfer indices) get the
