@@ -284,3 +284,46 @@ def test_in_place_recipe_only_by_key(micro_graph: Graph) -> None:
     assert all(x.key != "rows:0" for x in cat.catalogue(gelu.graph, gelu.op, TINY, 64))
     with pytest.raises(KeyError):
         cat.recipe_from_key(ln.graph, ln.op, TINY, "rows:0")
+
+
+def test_open_lets_a_move_op_read_where_the_producer_wrote(micro_graph: Graph,
+                                                           incumbent: Incumbent) -> None:
+    """Opening the boundary into a SplitHeads / MergeHeads: the value is not
+    moved to canonical first, the move op's redistribution starts from the
+    producer's cells, the gain is the measured canonical move, and the
+    numbers stay."""
+    import numpy as np
+
+    import planner
+    from planner.lowering.provenance import move_role
+    from planner.lowering.stages import build
+    from planner.search.around import Around
+
+    prof = profile(incumbent)
+    around = Around(micro_graph, TINY, incumbent.plan, prof, 8)
+    movers = {f"{s.scope}{s.op.outputs[0]}": s.op for s in op_sites(micro_graph)
+              if s.op.FAMILY == "move"}
+    props = [p for p in proposals(micro_graph, TINY, incumbent.plan, prof, kinds=("open",))
+             if p.description.split("(into ")[1].rstrip(")").split("/")[-1]
+             in {op.name for op in movers.values()}]
+    assert props
+    params = planner.init_params(micro_graph, seed=0)
+    inputs = planner.init_inputs(micro_graph, seed=1)
+    want = planner.reference(micro_graph, params, inputs)
+    for p in props:
+        q = p.description.split("open boundary ")[1].split(" (into")[0]
+        assert p.gain == around.measured_moves("canonical", q) > 0
+        cons = p.description.split("(into ")[1].rstrip(")")
+        for plan, canonical in ((incumbent.plan, True), (p.plan, False)):
+            lw = lower(micro_graph, TINY, plan)
+            assert any(s.kind == "redistribute" and move_role(lw, s) == "canonical"
+                       and lw.values[s.outputs[0]].tensor == q for s in lw.steps) == canonical
+            mover = next(s for s in lw.steps if s.label == cons)
+            made = next(s for s in lw.steps if mover.inputs[0] in s.outputs)
+            # the move op reads the canonical value, or what its producer computed
+            assert made.kind == ("redistribute" if canonical else "compute"), (q, made.label)
+        sim = simulator.run(build(micro_graph, TINY, p.plan).package, params=params,
+                            inputs=inputs, numerics=True)
+        assert not sim.faults
+        for t, ref in want.items():
+            assert np.linalg.norm(sim.outputs[t] - ref) <= 1e-2 * np.linalg.norm(ref), q

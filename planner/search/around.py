@@ -122,10 +122,14 @@ class Around:
     def boundaries(self) -> list[tuple[OpSite, OpSite, str]]:
         """(producer, single consumer, qualified tensor) of every closed
         canonical boundary that may open (not a graph output, Repeat
-        init/final/yield, nor a Cast/heads/Repeat edge: opening a Cast's
+        init/final/yield, nor a Cast or Repeat edge: opening a Cast's
         output into a MatMul moved siglip-so400m-map's gelu_fp8 from the
         fc1 layout's cells row by row, 1.5 M transfers for 1 % of the cycles,
-        30 -> 43 s of planning at batch 2)."""
+        30 -> 43 s of planning at batch 2).  A move op (SplitHeads,
+        MergeHeads) may read its input where the producer leaves it: its
+        redistribution then starts from the producer's cells and the move to
+        canonical before it goes (siglip-so400m-map 1 layer: q and k into
+        their splits, 2.5 k cycles and one exchange step)."""
         out = []
         for site in self.sites:
             g = site.graph
@@ -136,7 +140,7 @@ class Around:
             if self.plan.is_open(q) or must_materialise(g, t):
                 continue
             users = g.consumers(t)
-            if len(users) != 1 or moves_only(users[0]):
+            if len(users) != 1 or (moves_only(users[0]) and users[0].FAMILY != "move"):
                 continue
             consumer = next(s for s in self.sites
                             if s.graph is g and s.op is users[0])
