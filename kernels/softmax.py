@@ -6,7 +6,8 @@ kernels.transcend, s = f32(sum(e)) with a float64 row sum (independent of
 the summation order, kernels.formulas; four interleaved partial sums here),
 y = e / s in fp32, rounded once to dtype_y.
 
-Cycle model (the IPU21 softmax's two paths; the kernel takes the cheaper):
+Cycle model (the IPU21 softmax's two measured paths, and the two back to back;
+the kernel takes the cheapest):
 
 - whole rows: each worker takes whole rows, rounds of `workers` rows; a row
   costs `softmax_row` slots plus `softmax_panel` slots per panel of
@@ -18,9 +19,16 @@ Cycle model (the IPU21 softmax's two paths; the kernel takes the cheaper):
       softmax_split_call + ceil(M / split_rows) * w * (softmax_split_panel
       * ceil(N / (keys * w / split_rows)) + softmax_split_row)
       + ceil(M / w) * softmax_split_round
+- mixed: the whole-rows path over the block's full rounds of `workers`
+  rows, then the split-rows path over the rest: the two measured calls back
+  to back, each with its call cost (8 rows on 6 workers: 6 whole rows in one
+  round, 2 split, instead of a second whole round for 2 rows or 8 split):
+      softmax_call + whole(first floor(M / w) * w rows)
+      + softmax_split_call + split(the other M mod w rows)
 
-Arg 9 `path` picks one (PATH_WHOLE 1, PATH_SPLIT 2; 0, the default, the
-cheaper); the numerics do not depend on it (the row sum is order-free).
+Arg 9 `path` picks one (PATH_WHOLE 1, PATH_SPLIT 2, PATH_MIXED 3; 0, the
+default, the cheapest); the numerics do not depend on it (the row sum is
+order-free).
 
 Masks (args 10-15; packages saved before them hold zeros: no mask, not
 causal).  Row i of the block is row r = row0 + i of the whole softmax.
@@ -69,6 +77,7 @@ SM = ARGS.SOFTMAX
 PATH_AUTO = 0
 PATH_WHOLE = 1
 PATH_SPLIT = 2
+PATH_MIXED = 3
 SOFTMAX_PASSES = 4  # vector passes over a panel of keys: max, exp, sum, scale
 
 
@@ -98,7 +107,7 @@ def softmax_check(args):  # type: ignore[no-untyped-def]
     dx, dy = args[SM.dtype_x], args[SM.dtype_y]
     if dx < 0 or dx > DT_FP32 or dy < 0 or dy > DT_FP32:
         return BAD_DTYPE
-    if args[SM.path] < PATH_AUTO or args[SM.path] > PATH_SPLIT:
+    if args[SM.path] < PATH_AUTO or args[SM.path] > PATH_MIXED:
         return BAD_FLAGS
     if args[SM.row0] < 0 or args[SM.causal] < 0 or args[SM.causal] > args[SM.N]:
         return BAD_SHAPE
@@ -161,42 +170,76 @@ def _panels(v, n, masked, keys):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
-def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
-    """(call, work) cycles of a SOFTMAX vertex: the cheaper path (module docstring)."""
-    m, n, w = max(args[SM.M], 1), max(args[SM.N], 1), desc[D_WORKERS]
+def _whole_work(args, desc, lo, hi):  # type: ignore[no-untyped-def]
+    """Work cycles of rows [lo, hi) of the block on the whole-rows path."""
+    m, n, w = hi - lo, max(args[SM.N], 1), desc[D_WORKERS]
+    if m <= 0:
+        return 0
+    keys = desc[D_SOFTMAX_PANEL_KEYS]
+    masked, causal, row0 = args[SM.mask] != 0, args[SM.causal], args[SM.row0]
+    if causal <= 0 and not masked:
+        return ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL]
+                                      * ceil_div(n, keys), desc)
+    whole = 0  # rounds wait for their longest row; quarter panels per pass
+    for r0 in range(lo, hi, w):
+        worst = 0
+        for i in range(r0, min(hi, r0 + w)):
+            worst = max(worst, _panels(valid_keys(row0 + i, n, causal), n, masked, keys))
+        whole += slots(desc[D_SOFTMAX_ROW] + ceil_div(desc[D_SOFTMAX_PANEL] * worst,
+                                                      SOFTMAX_PASSES), desc)
+    return whole
+
+
+@kjit_inline
+def _split_work(args, desc, lo, hi):  # type: ignore[no-untyped-def]
+    """Work cycles of rows [lo, hi) of the block on the split-rows path."""
+    m, n, w = hi - lo, max(args[SM.N], 1), desc[D_WORKERS]
+    if m <= 0:
+        return 0
     keys = desc[D_SOFTMAX_PANEL_KEYS]
     masked, causal, row0 = args[SM.mask] != 0, args[SM.causal], args[SM.row0]
     sr = min(desc[D_SOFTMAX_SPLIT_ROWS], w)
     per_row_workers = max(w // sr, 1)
     if causal <= 0 and not masked:
-        whole = ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL]
-                                       * ceil_div(n, keys), desc)
         split_panels = ceil_div(m, sr) * desc[D_SOFTMAX_SPLIT_PANEL] * ceil_div(
             n, keys * per_row_workers)
-    else:  # rounds wait for their longest row; quarter panels per pass
-        whole = 0
-        for r0 in range(0, m, w):
-            worst = 0
-            for i in range(r0, min(m, r0 + w)):
-                worst = max(worst, _panels(valid_keys(row0 + i, n, causal), n, masked, keys))
-            whole += slots(desc[D_SOFTMAX_ROW] + ceil_div(desc[D_SOFTMAX_PANEL] * worst,
-                                                          SOFTMAX_PASSES), desc)
+    else:
         split_panels = 0
-        for r0 in range(0, m, sr):
+        for r0 in range(lo, hi, sr):
             worst = 0
-            for i in range(r0, min(m, r0 + sr)):
+            for i in range(r0, min(hi, r0 + sr)):
                 v = valid_keys(row0 + i, n, causal)
                 worst = max(worst, _panels(ceil_div(v, per_row_workers),
                                            ceil_div(n, per_row_workers), masked, keys))
             split_panels += ceil_div(desc[D_SOFTMAX_SPLIT_PANEL] * worst, SOFTMAX_PASSES)
-    split = (slots(split_panels + ceil_div(m, sr) * desc[D_SOFTMAX_SPLIT_ROW], desc)
-             + ceil_div(m, w) * desc[D_SOFTMAX_SPLIT_ROUND])
+    return (slots(split_panels + ceil_div(m, sr) * desc[D_SOFTMAX_SPLIT_ROW], desc)
+            + ceil_div(m, w) * desc[D_SOFTMAX_SPLIT_ROUND])
+
+
+@kjit_inline
+def softmax_cost(args, desc):  # type: ignore[no-untyped-def]
+    """(call, work) cycles of a SOFTMAX vertex: the path `path` names, or
+    the cheapest of the three (module docstring)."""
+    m, w = max(args[SM.M], 1), desc[D_WORKERS]
     path = args[SM.path]
-    if path == PATH_SPLIT or (path != PATH_WHOLE
-                              and desc[D_SOFTMAX_SPLIT_CALL] + split
-                              < desc[D_SOFTMAX_CALL] + whole):
-        return desc[D_SOFTMAX_SPLIT_CALL], split
-    return desc[D_SOFTMAX_CALL], whole
+    c_whole, c_split = desc[D_SOFTMAX_CALL], desc[D_SOFTMAX_SPLIT_CALL]
+    mw = m // w * w  # the mixed path's rows in full whole-row rounds
+    if path == PATH_WHOLE or (path == PATH_MIXED and mw in (0, m)):
+        return c_whole, _whole_work(args, desc, 0, m)
+    if path == PATH_SPLIT:
+        return c_split, _split_work(args, desc, 0, m)
+    if path == PATH_MIXED:
+        return c_whole + c_split, _whole_work(args, desc, 0, mw) + _split_work(args, desc, mw, m)
+    whole = _whole_work(args, desc, 0, m)
+    split = _split_work(args, desc, 0, m)
+    best_call, best = c_whole, whole
+    if c_split + split < best_call + best:
+        best_call, best = c_split, split
+    if 0 < mw < m:
+        mixed = _whole_work(args, desc, 0, mw) + _split_work(args, desc, mw, m)
+        if c_whole + c_split + mixed < best_call + best:
+            best_call, best = c_whole + c_split, mixed
+    return best_call, best
 
 
 @kjit_inline

@@ -97,6 +97,25 @@ def test_softmax_takes_the_cheaper_path_unless_told() -> None:
     assert few == kernel_cycles(C600, "SOFTMAX", M=6, N=64, path=1)
 
 
+def test_softmax_mixed_path_is_the_two_measured_calls_back_to_back() -> None:
+    """siglip's 8 rows of 729 keys per tile on 6 workers: one round of 6
+    whole rows, then the 2 left on the split path, each call with its own
+    overhead; cheaper than a second whole round or 8 split rows, and what
+    the kernel takes unless told."""
+    c = C600.costs
+    mixed = kernel_cycles(C600, "SOFTMAX", M=8, N=729, path=3)
+    whole6 = kernel_cycles(C600, "SOFTMAX", M=6, N=729, path=1)
+    split2 = kernel_cycles(C600, "SOFTMAX", M=2, N=729, path=2)
+    assert mixed == whole6 + split2
+    assert whole6 == c.softmax_call + 6 * (c.softmax_row + c.softmax_panel * math.ceil(729 / 16))
+    assert mixed < kernel_cycles(C600, "SOFTMAX", M=8, N=729, path=2) \
+        < kernel_cycles(C600, "SOFTMAX", M=8, N=729, path=1)
+    assert kernel_cycles(C600, "SOFTMAX", M=8, N=729) == mixed
+    # a block of full rounds has nothing left to split: mixed is whole
+    assert kernel_cycles(C600, "SOFTMAX", M=12, N=729, path=3) == \
+        kernel_cycles(C600, "SOFTMAX", M=12, N=729, path=1)
+
+
 def test_layernorm_rows_share_the_workers() -> None:
     c = C600.costs
     w = C600.workers
