@@ -170,13 +170,19 @@ def _panels(v, n, masked, keys):  # type: ignore[no-untyped-def]
 
 
 @kjit_inline
+def _geometry(args, desc):  # type: ignore[no-untyped-def]
+    """(keys N, workers, panel keys, masked, causal Tq, row0) of a SOFTMAX call."""
+    return (max(args[SM.N], 1), desc[D_WORKERS], desc[D_SOFTMAX_PANEL_KEYS],
+            args[SM.mask] != 0, args[SM.causal], args[SM.row0])
+
+
+@kjit_inline
 def _whole_work(args, desc, lo, hi):  # type: ignore[no-untyped-def]
     """Work cycles of rows [lo, hi) of the block on the whole-rows path."""
-    m, n, w = hi - lo, max(args[SM.N], 1), desc[D_WORKERS]
+    n, w, keys, masked, causal, row0 = _geometry(args, desc)
+    m = hi - lo
     if m <= 0:
         return 0
-    keys = desc[D_SOFTMAX_PANEL_KEYS]
-    masked, causal, row0 = args[SM.mask] != 0, args[SM.causal], args[SM.row0]
     if causal <= 0 and not masked:
         return ceil_div(m, w) * slots(desc[D_SOFTMAX_ROW] + desc[D_SOFTMAX_PANEL]
                                       * ceil_div(n, keys), desc)
@@ -193,11 +199,10 @@ def _whole_work(args, desc, lo, hi):  # type: ignore[no-untyped-def]
 @kjit_inline
 def _split_work(args, desc, lo, hi):  # type: ignore[no-untyped-def]
     """Work cycles of rows [lo, hi) of the block on the split-rows path."""
-    m, n, w = hi - lo, max(args[SM.N], 1), desc[D_WORKERS]
+    n, w, keys, masked, causal, row0 = _geometry(args, desc)
+    m = hi - lo
     if m <= 0:
         return 0
-    keys = desc[D_SOFTMAX_PANEL_KEYS]
-    masked, causal, row0 = args[SM.mask] != 0, args[SM.causal], args[SM.row0]
     sr = min(desc[D_SOFTMAX_SPLIT_ROWS], w)
     per_row_workers = max(w // sr, 1)
     if causal <= 0 and not masked:

@@ -126,6 +126,11 @@ def test_exit_status_mapping() -> None:
     assert exit_status(Unsupported("Conv", "no kernel")) == 2
     assert exit_status(GraphError("mm", "bad")) == 2
     assert exit_status(BuildFailure("allocate", 3, 10, 5, "no room")) == 3
+    assert str(BuildFailure("allocate", 3, 10, 5, "no room")) == \
+        "allocate: tile 3: no room (need 10 bytes, have 5)"
+    # not a memory failure: no bytes clause
+    assert str(BuildFailure("lower", -1, 0, 0, "no grid divides")) == \
+        "lower: device: no grid divides"
     assert exit_status(PackageInvalid("bad")) == 1
     assert exit_status(SimulationFault("fault")) == 1
     assert exit_status(TileplanError("other")) == 1

@@ -80,7 +80,10 @@ class BuildFailure(TileplanError):
         self.detail = detail
         self.profile = dict(profile or {})
         where = f"tile {tile}" if tile >= 0 else "device"
-        super().__init__(f"{stage}: {where}: {detail} (need {need} bytes, have {have})")
+        # the bytes only where memory is what failed (a refused recipe or a
+        # grid that does not divide has none to name)
+        size = f" (need {need} bytes, have {have})" if need or have else ""
+        super().__init__(f"{stage}: {where}: {detail}{size}")
 
 
 class PackageInvalid(TileplanError):
