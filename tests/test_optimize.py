@@ -298,3 +298,20 @@ def test_siglip_one_layer_at_least_15_percent_fewer_cycles() -> None:
     assert res.cycles <= 0.85 * res.baseline_cycles
     simulator.verify(res.package)
     assert simulator.run(res.package, numerics=False).n_faults == 0
+
+
+def test_overlap_estimate_counts_what_the_flag_changes() -> None:
+    """The `overlap` gain: half a K-split matmul's share of the measured
+    reductions when its next compute step is independent (mm1, before mm2;
+    not mm2, whose result the Add reads); no exchange step here fetches
+    parameters alone (each would add a sync and setup)."""
+    from planner.search.around import Around
+    from planner.search.kinds.overlap import overlap_gain
+    from planner.search.optimize import profile
+
+    g = two_matmuls()
+    plan0 = baseline_plan(g, TINY, policy="element")
+    base = evaluate(g, TINY, plan0.with_open("y1").with_open("y2").with_row_moves(0))
+    prof = profile(base)
+    assert prof.reduction > 0
+    assert overlap_gain(Around(g, TINY, base.plan, prof, 8)) == prof.reduction // 2 // 2
