@@ -50,8 +50,10 @@ over their source tiles, the k-th send of every tile before any tile's
 port (shifted by that receiver's latency) are free for it, gaps left by
 earlier sends included (each lane and port keeps its bookings as sorted,
 merged intervals).  The order decides how close a step comes to its bound,
-so each step is booked in five orders and the shortest kept (the first of
-equals): the program order above, and four rotations (`_rotations`): by
+so each step is booked in the orders of `_TRIES` and the shortest kept (the
+first of equals; an order stops as soon as it reaches the shortest so far,
+and a step of more than `_ONE_TRY` transfers gets the first order alone):
+the program order above, and four rotations (`_rotations`): by
 source ((receiver - source) mod tiles: a K-split's all-to-all of partial
 sums as a sequence of permutations) and by receiver group (groups fed by
 the same sources take them in different turns: a matmul's A blocks).  On

@@ -72,6 +72,21 @@ class Lowered:
     # rotation key (parameterised op / vector parameter) -> logical base tile used
     rotation: dict[str, int] = field(default_factory=dict)
 
+    def runs(self) -> dict[str, int]:
+        """How many times each step runs, by label: the product of the trips
+        of the Repeats around it (a label's first step)."""
+        out: dict[str, int] = {}
+        mult = [1]
+        for s in self.steps:
+            if s.kind == "loop_begin":
+                mult.append(mult[-1] * max(s.trips, 1))
+            elif s.kind == "loop_end":
+                if len(mult) > 1:
+                    mult.pop()
+            else:
+                out.setdefault(s.label, mult[-1])
+        return out
+
     def describe(self) -> str:
         """One line per step (the printable lowered op list)."""
         lines = []

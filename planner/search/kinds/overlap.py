@@ -30,21 +30,6 @@ from planner.search.around import Around, Proposal
 from planner.search.registry import PROPOSALS
 
 
-def _runs(lw: Lowered) -> dict[str, int]:
-    """How many times each lowered step runs (the trips of the loops around it)."""
-    runs: dict[str, int] = {}
-    mult = [1]
-    for st in lw.steps:
-        if st.kind == "loop_begin":
-            mult.append(mult[-1] * max(st.trips, 1))
-        elif st.kind == "loop_end":
-            if len(mult) > 1:
-                mult.pop()
-        else:
-            runs.setdefault(st.label, mult[-1])
-    return runs
-
-
 def _k_split(st: Step) -> bool:
     r = st.recipe
     return (st.kind == "compute" and r is not None and r.family == "matmul"
@@ -70,7 +55,7 @@ def _independent_next(lw: Lowered, i: int) -> bool:
 def overlap_gain(around: Around) -> int:
     """The estimated gain of turning the flag on (module docstring)."""
     lw = around.lowered
-    runs = _runs(lw)
+    runs = lw.runs()
     by_label = {st.label: st for st in lw.steps}
     fixed = around.device.exchange_fixed_cycles
     # steps of the measured profile; a step of one phase is not in `merged`
