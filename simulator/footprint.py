@@ -68,6 +68,10 @@ def xtable_bytes(dev: Device, x_step: np.ndarray, src_tile: np.ndarray, dst_tile
     i64 = np.int64
     receives = np.bincount(q_send, minlength=x_send.size)[x_send]
     send_tile, send_bytes = src_tile[q_send], q_bytes
+    order = _by_step(x_step)
+    if order is not None:  # the phase entries count (step, tile) pairs step by step
+        x_step, src_tile, dst_tile = x_step[order], src_tile[order], dst_tile[order]
+        follows, receives = follows[order], receives[order]
     _xtable(x_step.astype(i64, copy=False), src_tile.astype(i64, copy=False),
             dst_tile.astype(i64, copy=False), follows.astype(np.bool_, copy=False),
             receives.astype(i64, copy=False), send_tile.astype(i64, copy=False),
@@ -88,87 +92,60 @@ def follows_previous(x_step: np.ndarray, dst_tile: np.ndarray, dst_key: np.ndarr
     if x_step.size == 0:
         return out
     i64 = np.int64
+    order = _by_step(x_step)
+    if order is not None:
+        x_step, dst_tile, dst_key, dst_end = (a[order] for a in (x_step, dst_tile, dst_key,
+                                                                  dst_end))
     _follows(x_step.astype(i64, copy=False), dst_tile.astype(i64, copy=False),
              dst_key.astype(i64, copy=False), dst_end.astype(i64, copy=False), out)
+    if order is not None:
+        back = np.empty_like(out)
+        back[order] = out
+        out = back
     return out
 
 
-@kjit
-def _group_order(step, tile):  # type: ignore[no-untyped-def]
-    """Stable order of the transfers by (step, tile) — a counting sort over
-    the (step, tile) pairs that occur — and the start of each group in it
-    (int64 [groups + 1])."""
-    n = step.shape[0]
-    s_lo, s_hi, t_hi = step.min(), step.max(), tile.max() + 1
-    width = t_hi
-    nkeys = (s_hi - s_lo + 1) * width
-    count = np.zeros(nkeys + 1, dtype=np.int64)
-    for x in range(n):
-        count[(step[x] - s_lo) * width + tile[x] + 1] += 1
-    groups = 0
-    for k in range(1, nkeys + 1):
-        if count[k] > 0:
-            groups += 1
-        count[k] += count[k - 1]
-    order = np.empty(n, dtype=np.int64)
-    pos = count[:nkeys].copy()
-    for x in range(n):
-        k = (step[x] - s_lo) * width + tile[x]
-        order[pos[k]] = x
-        pos[k] += 1
-    starts = np.empty(groups + 1, dtype=np.int64)
-    g = 0
-    for k in range(nkeys):
-        if count[k + 1] > count[k]:
-            starts[g] = count[k]
-            g += 1
-    starts[groups] = n
-    return order, starts
+def _by_step(x_step: np.ndarray) -> np.ndarray | None:
+    """None when the transfers come step by step (a package's and a
+    program's do: CSR by step), else the stable order that makes them."""
+    if x_step.size < 2 or bool((x_step[1:] >= x_step[:-1]).all()):
+        return None
+    return np.argsort(x_step, kind="stable")
 
 
 @kjit
 def _xtable(step, src_tile, dst_tile, follows, receives, send_tile, send_bytes, xt, out):  # type: ignore[no-untyped-def]
-    """`xtable_bytes` into `out`; xt = (send, send long, long bytes, receive,
-    jump, phase) bytes."""
-    n = step.shape[0]
+    """`xtable_bytes` into `out`, the transfers step by step (`step`
+    ascending); xt = (send, send long, long bytes, receive, jump, phase)
+    bytes.  One pass: a tile's phase entry is counted at its first transfer
+    (sent or heard) of each step."""
     for k in range(send_tile.shape[0]):
         out[send_tile[k]] += xt[0]
         if send_bytes[k] > xt[2]:
             out[send_tile[k]] += xt[1]
-    # the phase entry of each tile that sends in a step
-    order, starts = _group_order(step, src_tile)
-    for g in range(starts.shape[0] - 1):
-        out[src_tile[order[starts[g]]]] += xt[5]
-    # receives; and the phase entry of a tile that only receives in a step
-    for x in range(n):
-        out[dst_tile[x]] += xt[3] * receives[x]
+    phase = np.full(out.shape[0], -1, dtype=np.int64)  # last step counted, per tile
+    for x in range(step.shape[0]):
+        s, ts, td = step[x], src_tile[x], dst_tile[x]
+        if phase[ts] != s:
+            phase[ts] = s
+            out[ts] += xt[5]
+        if phase[td] != s:
+            phase[td] = s
+            out[td] += xt[5]
+        out[td] += xt[3] * receives[x]
         if not follows[x]:
-            out[dst_tile[x]] += xt[4]
-    s_order, s_starts = order, starts
-    order, starts = _group_order(step, dst_tile)
-    si = 0
-    for g in range(starts.shape[0] - 1):
-        x = order[starts[g]]
-        st, t = step[x], dst_tile[x]
-        # was tile t a sender in step st? (both group lists ascend by (step, tile))
-        while si < s_starts.shape[0] - 1:
-            y = s_order[s_starts[si]]
-            if step[y] < st or (step[y] == st and src_tile[y] < t):
-                si += 1
-            else:
-                break
-        sent = False
-        if si < s_starts.shape[0] - 1:
-            y = s_order[s_starts[si]]
-            sent = step[y] == st and src_tile[y] == t
-        if not sent:
-            out[t] += xt[5]
+            out[td] += xt[4]
 
 
 @kjit
 def _follows(step, dst_tile, dst_key, dst_end, out):  # type: ignore[no-untyped-def]
-    """`follows_previous` into `out`."""
-    order, starts = _group_order(step, dst_tile)
-    for g in range(starts.shape[0] - 1):
-        for k in range(starts[g] + 1, starts[g + 1]):
-            out[order[k]] = dst_key[order[k]] == dst_end[order[k - 1]]
+    """`follows_previous` into `out`, the transfers step by step: one pass
+    keeping each tile's last receive (its step and end)."""
+    tiles = dst_tile.max() + 1
+    last_step = np.full(tiles, -1, dtype=np.int64)
+    last_end = np.zeros(tiles, dtype=np.int64)
+    for x in range(step.shape[0]):
+        t = dst_tile[x]
+        out[x] = last_step[t] == step[x] and dst_key[x] == last_end[t]
+        last_step[t] = step[x]
+        last_end[t] = dst_end[x]

@@ -370,6 +370,14 @@ def per_package(fn: Callable[[Package], T]) -> Callable[[Package], T]:
     return cached
 
 
+def forget_derived(pkg: Package, fn: Callable[[Package], Any]) -> None:
+    """Drop what the `per_package` function `fn` keeps for `pkg` (its next
+    call computes it again): for a package that stays alive but whose
+    derived indexes are not needed for a while."""
+    with _derived_lock:
+        _derived.pop((id(pkg), f"{fn.__module__}.{fn.__qualname__}"), None)
+
+
 def _provenance(prov: Any, n_steps: int) -> tuple[tuple[tuple[str, str, str], ...], ...]:
     """`prov` checked: () or, per step, a list of (op, family, role) strings."""
     if not isinstance(prov, (list, tuple)):

@@ -648,12 +648,14 @@ class _StepMemo:
 # 27 layers has ~1.0 M, and the next build reuses most of them
 _SCHEDULES = _StepMemo(1_200_000)
 _VALID = _StepMemo(4096)  # steps whose schedule the check found valid
+_DISTINCT = _StepMemo(4096)  # steps whose sends the check found landing on distinct tiles
 
 
 def forget() -> None:
     """Empty the per-step memos (for benchmarks that time the work itself)."""
     _SCHEDULES.clear()
     _VALID.clear()
+    _DISTINCT.clear()
 
 
 def _digest(fab: np.ndarray, *parts: np.ndarray) -> bytes:
@@ -850,14 +852,15 @@ def _violations(xptr, src_tile, dst_tile, nbytes, leader, pptr, q_send, q_off, q
 
 
 @kjit
-def _repeated_members(xptr, leader, dst_tile, tiles):  # type: ignore[no-untyped-def]
-    """Per step, the smallest (leader x tiles + destination tile) that two
-    transfers share, -1 for none."""
+def _repeated_members(xptr, leader, dst_tile, tiles, todo):  # type: ignore[no-untyped-def]
+    """Per step in `todo`, the smallest (leader x tiles + destination tile)
+    that two transfers share, -1 for none (and for the other steps)."""
     n_steps = xptr.shape[0] - 1
     out = np.full(n_steps, -1, dtype=np.int64)
     for s in range(n_steps):
-        out[s] = _repeated_pair(leader[xptr[s]:xptr[s + 1]], dst_tile[xptr[s]:xptr[s + 1]],
-                                tiles)
+        if todo[s]:
+            out[s] = _repeated_pair(leader[xptr[s]:xptr[s + 1]],
+                                    dst_tile[xptr[s]:xptr[s + 1]], tiles)
     return out
 
 
@@ -875,10 +878,20 @@ def _repeated_pair(leader, dst_tile, tiles):  # type: ignore[no-untyped-def]
 def repeated_members(xptr: np.ndarray, leader: np.ndarray, dst_tile: np.ndarray,
                      tiles: int) -> tuple[int, int] | None:
     """The first (leader, tile) of a send two of whose transfers land on
-    the same tile (a tile hears a transmission once), None for none."""
+    the same tile (a tile hears a transmission once), None for none.  A
+    step found distinct before, with the same grouping and destinations
+    (`_DISTINCT`), is not checked again."""
     i64 = np.int64
-    rep = _repeated_members(xptr.astype(i64, copy=False), leader.astype(i64, copy=False),
-                            dst_tile.astype(i64, copy=False), i64(tiles))
+    xptr, leader, dst_tile = (a.astype(i64, copy=False) for a in (xptr, leader, dst_tile))
+    keys: dict[int, bytes] = {}
+    todo = np.zeros(xptr.size - 1, dtype=np.bool_)
+    for s in np.flatnonzero(np.diff(xptr) > 1).tolist():
+        i0, i1 = xptr[s], xptr[s + 1]
+        keys[s] = _digest(np.array([tiles], dtype=i64), leader[i0:i1] - i0, dst_tile[i0:i1])
+        todo[s] = _DISTINCT.get(keys[s]) is None
+    rep = _repeated_members(xptr, leader, dst_tile, i64(tiles), todo)
+    for s in np.flatnonzero(todo & (rep < 0)).tolist():
+        _DISTINCT.put(keys[s], True)
     rep = rep[rep >= 0]
     if not rep.size:
         return None

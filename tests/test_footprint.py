@@ -78,3 +78,26 @@ def test_empty_program_has_no_tables() -> None:
     e = np.zeros(0, dtype=np.int64)
     assert not xtable_bytes(dev, e, e, e, np.zeros(0, dtype=bool), e, e, e).any()
     assert follows_previous(e, e, e, e).size == 0
+
+
+def test_transfers_out_of_step_order_count_the_same() -> None:
+    """Transfers not laid out step by step (a hand-made program) get what
+    their step-by-step order gets: the one-pass counts sort them first."""
+    dev = simulator.load_device("tiny")
+    rng = np.random.default_rng(7)
+    n = 300
+    step = rng.integers(0, 5, n)
+    assert (np.diff(step) < 0).any()
+    src_tile = rng.integers(0, dev.tiles, n)
+    dst_tile = rng.integers(0, dev.tiles, n)
+    dst_key = rng.integers(0, 8, n) * 8
+    dst_end = dst_key + rng.choice([8, 16], n)
+    follows = follows_previous(step, dst_tile, dst_key, dst_end)
+    np.testing.assert_array_equal(follows, follows_twin(step, dst_tile, dst_key, dst_end))
+    assert follows.any()
+    lead = np.arange(n)  # unicasts, one piece each
+    nbytes = rng.choice([8, 300, 4096], n)
+    got = xtable_bytes(dev, step, src_tile, dst_tile, follows, lead, lead, nbytes)
+    want = xtable_twin(dev, step, src_tile, dst_tile, follows, np.ones(n, np.int64),
+                       src_tile, nbytes)
+    np.testing.assert_array_equal(got, want)

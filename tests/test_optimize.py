@@ -256,6 +256,20 @@ def test_every_accepted_step_reverifies(micro_graph: Graph,
     assert calls[-1] == res.package.content_hash()
 
 
+def test_a_failed_reverification_fails_the_run(micro_graph: Graph,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-verification runs beside the next build, but what it raises
+    still ends the run (here the first accepted package's check fails)."""
+    from tilecommon.errors import PackageInvalid
+
+    def failing(pkg):  # noqa: ANN001, ANN202
+        raise PackageInvalid(f"planted: {pkg.content_hash()[:12]}")
+
+    monkeypatch.setattr(optimize, "verify", failing)
+    with pytest.raises(PackageInvalid, match="planted"):
+        planner.plan(micro_graph, TINY, PipelineConfig(optimization_steps=5))
+
+
 def test_same_final_hash_under_different_hash_seeds(micro_toml: Path) -> None:
     hashes = []
     for seed in ("0", "777"):

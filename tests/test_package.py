@@ -80,6 +80,22 @@ def test_per_package_computes_once_per_package_object(pkg: Package) -> None:
     assert [k for k in _derived if k[1].endswith("steps")] == [(id(pkg), keys[0][1])]
 
 
+def test_a_released_program_is_built_again_by_the_next_run() -> None:
+    """simulator.run.release drops the engine's program of a package; the
+    next run builds a new one and simulates the same cycles."""
+    from simulator.engines.numba import program_arrays
+    from simulator.run import release, run
+
+    p = repeat_program(load_device("tiny"), 3)
+    first = run(p, numerics=False).cycles
+    held = program_arrays(p)
+    assert program_arrays(p) is held  # kept while the package lives
+    release(p)
+    assert not [k for k in _derived if k[0] == id(p) and k[1].endswith("program_arrays")]
+    assert run(p, numerics=False).cycles == first
+    assert program_arrays(p) is not held
+
+
 def test_arrays_are_read_only(pkg: Package) -> None:
     with pytest.raises(ValueError):
         pkg.arrays["buf_addr"][0] = 1

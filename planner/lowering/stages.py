@@ -39,6 +39,7 @@ from planner.lowering.schedule import Schedule, schedule
 from planner.lowering.state import BuildState
 from simulator.device import Device
 from simulator.package import Package
+from simulator.run import release
 from simulator.verify import verify
 from tilecommon.errors import BuildFailure, PackageInvalid
 
@@ -65,7 +66,10 @@ class Built:
         outline only (`Schedule.outline`; the package holds every row), so
         the incumbent does not hold a second copy of a build's rows while
         the next trial builds (27-layer siglip-so400m-map, 8 steps: peak
-        RSS 2.49 -> 2.32 GB at batch 1, 2.76 -> 2.56 GB at batch 2)."""
+        RSS 2.49 -> 2.32 GB at batch 1, 2.76 -> 2.56 GB at batch 2), and
+        without the engine's program of the package (simulator.run.release:
+        the incumbent's cycles are known; a later run rebuilds it)."""
+        release(self.package)
         return replace(self, schedule=self.schedule.outline())
 
 

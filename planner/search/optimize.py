@@ -13,8 +13,11 @@ builds, strict acceptance, incumbent retention, parallel speculation.
    (expand, schedule, allocate, link, verify) and simulated timing-only —
    until one is strictly cheaper than the incumbent or `optimization_steps`
    proposals have been evaluated in total;
-3. accepts a strictly cheaper one: its package is verified again, it becomes
-   the incumbent, and proposals are regenerated around it (step 1).  A
+3. accepts a strictly cheaper one: its package is verified again (on a
+   checker thread while the next proposal builds; the run waits for that
+   check before it accepts again or returns, and fails with what it
+   raised), it becomes the incumbent, and proposals are regenerated around
+   it (step 1).  A
    proposal that is not cheaper, does not build (`BuildFailure`: recorded as
    "not built: <why>") or simulates with faults never replaces the incumbent,
    whose actual package, allocation and schedule stay.
@@ -70,6 +73,7 @@ from planner.search.proposals import proposals
 from planner.search.registry import OPTIMIZERS
 from planner.search.trials import Trial, evaluate, evaluate_in_worker, init_worker
 from simulator.device import Device
+from simulator.package import Package
 from simulator.run import run
 from simulator.verify import verify
 
@@ -169,6 +173,7 @@ class LocalOptimizer:
         finally:
             for fut in run_.futures.values():
                 fut.cancel()
+            run_.checks.shutdown(wait=True)
             if owned and executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
         counts = ctx.counters().minus(before)
@@ -213,6 +218,9 @@ class _Run:
         self.rounds = 0
         self.worker_counters = Counters()
         self.futures: dict[Plan, Future[tuple[Trial, Counters | None]]] = {}
+        # the re-verification of each accepted package (`reverify`)
+        self.checks = ThreadPoolExecutor(1, thread_name_prefix="tileplan-reverify")
+        self.checking: Future[None] | None = None
 
     @property
     def budget(self) -> int:
@@ -237,6 +245,7 @@ class _Run:
             if better is None:
                 break  # every proposal of this round evaluated, none cheaper
             inc, prof = better
+        self.settle()  # the final incumbent is verified again before it is returned
         return inc
 
     def round(self, inc: Incumbent, base: Plan, window: list[Proposal]
@@ -258,12 +267,26 @@ class _Run:
                 if trial.incumbent is None:
                     trial = self.rebuild(prop, trial)
                 assert trial.incumbent is not None and trial.profile is not None
-                verify(trial.incumbent.built.package)  # every acceptance re-verifies
+                self.reverify(trial.incumbent.built.package)
                 inc = trial.incumbent
                 return replace(inc, built=inc.built.kept()), trial.profile
             self.rejected.add((prop.kind, prop.description))
             del trial  # a complete build (~0.4 GB at 27 layers): not alive during the next
         return None
+
+    def reverify(self, pkg: Package) -> None:
+        """Verify an accepted package again, on the checker thread while the
+        next proposal builds here (verify's scans are jitted without the
+        GIL: the two cores share the work); what the previous acceptance's
+        check raised is raised first (`settle`)."""
+        self.settle()
+        self.checking = self.checks.submit(verify, pkg)
+
+    def settle(self) -> None:
+        """Wait for the last acceptance's re-verification; raise what it raised."""
+        if self.checking is not None:
+            checking, self.checking = self.checking, None
+            checking.result()
 
     def unpinned(self, props: list[Proposal], pins: Pins) -> list[Proposal]:
         """`props` less those that change a pinned decision: each skipped change
