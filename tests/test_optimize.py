@@ -270,6 +270,25 @@ def test_a_failed_reverification_fails_the_run(micro_graph: Graph,
         planner.plan(micro_graph, TINY, PipelineConfig(optimization_steps=5))
 
 
+def test_a_build_the_verifier_rejects_fails_after_its_simulation(
+        micro_graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """evaluate verifies beside the timing simulation, and what it returns is
+    verified: a rejected package is BuildFailure("verify"), as from build."""
+    from planner.lowering import stages
+    from tilecommon.errors import BuildFailure, PackageInvalid
+
+    plan0 = baseline_plan(micro_graph, TINY)
+    inc = evaluate(micro_graph, TINY, plan0)
+    assert [s for s, _ in inc.built.timings][-1] == "verify" and inc.cycles > 0
+
+    def rejecting(pkg):  # noqa: ANN001, ANN202
+        raise PackageInvalid(f"planted {pkg.n_steps}")
+
+    monkeypatch.setattr(stages, "verify", rejecting)
+    with pytest.raises(BuildFailure, match="verify.*planted"):
+        evaluate(micro_graph, TINY, plan0)
+
+
 def test_same_final_hash_under_different_hash_seeds(micro_toml: Path) -> None:
     hashes = []
     for seed in ("0", "777"):

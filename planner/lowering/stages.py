@@ -115,11 +115,14 @@ def build_program(
     sched: Schedule | None = None,
     state: BuildState | None = None,
     owners: Mapping[str, tuple[str, str, str]] | None = None,
+    check: bool = True,
 ) -> Built:
     """schedule → allocate → link → verify of an already expanded Program.
     `sched`: a schedule of this very program with this `reduction_overlap`
     (the optimizer's schedule cache) instead of scheduling again; `state`: the
-    build state whose phase and buffer memos to use."""
+    build state whose phase and buffer memos to use; `check` False leaves
+    the verify stage to the caller (`verified`), which must run it before
+    the build is used for anything but a timing simulation."""
     clock = list(timings or [])
     t = time.perf_counter()
 
@@ -138,11 +141,9 @@ def build_program(
     lap("allocate")
     pkg, lstats = link(program, sched, alloc, res, device, name, meta, owners)
     lap("link")
-    try:
-        verify(pkg)
-    except PackageInvalid as e:
-        raise BuildFailure("verify", -1, 0, 0, f"package rejected by the verifier: {e}") from e
-    lap("verify")
+    if check:
+        verified(pkg)
+        lap("verify")
     stats = {
         "steps": pkg.n_steps,
         "vertices": pkg.n_vertices,
@@ -161,6 +162,16 @@ def build_program(
         "element_conflicts": alloc.element_conflicts,
     }
     return Built(pkg, sched, alloc, stats, tuple(clock))
+
+
+def verified(pkg: Package) -> Package:
+    """The verify stage: `pkg`, or BuildFailure("verify") naming what
+    simulator.verify rejected (a builder bug)."""
+    try:
+        verify(pkg)
+    except PackageInvalid as e:
+        raise BuildFailure("verify", -1, 0, 0, f"package rejected by the verifier: {e}") from e
+    return pkg
 
 
 def expand_stage(graph: Graph, device: Device, plan: Plan, state: BuildState | None,
@@ -184,9 +195,11 @@ def plan_owners(graph: Graph, device: Device, plan: Plan, state: BuildState | No
     return label_owners(lower(graph, device, plan, state))
 
 
-def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = None) -> Built:
+def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = None,
+          check: bool = True) -> Built:
     """The whole build of `graph` on `device` under `plan`: the named stages
-    of STAGES in order (module docstring); every choice comes from `plan`.
+    of STAGES in order (module docstring); every choice comes from `plan`
+    (`check` False: all but verify, which the caller runs: `build_program`).
     `state` is the build state whose caches it goes through (None: a fresh
     one): a recent lowering is reused, an expansion resumes from the longest
     common lowered-step prefix of a recent one (or is reused whole when the
@@ -205,7 +218,7 @@ def build(graph: Graph, device: Device, plan: Plan, state: BuildState | None = N
         built = build_program(program, device, graph.name, graph_meta(graph, plan),
                               reduction_overlap=plan.reduction_overlap, timings=clock,
                               sched=sched, state=state,
-                              owners=plan_owners(graph, device, plan, state))
+                              owners=plan_owners(graph, device, plan, state), check=check)
         if sched is None:
             state.schedules.put(skey, built.schedule)
         return built
