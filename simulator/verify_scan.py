@@ -24,17 +24,17 @@ step: two buffers of a tile live at one step never overlap
 `find_row` would find.
 
 Later iterations (iteration 0 equals the unpatched package, `verify` checked
-that) re-check only what a patch can change.  An EXCHANGE step whose patches
-rewrite sources of one loop is first checked for all its iterations at once
-(`_sources_always_hold`: each patched source's values aligned, the hull of
-its reads inside one live buffer and clear of other transfers' destinations;
-on batch-2 siglip-so400m-map 27 layers that replaced 4.5 M re-checked reads,
-more than the package has transfers); only when that fails, iteration by
-iteration, to name the first failure: on COMPUTE steps the vertices on
+that) re-check only what a patch can change: on COMPUTE steps the vertices on
 the tiles of patched vertices (a race needs two regions on one tile); on
 EXCHANGE steps whose patches all rewrite sources, only the patched sources,
 against the destinations sorted in iteration 0 (unchanged); steps with
-patched destinations are re-checked whole.
+patched destinations are re-checked whole.  An EXCHANGE step whose patches
+rewrite sources driven by one loop is first checked for all its later
+iterations at once (`_sources_always_hold`: each patched source's values
+aligned, the hull of its reads inside one live buffer and clear of other
+transfers' destinations; on batch-2 siglip-so400m-map 27 layers that
+replaced 4.5 M re-checked reads, more than the package has transfers), and
+iteration by iteration only when that fails, to name the first failure.
 
 The result is exactly the race rule of simulator/access.py (no byte with two writers, or a
 writer and a reader, of different vertices/transfers within a step).

@@ -17,10 +17,10 @@ builds, strict acceptance, incumbent retention, parallel speculation.
    checker thread while the next proposal builds; the run waits for that
    check before it accepts again or returns, and fails with what it
    raised), it becomes the incumbent, and proposals are regenerated around
-   it (step 1).  A
-   proposal that is not cheaper, does not build (`BuildFailure`: recorded as
-   "not built: <why>") or simulates with faults never replaces the incumbent,
-   whose actual package, allocation and schedule stay.
+   it (step 1).  A proposal that is not cheaper, does not build
+   (`BuildFailure`: recorded as "not built: <why>") or simulates with faults
+   never replaces the incumbent, whose actual package, allocation and
+   schedule stay.
 
 No global restart, no retries with penalties; nothing is saved or resumed.
 
