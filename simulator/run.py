@@ -166,9 +166,6 @@ def run(
     )
 
 
-# ---- memory image ----------------------------------------------------------------
-
-
 def release(pkg: Package) -> None:
     """Drop the Numba engine's program of `pkg` (its patch and access
     indexes and per-transfer busy cycles: 74 MB for a batch-2 27-layer
@@ -178,6 +175,9 @@ def release(pkg: Package) -> None:
     from simulator.engines.numba import program_arrays
 
     forget_derived(pkg, program_arrays)
+
+
+# ---- memory image ----------------------------------------------------------------
 
 
 def build_image(pkg: Package, params: dict[str, np.ndarray],

@@ -633,6 +633,18 @@ class _StepMemo:
             self.items.move_to_end(key)
             return hit[1]
 
+    def unseen(self, keys: dict[int, bytes], n_steps: int) -> np.ndarray:
+        """bool [n_steps]: the steps of `keys` (step -> digest) not held."""
+        todo = np.zeros(n_steps, dtype=np.bool_)
+        for s, key in keys.items():
+            todo[s] = self.get(key) is None
+        return todo
+
+    def remember(self, keys: dict[int, bytes], ok: np.ndarray) -> None:
+        """Hold the digest of each step of `keys` where `ok` (a pass mark)."""
+        for s in np.flatnonzero(ok).tolist():
+            self.put(keys[s], True)
+
     def put(self, key: bytes, value: Any, size: int = 1) -> None:
         with self.lock:
             if key in self.items or size > self.capacity:
@@ -885,15 +897,12 @@ def repeated_members(xptr: np.ndarray, leader: np.ndarray, dst_tile: np.ndarray,
     (`_DISTINCT`), is not checked again."""
     i64 = np.int64
     xptr, leader, dst_tile = (a.astype(i64, copy=False) for a in (xptr, leader, dst_tile))
-    keys: dict[int, bytes] = {}
-    todo = np.zeros(xptr.size - 1, dtype=np.bool_)
-    for s in np.flatnonzero(np.diff(xptr) > 1).tolist():
-        i0, i1 = xptr[s], xptr[s + 1]
-        keys[s] = _digest(np.array([tiles], dtype=i64), leader[i0:i1] - i0, dst_tile[i0:i1])
-        todo[s] = _DISTINCT.get(keys[s]) is None
+    tag = np.array([tiles], dtype=i64)
+    keys = {s: _digest(tag, leader[xptr[s]:xptr[s + 1]] - xptr[s], dst_tile[xptr[s]:xptr[s + 1]])
+            for s in np.flatnonzero(np.diff(xptr) > 1).tolist()}
+    todo = _DISTINCT.unseen(keys, xptr.size - 1)
     rep = _repeated_members(xptr, leader, dst_tile, i64(tiles), todo)
-    for s in np.flatnonzero(todo & (rep < 0)).tolist():
-        _DISTINCT.put(keys[s], True)
+    _DISTINCT.remember(keys, todo & (rep < 0))
     rep = rep[rep >= 0]
     if not rep.size:
         return None
@@ -913,19 +922,17 @@ def violations(dev: Device, arrays: dict[str, np.ndarray]) -> np.ndarray:
     fab = fabric(dev)
     xptr, pptr, qs = a["step_xfer"], a["step_piece"], a["q_send"]
     keys: dict[int, bytes] = {}
-    todo = np.zeros(xptr.size - 1, dtype=np.bool_)
     for s in np.flatnonzero(np.diff(xptr) | np.diff(pptr)).tolist():
         i0, i1, p0, p1 = xptr[s], xptr[s + 1], pptr[s], pptr[s + 1]
         keys[s] = _digest(fab, a["x_src_tile"][i0:i1], a["x_dst_tile"][i0:i1],
                           a["x_bytes"][i0:i1], a["x_send"][i0:i1] - i0, qs[p0:p1] - i0,
                           a["q_offset"][p0:p1], a["q_bytes"][p0:p1], a["q_start"][p0:p1],
                           a["step_xcycles"][s:s + 1])
-        todo[s] = _VALID.get(keys[s]) is None
+    todo = _VALID.unseen(keys, xptr.size - 1)
     out = _violations(xptr, a["x_src_tile"], a["x_dst_tile"], a["x_bytes"], a["x_send"], pptr,
                       qs, a["q_offset"], a["q_bytes"], a["q_start"], a["step_xcycles"], fab,
                       todo)
-    for s in np.flatnonzero(todo & (out[:, 0] == V_NONE)).tolist():
-        _VALID.put(keys[s], True)
+    _VALID.remember(keys, todo & (out[:, 0] == V_NONE))
     return out
 
 
